@@ -1,0 +1,50 @@
+# User entry point. On a fresh Debian 12 machine (as root):
+#   make demo   installs dependencies, builds, runs the demo at 2 ranks
+#   make test   installs dependencies, builds, runs the whole test suite
+BUILD ?= build
+BUILD_TYPE ?= Release
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc)
+NP ?= 2
+
+DEPS := cmake make g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-icd-opencl-dev \
+        opencl-headers googletest libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+
+# mpirun refuses root unless told; CI and the emulated cluster run as root.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+
+.PHONY: all deps configure build test demo install clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEPS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then echo "make deps: all Debian packages present"; exit 0; fi; \
+	if [ "$$(id -u)" -ne 0 ]; then \
+	  echo "make deps: missing Debian packages:$$missing" >&2; \
+	  echo "make deps: run 'sudo make deps' or 'sudo apt-get install$$missing'" >&2; exit 1; \
+	fi; \
+	echo "make deps: installing$$missing"; \
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
+
+configure: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure
+
+# One OpenMP thread per rank: NP ranks share this machine's cores.
+demo: build
+	OMP_NUM_THREADS=1 mpirun -np $(NP) --oversubscribe --bind-to none $(BUILD)/apps/overlap-demo
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD)

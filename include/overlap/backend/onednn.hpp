@@ -1,0 +1,119 @@
+#pragma once
+/// @file
+/// oneDNN backend (2.x API): one matmul primitive per gemm_desc, created when
+/// a plan is built and cached here, so equal shapes share a primitive.
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <typeindex>
+#include <utility>
+
+#include "overlap/backend/gemm.hpp"
+#include "overlap/error.hpp"
+
+namespace overlap::backend {
+
+namespace detail {
+template <class T>
+constexpr dnnl::memory::data_type onednn_type() {
+  static_assert(std::is_same_v<T, float>, "the oneDNN backend supports float");
+  return dnnl::memory::data_type::f32;
+}
+
+/// Runs a oneDNN C++ call and turns dnnl::error into overlap::error.
+template <class F>
+auto onednn_call(const char* call, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    throw overlap::error(error_source::backend, static_cast<int>(e.status), call, e.what());
+  }
+}
+
+/// Strides of a logical rows x cols operand stored row-major with ld,
+/// or stored as its transpose (cols x rows) with ld.
+inline dnnl::memory::dims strides(int64_t ld, bool transposed) {
+  return transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1};
+}
+}  // namespace detail
+
+struct onednn_handles {
+  dnnl::engine engine;
+  dnnl::stream stream;
+};
+
+template <class T>
+class onednn_gemm final : public gemm_kernel<T> {
+ public:
+  onednn_gemm(std::shared_ptr<onednn_handles> h, const gemm_desc& d) : h_(std::move(h)), d_(d) {
+    if (d.m == 0 || d.n == 0 || d.k == 0) return;  // handled by run_degenerate
+    detail::onednn_call("dnnl::matmul::primitive_desc", [&] {
+      using dims = dnnl::memory::dims;
+      constexpr auto dt = detail::onednn_type<T>();
+      const dnnl::memory::desc a_md(dims{d.m, d.k}, dt, detail::strides(d.lda, d.trans_a));
+      const dnnl::memory::desc b_md(dims{d.k, d.n}, dt, detail::strides(d.ldb, d.trans_b));
+      const dnnl::memory::desc c_md(dims{d.m, d.n}, dt, dims{d.ldc, 1});
+      dnnl::primitive_attr attr;
+      if (d.accumulate) {
+        dnnl::post_ops ops;
+        ops.append_sum(1.0f);
+        attr.set_post_ops(ops);
+      }
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, h_->engine);
+      prim_ = dnnl::matmul(pd);
+      a_mem_ = dnnl::memory(a_md, h_->engine, DNNL_MEMORY_NONE);
+      b_mem_ = dnnl::memory(b_md, h_->engine, DNNL_MEMORY_NONE);
+      c_mem_ = dnnl::memory(c_md, h_->engine, DNNL_MEMORY_NONE);
+      return 0;
+    });
+  }
+
+  void run(const T* a, const T* b, T* c) const override {
+    if (overlap::detail::run_degenerate(d_, c)) return;
+    detail::onednn_call("dnnl::matmul::execute", [&] {
+      a_mem_.set_data_handle(const_cast<T*>(a));
+      b_mem_.set_data_handle(const_cast<T*>(b));
+      c_mem_.set_data_handle(c);
+      prim_.execute(h_->stream, {{DNNL_ARG_SRC, a_mem_}, {DNNL_ARG_WEIGHTS, b_mem_}, {DNNL_ARG_DST, c_mem_}});
+      h_->stream.wait();
+      return 0;
+    });
+  }
+
+ private:
+  std::shared_ptr<onednn_handles> h_;
+  gemm_desc d_;
+  dnnl::matmul prim_;
+  mutable dnnl::memory a_mem_, b_mem_, c_mem_;
+};
+
+/// Owns the oneDNN CPU engine and stream and a cache of kernels by gemm_desc.
+class onednn_backend {
+ public:
+  onednn_backend()
+      : h_(detail::onednn_call("dnnl::engine", [] {
+          auto h = std::make_shared<onednn_handles>();
+          h->engine = dnnl::engine(dnnl::engine::kind::cpu, 0);
+          h->stream = dnnl::stream(h->engine);
+          return h;
+        })) {}
+
+  template <class T>
+  [[nodiscard]] std::shared_ptr<const gemm_kernel<T>> make(const gemm_desc& d) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = cache_[{d, std::type_index(typeid(T))}];
+    if (!slot) slot = std::make_shared<onednn_gemm<T>>(h_, d);
+    return std::static_pointer_cast<const gemm_kernel<T>>(slot);
+  }
+
+ private:
+  std::shared_ptr<onednn_handles> h_;
+  std::mutex mutex_;
+  std::map<std::pair<gemm_desc, std::type_index>, std::shared_ptr<const void>> cache_;
+};
+
+}  // namespace overlap::backend

@@ -1,0 +1,91 @@
+#pragma once
+/// @file
+/// Run-time configuration of a context, and the one registry of the OVERLAP_*
+/// environment variables that can set it.
+
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "overlap/backend/gemm.hpp"
+
+namespace overlap {
+
+/// How outstanding ring transfers are progressed while the cores compute.
+/// Open MPI moves data only inside MPI calls, so without a policy a transfer
+/// posted before a GEMM mostly happens after it.
+enum class progress_policy {
+  thread,  ///< a helper thread tests the requests and sleeps between tests (needs MPI_THREAD_MULTIPLE)
+  none,    ///< no help: the MPI library progresses on its own (or not at all)
+};
+
+[[nodiscard]] inline const char* to_string(progress_policy p) {
+  return p == progress_policy::thread ? "thread" : "none";
+}
+
+/// Settings of a context. Every field that changes the communication schedule
+/// (chunk counts) must agree across ranks; a disagreement is detected and
+/// reported as std::invalid_argument on every rank.
+struct config {
+  /// GEMM library; automatic picks oneDNN for float and Eigen for double.
+  overlap::backend_kind backend = overlap::backend_kind::automatic;
+  /// Progress policy of the ring engine.
+  overlap::progress_policy progress = overlap::progress_policy::thread;
+  /// Sleep of the progress thread between two MPI_Testall calls.
+  std::chrono::microseconds progress_interval{100};
+  /// Chunks each all-gathered shard is split into (ring steps per shard), >= 1.
+  int ag_chunks = 1;
+
+  /// The defaults above, overridden by the environment variables listed in
+  /// env_help(). Throws std::invalid_argument on a malformed value.
+  [[nodiscard]] static config from_env();
+};
+
+/// One line per OVERLAP_* variable: name, default, meaning.
+[[nodiscard]] inline std::string env_help() {
+  return "OVERLAP_BACKEND=automatic|onednn|eigen   (automatic) GEMM library\n"
+         "OVERLAP_PROGRESS=thread|none             (thread) progress policy of the ring engine\n"
+         "OVERLAP_PROGRESS_INTERVAL_US=N           (100) progress thread sleep between tests\n"
+         "OVERLAP_AG_CHUNKS=N                      (1) ring steps per all-gathered shard\n";
+}
+
+namespace detail {
+inline const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+inline long env_int(const char* name, long fallback, long min) {
+  const char* v = env(name);
+  if (v == nullptr) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < min)
+    throw std::invalid_argument(std::string("overlap: ") + name + "='" + v + "' must be an integer >= " +
+                                std::to_string(min));
+  return x;
+}
+}  // namespace detail
+
+inline config config::from_env() {
+  config c;
+  if (const char* b = detail::env("OVERLAP_BACKEND")) {
+    const std::string s(b);
+    if (s == "automatic") c.backend = backend_kind::automatic;
+    else if (s == "onednn") c.backend = backend_kind::onednn;
+    else if (s == "eigen") c.backend = backend_kind::eigen;
+    else throw std::invalid_argument("overlap: OVERLAP_BACKEND='" + s + "' must be automatic, onednn or eigen");
+  }
+  if (const char* p = detail::env("OVERLAP_PROGRESS")) {
+    const std::string s(p);
+    if (s == "thread") c.progress = progress_policy::thread;
+    else if (s == "none") c.progress = progress_policy::none;
+    else throw std::invalid_argument("overlap: OVERLAP_PROGRESS='" + s + "' must be thread or none");
+  }
+  c.progress_interval = std::chrono::microseconds(
+      detail::env_int("OVERLAP_PROGRESS_INTERVAL_US", static_cast<long>(c.progress_interval.count()), 0));
+  c.ag_chunks = static_cast<int>(detail::env_int("OVERLAP_AG_CHUNKS", c.ag_chunks, 1));
+  return c;
+}
+
+}  // namespace overlap

@@ -1,0 +1,118 @@
+#pragma once
+/// @file
+/// The context: one per communicator, owns everything the ops reuse.
+
+#include <mpi.h>
+
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "overlap/backend/eigen.hpp"
+#include "overlap/backend/onednn.hpp"
+#include "overlap/config.hpp"
+#include "overlap/engine/progress.hpp"
+#include "overlap/mpi/communicator.hpp"
+#include "overlap/mpi/request.hpp"
+
+namespace overlap {
+
+namespace detail {
+/// A cached plan: everything that depends only on the shapes of a call.
+struct plan_base {
+  virtual ~plan_base() = default;
+  /// Hash of the global problem (every rank's sizes and the options) the plan
+  /// was built for; ranks compare it to agree that their cached plans match.
+  uint64_t fingerprint = 0;
+};
+using plan_key = std::vector<int64_t>;
+}  // namespace detail
+
+/// Owns a duplicate of the user's communicator (ring traffic never mixes with
+/// the caller's messages), the GEMM backends, the progress thread and the plan
+/// cache. Constructing it is collective over comm (MPI_Comm_dup). Not
+/// copyable; movable. Not thread-safe: one thread calls the ops of a context.
+class context {
+ public:
+  /// Collective over comm. With progress_policy::thread, MPI must have been
+  /// initialised with MPI_THREAD_MULTIPLE; otherwise std::invalid_argument
+  /// (on every rank: the thread level is the same everywhere).
+  explicit context(MPI_Comm comm, overlap::config cfg = overlap::config::from_env())
+      : cfg_(cfg), comm_(mpi::communicator::borrow(comm).dup()) {
+    if (cfg_.ag_chunks < 1) throw std::invalid_argument("overlap::context: config.ag_chunks must be >= 1");
+    if (cfg_.progress == progress_policy::thread) {
+      int provided = MPI_THREAD_SINGLE;
+      OVERLAP_MPI(MPI_Query_thread, &provided);
+      if (provided < MPI_THREAD_MULTIPLE)
+        throw std::invalid_argument(
+            "overlap::context: the progress thread needs MPI_THREAD_MULTIPLE; initialise MPI with "
+            "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or use progress_policy::none "
+            "(OVERLAP_PROGRESS=none)");
+      progress_ = std::make_unique<engine::progress_thread>(cfg_.progress_interval);
+    }
+    rank_ = comm_.rank();
+    size_ = comm_.size();
+  }
+
+  context(context&&) noexcept = default;
+  context& operator=(context&&) noexcept = default;
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  /// The context's own communicator (a duplicate; do not free it).
+  [[nodiscard]] MPI_Comm comm() const noexcept { return comm_.get(); }
+  [[nodiscard]] const overlap::config& config() const noexcept { return cfg_; }
+  /// Number of plans cached so far (one per distinct shape and options).
+  [[nodiscard]] size_t cached_plans() const noexcept { return plans_.size(); }
+
+  /// The backend that computes products of T under this context's config.
+  template <class T>
+  [[nodiscard]] backend_kind backend_for() const {
+    if constexpr (std::is_same_v<T, double>) {
+      if (cfg_.backend == backend_kind::onednn)
+        throw std::invalid_argument("overlap: the onednn backend has no f64 matmul; use backend_kind::eigen");
+      return backend_kind::eigen;
+    } else {
+      return cfg_.backend == backend_kind::automatic ? backend_kind::onednn : cfg_.backend;
+    }
+  }
+
+  // ---- for the ops (not part of the stable API) ----
+  template <class T>
+  [[nodiscard]] std::shared_ptr<const gemm_kernel<T>> make_kernel(const gemm_desc& d) {
+    if constexpr (std::is_same_v<T, double>) {
+      return eigen_.make<T>(d);
+    } else {
+      if (backend_for<T>() == backend_kind::eigen) return eigen_.make<T>(d);
+      if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
+      return onednn_->make<T>(d);
+    }
+  }
+  [[nodiscard]] detail::plan_base* find_plan(const detail::plan_key& key) const {
+    auto it = plans_.find(key);
+    return it == plans_.end() ? nullptr : it->second.get();
+  }
+  detail::plan_base* store_plan(const detail::plan_key& key, std::unique_ptr<detail::plan_base> plan) {
+    auto& slot = plans_[key];
+    slot = std::move(plan);
+    return slot.get();
+  }
+  [[nodiscard]] engine::progress_thread* progress() const noexcept { return progress_.get(); }
+  [[nodiscard]] mpi::request_group& requests() noexcept { return requests_; }
+
+ private:
+  overlap::config cfg_;
+  mpi::communicator comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  backend::eigen_backend eigen_;
+  std::unique_ptr<backend::onednn_backend> onednn_;
+  std::unique_ptr<engine::progress_thread> progress_;
+  std::map<detail::plan_key, std::unique_ptr<detail::plan_base>> plans_;
+  mpi::request_group requests_;
+};
+
+}  // namespace overlap

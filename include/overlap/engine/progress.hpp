@@ -1,0 +1,106 @@
+#pragma once
+/// @file
+/// The progress thread: tests the ring's outstanding requests while the
+/// calling thread computes, sleeping between tests (a busy-polling thread
+/// steals a core from the GEMM; see docs/design.md).
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "overlap/mpi/request.hpp"
+
+namespace overlap::engine {
+
+class progress_thread {
+ public:
+  explicit progress_thread(std::chrono::microseconds interval)
+      : interval_(interval), thread_([this] { loop(); }) {}
+  progress_thread(const progress_thread&) = delete;
+  progress_thread& operator=(const progress_thread&) = delete;
+  ~progress_thread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+  /// Starts testing group until release(); the caller must not touch group meanwhile.
+  void watch(mpi::request_group& group) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      active_ = &group;
+    }
+    cv_.notify_one();
+  }
+
+  /// Stops testing; on return the thread no longer touches the group.
+  /// Rethrows an MPI error the thread saw.
+  void release() {
+    std::exception_ptr failure;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      active_ = nullptr;
+      failure = std::exchange(failure_, nullptr);
+    }
+    if (failure) std::rethrow_exception(failure);
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      if (active_ == nullptr) {
+        cv_.wait(lock, [this] { return stop_ || active_ != nullptr; });
+        continue;
+      }
+      try {
+        if (active_->test_all()) active_ = nullptr;  // all done: nothing left to progress
+      } catch (...) {
+        failure_ = std::current_exception();
+        active_ = nullptr;
+      }
+      lock.unlock();
+      std::this_thread::sleep_for(interval_);
+      lock.lock();
+    }
+  }
+
+  std::chrono::microseconds interval_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  mpi::request_group* active_ = nullptr;
+  std::exception_ptr failure_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
+/// Watches a group for the lifetime of the guard (release also on exceptions).
+class progress_scope {
+ public:
+  progress_scope(progress_thread* p, mpi::request_group& g) : p_(g.empty() ? nullptr : p) {
+    if (p_ != nullptr) p_->watch(g);
+  }
+  progress_scope(const progress_scope&) = delete;
+  progress_scope& operator=(const progress_scope&) = delete;
+  /// Ends watching; rethrows an error the thread saw.
+  void finish() {
+    if (p_ != nullptr) std::exchange(p_, nullptr)->release();
+  }
+  ~progress_scope() {
+    if (p_ == nullptr) return;
+    try {
+      p_->release();
+    } catch (...) {  // already unwinding or finishing: the caller's wait reports MPI errors
+    }
+  }
+
+ private:
+  progress_thread* p_;
+};
+
+}  // namespace overlap::engine

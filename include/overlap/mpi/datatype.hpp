@@ -1,0 +1,84 @@
+#pragma once
+/// @file
+/// MPI datatypes: the base type of an element type, and owned derived types
+/// that describe a (possibly strided) row-major matrix block.
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "overlap/error.hpp"
+
+namespace overlap::mpi {
+
+template <class T>
+struct base_type;
+template <>
+struct base_type<float> {
+  static MPI_Datatype get() { return MPI_FLOAT; }
+};
+template <>
+struct base_type<double> {
+  static MPI_Datatype get() { return MPI_DOUBLE; }
+};
+
+/// An owned, committed derived datatype (freed by the destructor); move-only.
+class datatype {
+ public:
+  datatype() = default;
+  explicit datatype(MPI_Datatype committed) : type_(committed) {}
+  datatype(const datatype&) = delete;
+  datatype& operator=(const datatype&) = delete;
+  datatype(datatype&& o) noexcept : type_(std::exchange(o.type_, MPI_DATATYPE_NULL)) {}
+  datatype& operator=(datatype&& o) noexcept {
+    if (this != &o) {
+      release();
+      type_ = std::exchange(o.type_, MPI_DATATYPE_NULL);
+    }
+    return *this;
+  }
+  ~datatype() { release(); }
+  [[nodiscard]] MPI_Datatype get() const noexcept { return type_; }
+
+ private:
+  void release() noexcept {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (type_ != MPI_DATATYPE_NULL && !finalized) MPI_Type_free(&type_);
+    type_ = MPI_DATATYPE_NULL;
+  }
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+};
+
+namespace detail {
+inline int to_count(int64_t n, const char* what) {
+  if (n < 0 || n > INT_MAX)
+    throw std::invalid_argument(std::string("overlap: ") + what + " (" + std::to_string(n) +
+                                ") exceeds the MPI count limit INT_MAX");
+  return static_cast<int>(n);
+}
+}  // namespace detail
+
+/// A rows x cols block with leading dimension ld as one element of a derived
+/// type (MPI_Type_vector); send or receive it with count 1.
+template <class T>
+[[nodiscard]] datatype block_type(int64_t rows, int64_t cols, int64_t ld) {
+  MPI_Datatype t = MPI_DATATYPE_NULL;
+  if (ld == cols) {
+    OVERLAP_MPI(MPI_Type_contiguous, detail::to_count(rows * cols, "block elements"),
+                base_type<T>::get(), &t);
+  } else {
+    OVERLAP_MPI(MPI_Type_vector, detail::to_count(rows, "block rows"),
+                detail::to_count(cols, "block cols"), detail::to_count(ld, "block ld"),
+                base_type<T>::get(), &t);
+  }
+  datatype owned(t);
+  OVERLAP_MPI(MPI_Type_commit, &t);
+  return owned;
+}
+
+}  // namespace overlap::mpi

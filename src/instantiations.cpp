@@ -1,0 +1,17 @@
+// Explicit instantiations for the compiled flavour (overlap::compiled): code
+// that links it gets these from the library instead of instantiating the
+// engine in every translation unit (the header declares them extern).
+#include "overlap/overlap.hpp"
+
+namespace overlap {
+
+template void all_gather_matmul<float>(context&, matrix_view<const float>, matrix_view<const float>,
+                                       matrix_view<float>, const ag_options&);
+template void all_gather_matmul<double>(context&, matrix_view<const double>, matrix_view<const double>,
+                                        matrix_view<double>, const ag_options&);
+template void all_gather_matmul<float>(context&, matrix_view<const float>, matrix_view<const float>,
+                                       matrix_view<float>, matrix_view<float>, const ag_options&);
+template void all_gather_matmul<double>(context&, matrix_view<const double>, matrix_view<const double>,
+                                        matrix_view<double>, matrix_view<double>, const ag_options&);
+
+}  // namespace overlap

@@ -1,0 +1,143 @@
+// Bad input: every rank must raise std::invalid_argument (never hang, never
+// compute), the message must name the argument and the rule, and the context
+// must stay usable for a following valid call.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "ag_cases.hpp"
+
+using namespace testing_support;
+using overlap::gathered;
+using overlap::strategy;
+
+namespace {
+
+/// Runs `bad` on every rank, expects std::invalid_argument containing `needle`
+/// everywhere, then checks that a valid call on the same context works.
+void expect_all_ranks_reject(overlap::context& ctx, const std::function<void()>& bad, const std::string& needle) {
+  bool threw = false;
+  try {
+    bad();
+  } catch (const std::invalid_argument& e) {
+    threw = true;
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
+  }
+  EXPECT_TRUE(threw) << "expected std::invalid_argument mentioning '" << needle << "'";
+  int all = 0;
+  int mine = threw ? 1 : 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  EXPECT_EQ(all, 1) << "some rank did not throw";
+  // The context is still usable.
+  run_ag_case<float>(ctx, {gathered::lhs_rows, strategy::ring, 6, 5, 4, split::skewed, 0, false, 3});
+}
+
+struct fixture : ::testing::Test {
+  overlap::context ctx{MPI_COMM_WORLD};
+  int p = ctx.rank();
+  int last = ctx.size() - 1;  ///< the rank that passes the bad argument
+  // A valid lhs_rows problem: 2 rows of A per rank, K = 3, N = 4.
+  matrix<float> a{2, 3}, b{3, 4};
+  matrix<float> c{2 * static_cast<int64_t>(ctx.size()), 4};
+  void call(overlap::matrix_view<const float> av, overlap::matrix_view<const float> bv, overlap::matrix_view<float> cv,
+            overlap::ag_options opt = {}) {
+    overlap::all_gather_matmul<float>(ctx, av, bv, cv, opt);
+  }
+};
+
+TEST_F(fixture, negative_size) {
+  expect_all_ranks_reject(ctx, [&] {
+    auto av = a.cview();
+    if (p == last) av.rows = -1;
+    call(av, b.cview(), c.view());
+  }, "a.rows (-1) must be >= 0");
+}
+
+TEST_F(fixture, ld_smaller_than_cols) {
+  expect_all_ranks_reject(ctx, [&] {
+    auto bv = b.cview();
+    if (p == last) bv.ld = 2;
+    call(a.cview(), bv, c.view());
+  }, "b.ld (2) must be >= b.cols (4)");
+}
+
+TEST_F(fixture, null_data) {
+  expect_all_ranks_reject(ctx, [&] {
+    auto cv = c.view();
+    if (p == last) cv.data = nullptr;
+    call(a.cview(), b.cview(), cv);
+  }, "c.data must not be null");
+}
+
+TEST_F(fixture, view_does_not_fit_variant) {
+  expect_all_ranks_reject(ctx, [&] {
+    matrix<float> wrong_b(4, 4);  // K must be a.cols = 3
+    call(a.cview(), p == last ? wrong_b.cview() : b.cview(), c.view());
+  }, "b.rows (4) must equal a.cols (3)");
+}
+
+TEST_F(fixture, output_rows_do_not_match_gathered_rows) {
+  expect_all_ranks_reject(ctx, [&] {
+    matrix<float> short_c(c.rows - 1, 4);
+    call(a.cview(), b.cview(), p == last ? short_c.view() : c.view());
+  }, "must equal M = sum of a.rows over ranks");
+}
+
+TEST_F(fixture, invalid_enum_value) {
+  expect_all_ranks_reject(ctx, [&] {
+    overlap::ag_options opt;
+    if (p == last) opt.strategy = static_cast<strategy>(17);
+    call(a.cview(), b.cview(), c.view(), opt);
+  }, "ag_options.strategy has an invalid value 17");
+}
+
+// The rules below span ranks; with one rank there is no one to disagree with.
+TEST_F(fixture, contracting_dim_disagrees_across_ranks) {
+  if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  expect_all_ranks_reject(ctx, [&] {
+    matrix<float> a5(2, 5), b5(5, 4);
+    call(p == last ? a5.cview() : a.cview(), p == last ? b5.cview() : b.cview(), c.view());
+  }, "a.cols (K) must agree across ranks");
+}
+
+TEST_F(fixture, options_disagree_across_ranks) {
+  if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  expect_all_ranks_reject(ctx, [&] {
+    overlap::ag_options opt;
+    opt.strategy = p == last ? strategy::bulk : strategy::ring;
+    call(a.cview(), b.cview(), c.view(), opt);
+  }, "ag_options.strategy differs across ranks");
+}
+
+TEST_F(fixture, config_disagrees_across_ranks) {
+  if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  overlap::config cfg;
+  cfg.ag_chunks = p == last ? 2 : 1;
+  overlap::context other(MPI_COMM_WORLD, cfg);
+  // `other` can never agree; the recovery check runs on the fixture's context.
+  expect_all_ranks_reject(ctx, [&] {
+    overlap::all_gather_matmul<float>(other, a.cview(), b.cview(), c.view());
+  }, "config.ag_chunks differs across ranks");
+}
+
+TEST(context_errors, double_on_onednn_is_rejected) {
+  overlap::config cfg;
+  cfg.backend = overlap::backend_kind::onednn;
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  matrix<double> a(1, 1), b(1, 1), c(static_cast<int64_t>(ctx.size()), 1);
+  EXPECT_THROW(overlap::all_gather_matmul<double>(ctx, a.cview(), b.cview(), c.view()), std::invalid_argument);
+}
+
+TEST(context_errors, bad_environment_value) {
+  setenv("OVERLAP_AG_CHUNKS", "zero", 1);
+  EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
+  setenv("OVERLAP_AG_CHUNKS", "2", 1);
+  EXPECT_EQ(overlap::config::from_env().ag_chunks, 2);
+  unsetenv("OVERLAP_AG_CHUNKS");
+  setenv("OVERLAP_PROGRESS", "sometimes", 1);
+  EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
+  unsetenv("OVERLAP_PROGRESS");
+}
+
+}  // namespace
