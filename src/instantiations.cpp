@@ -13,5 +13,9 @@ template void all_gather_matmul<float>(context&, matrix_view<const float>, matri
                                        matrix_view<float>, matrix_view<float>, const ag_options&);
 template void all_gather_matmul<double>(context&, matrix_view<const double>, matrix_view<const double>,
                                         matrix_view<double>, matrix_view<double>, const ag_options&);
+template void matmul_reduce_scatter<float>(context&, matrix_view<const float>, matrix_view<const float>,
+                                           matrix_view<float>, const rs_options&);
+template void matmul_reduce_scatter<double>(context&, matrix_view<const double>, matrix_view<const double>,
+                                            matrix_view<double>, const rs_options&);
 
 }  // namespace overlap

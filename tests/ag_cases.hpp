@@ -19,11 +19,15 @@ struct ag_case {
   int64_t pad = 0;              ///< extra leading-dimension elements on every view
   bool with_out = false;        ///< also request the gathered operand
   uint32_t seed = 1;
+  bool transpose_a = false, transpose_b = false;
+  overlap::activation act = overlap::activation::none;
+  bool bias = false;
 
   [[nodiscard]] std::string name() const {
     std::ostringstream s;
     s << overlap::to_string(variant) << "/" << overlap::to_string(strategy) << " m=" << m << " n=" << n << " k=" << k
-      << " " << to_string(how) << " pad=" << pad << (with_out ? " +gathered_out" : "");
+      << " " << to_string(how) << " pad=" << pad << (with_out ? " +gathered_out" : "") << (transpose_a ? " a^T" : "")
+      << (transpose_b ? " b^T" : "") << " act=" << overlap::to_string(act) << (bias ? " +bias" : "");
     return s.str();
   }
 };
@@ -40,30 +44,45 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
   const auto X = random_matrix<T>(x_rows, x_cols, cs.seed);
   const auto sizes = shard_sizes(shard_rows ? x_rows : x_cols, R, cs.how);
   const int64_t off = offset_of(sizes, p), len = sizes[p];
-  const auto x_local = shard_rows ? slice(X, off, 0, len, x_cols, cs.pad) : slice(X, 0, off, x_rows, len, cs.pad);
+  const auto x_log = shard_rows ? slice(X, off, 0, len, x_cols) : slice(X, 0, off, x_rows, len);
   // The other operand is this rank's own, with a rank-dependent local size.
   const int64_t other_local = (lhs ? cs.n : cs.m) + p % 2;
-  const auto other = lhs ? random_matrix<T>(cs.k, other_local, cs.seed * 7 + p, cs.pad)
-                         : random_matrix<T>(other_local, cs.k, cs.seed * 7 + p, cs.pad);
-  const auto& a = lhs ? x_local : other;
-  const auto& b = lhs ? other : x_local;
+  const auto other = lhs ? random_matrix<T>(cs.k, other_local, cs.seed * 7 + p)
+                         : random_matrix<T>(other_local, cs.k, cs.seed * 7 + p);
+  // Operands are stored transposed when the case says so.
+  const bool tx = lhs ? cs.transpose_a : cs.transpose_b, to = lhs ? cs.transpose_b : cs.transpose_a;
+  auto store = [&](const matrix<T>& m, bool t) { return t ? transposed(m, cs.pad) : slice(m, 0, 0, m.rows, m.cols, cs.pad); };
+  const auto x_local = store(x_log, tx), other_stored = store(other, to);
+  const auto& a = lhs ? x_local : other_stored;
+  const auto& b = lhs ? other_stored : x_local;
   matrix<T> c = lhs ? matrix<T>(cs.m, other_local, cs.pad) : matrix<T>(other_local, cs.n, cs.pad);
   for (auto& v : c.data) v = T(-999);  // stale contents must be overwritten
-  matrix<T> out(x_rows, x_cols, cs.pad);
+  matrix<T> out = tx ? matrix<T>(x_cols, x_rows, cs.pad) : matrix<T>(x_rows, x_cols, cs.pad);
+  std::vector<T> bias(static_cast<size_t>(c.cols));
+  std::vector<double> bias_ref;
+  for (int64_t j = 0; j < c.cols; ++j) {
+    bias[static_cast<size_t>(j)] = T(0.25) * T((j + p) % 5) - T(0.5);
+    if (cs.bias) bias_ref.push_back(double(bias[static_cast<size_t>(j)]));
+  }
 
   overlap::ag_options opt;
   opt.gathered = cs.variant;
   opt.strategy = cs.strategy;
+  opt.transpose_a = cs.transpose_a;
+  opt.transpose_b = cs.transpose_b;
+  opt.epilogue.activation = cs.act;
+  opt.epilogue.bias = cs.bias ? bias.data() : nullptr;
   if (cs.with_out) overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), out.view(), opt);
   else overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), opt);
 
-  const auto ref = lhs ? naive_matmul(X, other) : naive_matmul(other, X);
+  auto ref = lhs ? naive_matmul(X, other) : naive_matmul(other, X);
+  reference_epilogue(ref, bias_ref, cs.act);
   const double err = expect_near_block(c, ref, 0, 0, cs.k, cs.name() + " rank " + std::to_string(p));
   if (cs.with_out) {
     for (int64_t i = 0; i < x_rows; ++i)
       for (int64_t j = 0; j < x_cols; ++j)
-        if (out(i, j) != X(i, j)) {
-          ADD_FAILURE() << cs.name() << ": gathered_out(" << i << "," << j << ") = " << out(i, j) << ", expected "
+        if ((tx ? out(j, i) : out(i, j)) != X(i, j)) {
+          ADD_FAILURE() << cs.name() << ": gathered_out at logical (" << i << "," << j << ") differs from X = "
                         << X(i, j);
           return err;
         }

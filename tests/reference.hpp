@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "overlap/backend/gemm.hpp"
 #include "overlap/matrix.hpp"
 
 namespace testing_support {
@@ -67,6 +68,31 @@ reference naive_matmul(const matrix<T>& a, const matrix<T>& b) {
       r.magnitude(i, j) = m;
     }
   return r;
+}
+
+/// Applies act(value + bias[j]) to a reference (bias may be empty), widening
+/// the magnitude bound by |bias| (GELU's slope is below 1.13: bound x 1.2).
+inline void reference_epilogue(reference& r, const std::vector<double>& bias, overlap::activation act) {
+  for (int64_t i = 0; i < r.value.rows; ++i)
+    for (int64_t j = 0; j < r.value.cols; ++j) {
+      double v = r.value(i, j) + (bias.empty() ? 0.0 : bias[static_cast<size_t>(j)]);
+      if (!bias.empty()) r.magnitude(i, j) += std::abs(bias[static_cast<size_t>(j)]);
+      if (act == overlap::activation::relu) v = v > 0 ? v : 0;
+      if (act == overlap::activation::gelu) {
+        v = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+        r.magnitude(i, j) = 1.2 * r.magnitude(i, j) + 1e-6;
+      }
+      r.value(i, j) = v;
+    }
+}
+
+/// The transpose of m (with optional padding).
+template <class T>
+matrix<T> transposed(const matrix<T>& m, int64_t pad = 0) {
+  matrix<T> t(m.cols, m.rows, pad);
+  for (int64_t i = 0; i < m.rows; ++i)
+    for (int64_t j = 0; j < m.cols; ++j) t(j, i) = m(i, j);
+  return t;
 }
 
 /// Rounding bound of a K-term dot product: |fl - exact| <= gamma * sum|a_k b_k|

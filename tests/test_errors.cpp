@@ -141,3 +141,67 @@ TEST(context_errors, bad_environment_value) {
 }
 
 }  // namespace
+
+namespace {
+
+// matmul_reduce_scatter: a valid problem has a = 4 x 3, b = 3 x 5 on every
+// rank (K_r = 3), c = this rank's rows of the 4 x 5 sum (balanced).
+struct rs_fixture : ::testing::Test {
+  overlap::context ctx{MPI_COMM_WORLD};
+  int p = ctx.rank();
+  int last = ctx.size() - 1;
+  matrix<float> a{4, 3}, b{3, 5};
+  matrix<float> c{4 / ctx.size() + (p < 4 % ctx.size() ? 1 : 0), 5};
+  void call(overlap::matrix_view<const float> av, overlap::matrix_view<const float> bv, overlap::matrix_view<float> cv,
+            overlap::rs_options opt = {}) {
+    overlap::matmul_reduce_scatter<float>(ctx, av, bv, cv, opt);
+  }
+};
+
+TEST_F(rs_fixture, malformed_view) {
+  expect_all_ranks_reject(ctx, [&] {
+    auto av = a.cview();
+    if (p == last) av.ld = 1;
+    call(av, b.cview(), c.view());
+  }, "a.ld (1) must be >= a.cols (3)");
+}
+
+TEST_F(rs_fixture, local_k_mismatch) {
+  expect_all_ranks_reject(ctx, [&] {
+    matrix<float> b4(4, 5);
+    call(a.cview(), p == last ? b4.cview() : b.cview(), c.view());
+  }, "b.rows (4) must equal a.cols (3), this rank's K");
+}
+
+TEST_F(rs_fixture, scattered_rows_do_not_add_up) {
+  expect_all_ranks_reject(ctx, [&] {
+    matrix<float> big(c.rows + 1, 5);
+    call(a.cview(), b.cview(), p == last ? big.view() : c.view());
+  }, "the sum of c.rows over ranks (5) must equal a.rows (M = 4)");
+}
+
+TEST_F(rs_fixture, m_disagrees_across_ranks) {
+  if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  expect_all_ranks_reject(ctx, [&] {
+    matrix<float> a5(5, 3);
+    call(p == last ? a5.cview() : a.cview(), b.cview(), c.view());
+  }, "a.rows (M) must agree across ranks");
+}
+
+TEST_F(rs_fixture, transpose_option_disagrees_across_ranks) {
+  if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  expect_all_ranks_reject(ctx, [&] {
+    overlap::rs_options opt;
+    opt.transpose_b = p == last;
+    matrix<float> bt(5, 3);  // b stored transposed on that rank: shapes stay valid locally
+    call(a.cview(), p == last ? bt.cview() : b.cview(), c.view(), opt);
+  }, "rs_options.transpose_b differs across ranks");
+}
+
+TEST(context_errors, rs_chunks_below_two) {
+  overlap::config cfg;
+  cfg.rs_chunks = 1;
+  EXPECT_THROW(overlap::context(MPI_COMM_WORLD, cfg), std::invalid_argument);
+}
+
+}  // namespace

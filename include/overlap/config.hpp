@@ -36,6 +36,9 @@ struct config {
   std::chrono::microseconds progress_interval{100};
   /// Chunks each all-gathered shard is split into (ring steps per shard), >= 1.
   int ag_chunks = 1;
+  /// Chunks each reduce-scattered output shard is split into, >= 2: the
+  /// accumulator of one chunk travels while the next chunk is computed.
+  int rs_chunks = 2;
 
   /// The defaults above, overridden by the environment variables listed in
   /// env_help(). Throws std::invalid_argument on a malformed value.
@@ -47,7 +50,8 @@ struct config {
   return "OVERLAP_BACKEND=automatic|onednn|eigen   (automatic) GEMM library\n"
          "OVERLAP_PROGRESS=thread|none             (thread) progress policy of the ring engine\n"
          "OVERLAP_PROGRESS_INTERVAL_US=N           (100) progress thread sleep between tests\n"
-         "OVERLAP_AG_CHUNKS=N                      (1) ring steps per all-gathered shard\n";
+         "OVERLAP_AG_CHUNKS=N                      (1) ring steps per all-gathered shard\n"
+         "OVERLAP_RS_CHUNKS=N                      (2) ring steps per reduce-scattered shard (>= 2)\n";
 }
 
 namespace detail {
@@ -85,6 +89,7 @@ inline config config::from_env() {
   c.progress_interval = std::chrono::microseconds(
       detail::env_int("OVERLAP_PROGRESS_INTERVAL_US", static_cast<long>(c.progress_interval.count()), 0));
   c.ag_chunks = static_cast<int>(detail::env_int("OVERLAP_AG_CHUNKS", c.ag_chunks, 1));
+  c.rs_chunks = static_cast<int>(detail::env_int("OVERLAP_RS_CHUNKS", c.rs_chunks, 2));
   return c;
 }
 

@@ -43,6 +43,7 @@ class context {
   explicit context(MPI_Comm comm, overlap::config cfg = overlap::config::from_env())
       : cfg_(cfg), comm_(mpi::communicator::borrow(comm).dup()) {
     if (cfg_.ag_chunks < 1) throw std::invalid_argument("overlap::context: config.ag_chunks must be >= 1");
+    if (cfg_.rs_chunks < 2) throw std::invalid_argument("overlap::context: config.rs_chunks must be >= 2");
     if (cfg_.progress == progress_policy::thread) {
       int provided = MPI_THREAD_SINGLE;
       OVERLAP_MPI(MPI_Query_thread, &provided);

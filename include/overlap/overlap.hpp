@@ -13,4 +13,5 @@
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/mpi/environment.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
+#include "overlap/ops/matmul_reduce_scatter.hpp"
 #include "overlap/ops/options.hpp"

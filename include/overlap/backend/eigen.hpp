@@ -15,8 +15,8 @@ class eigen_gemm final : public gemm_kernel<T> {
  public:
   explicit eigen_gemm(const gemm_desc& d) : d_(d) {}
 
-  void run(const T* a, const T* b, T* c) const override {
-    if (detail::run_degenerate(d_, c)) return;
+  void run(const T* a, const T* b, T* c, const T* bias) const override {
+    if (detail::run_degenerate(d_, c, bias)) return;
     using mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     using stride = Eigen::OuterStride<>;
     using cmap = Eigen::Map<const mat, Eigen::Unaligned, stride>;
@@ -28,6 +28,7 @@ class eigen_gemm final : public gemm_kernel<T> {
     else if (d_.trans_a) apply(cm, am.transpose() * bm);
     else if (d_.trans_b) apply(cm, am * bm.transpose());
     else apply(cm, am * bm);
+    detail::apply_epilogue(d_, c, bias);
   }
 
  private:

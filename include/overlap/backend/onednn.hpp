@@ -10,6 +10,7 @@
 #include <mutex>
 #include <type_traits>
 #include <typeindex>
+#include <unordered_map>
 #include <utility>
 
 #include "overlap/backend/gemm.hpp"
@@ -57,28 +58,40 @@ class onednn_gemm final : public gemm_kernel<T> {
       const dnnl::memory::desc a_md(dims{d.m, d.k}, dt, detail::strides(d.lda, d.trans_a));
       const dnnl::memory::desc b_md(dims{d.k, d.n}, dt, detail::strides(d.ldb, d.trans_b));
       const dnnl::memory::desc c_md(dims{d.m, d.n}, dt, dims{d.ldc, 1});
+      // Post-ops run in this order on the fp32 result: + C (beta = 1), + bias, activation.
       dnnl::primitive_attr attr;
-      if (d.accumulate) {
-        dnnl::post_ops ops;
-        ops.append_sum(1.0f);
-        attr.set_post_ops(ops);
+      dnnl::post_ops ops;
+      if (d.accumulate) ops.append_sum(1.0f);
+      if (d.bias) {
+        bias_md_ = dnnl::memory::desc(dims{1, d.n}, dt, dims{d.n, 1});
+        bias_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1;
+        ops.append_binary(dnnl::algorithm::binary_add, bias_md_);
       }
+      if (d.act == activation::relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      if (d.act == activation::gelu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, h_->engine);
       prim_ = dnnl::matmul(pd);
       a_mem_ = dnnl::memory(a_md, h_->engine, DNNL_MEMORY_NONE);
       b_mem_ = dnnl::memory(b_md, h_->engine, DNNL_MEMORY_NONE);
       c_mem_ = dnnl::memory(c_md, h_->engine, DNNL_MEMORY_NONE);
+      args_ = {{DNNL_ARG_SRC, a_mem_}, {DNNL_ARG_WEIGHTS, b_mem_}, {DNNL_ARG_DST, c_mem_}};
+      if (d.bias) {
+        bias_mem_ = dnnl::memory(bias_md_, h_->engine, DNNL_MEMORY_NONE);
+        args_.emplace(bias_arg_, bias_mem_);
+      }
       return 0;
     });
   }
 
-  void run(const T* a, const T* b, T* c) const override {
-    if (overlap::detail::run_degenerate(d_, c)) return;
+  void run(const T* a, const T* b, T* c, const T* bias) const override {
+    if (overlap::detail::run_degenerate(d_, c, bias)) return;
     detail::onednn_call("dnnl::matmul::execute", [&] {
       a_mem_.set_data_handle(const_cast<T*>(a));
       b_mem_.set_data_handle(const_cast<T*>(b));
       c_mem_.set_data_handle(c);
-      prim_.execute(h_->stream, {{DNNL_ARG_SRC, a_mem_}, {DNNL_ARG_WEIGHTS, b_mem_}, {DNNL_ARG_DST, c_mem_}});
+      if (d_.bias) bias_mem_.set_data_handle(const_cast<T*>(bias));
+      prim_.execute(h_->stream, args_);  // args_ holds handles to the memories above
       h_->stream.wait();
       return 0;
     });
@@ -88,7 +101,10 @@ class onednn_gemm final : public gemm_kernel<T> {
   std::shared_ptr<onednn_handles> h_;
   gemm_desc d_;
   dnnl::matmul prim_;
-  mutable dnnl::memory a_mem_, b_mem_, c_mem_;
+  dnnl::memory::desc bias_md_;
+  int bias_arg_ = 0;
+  mutable dnnl::memory a_mem_, b_mem_, c_mem_, bias_mem_;
+  std::unordered_map<int, dnnl::memory> args_;  // built once: no allocation per call
 };
 
 /// Owns the oneDNN CPU engine and stream and a cache of kernels by gemm_desc.

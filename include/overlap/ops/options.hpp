@@ -3,6 +3,7 @@
 /// Options of the ops. Every field must agree across the ranks of a call;
 /// a disagreement raises std::invalid_argument on every rank.
 
+#include "overlap/backend/gemm.hpp"
 #include "overlap/matrix.hpp"
 
 namespace overlap {
@@ -40,10 +41,44 @@ enum class gathered {
   return "?";
 }
 
+/// How matmul_reduce_scatter scatters the reduced product.
+enum class scattered {
+  rows,  ///< c is this rank's rows of sum_r P_r (M_r x N)
+  cols,  ///< c is this rank's columns of sum_r P_r (M x N_r)
+};
+
+[[nodiscard]] inline const char* to_string(scattered s) { return s == scattered::rows ? "rows" : "cols"; }
+
+/// A fused epilogue: C = act(product + bias), applied exactly once to every
+/// output element (after the last accumulation).
+struct epilogue {
+  overlap::activation activation = overlap::activation::none;
+  /// Null, or c.cols values of the op's element type (one per output column of
+  /// this rank's c). Per rank: it only touches this rank's c.
+  const void* bias = nullptr;
+};
+
 /// Options of all_gather_matmul.
+///
+/// transpose_a / transpose_b: the view is stored transposed; every shape rule
+/// is about the logical operand op(a) = a^T. The backend reads it transposed
+/// (no copy). gathered_out then holds the gathered operand in its stored
+/// orientation (K x M for lhs_* with transpose_a).
 struct ag_options {
   overlap::gathered gathered = overlap::gathered::lhs_rows;
   overlap::strategy strategy = overlap::strategy::automatic;
+  bool transpose_a = false;
+  bool transpose_b = false;
+  overlap::epilogue epilogue;
+};
+
+/// Options of matmul_reduce_scatter (transposes as in ag_options).
+struct rs_options {
+  overlap::scattered scattered = overlap::scattered::rows;
+  overlap::strategy strategy = overlap::strategy::automatic;
+  bool transpose_a = false;
+  bool transpose_b = false;
+  overlap::epilogue epilogue;
 };
 
 }  // namespace overlap

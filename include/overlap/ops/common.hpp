@@ -1,0 +1,87 @@
+#pragma once
+/// @file
+/// Pieces shared by the ops' plans: logical shapes of possibly transposed
+/// views, ranges and chunks, block copies, the plan's datatype cache, and the
+/// checks of options every op has.
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "overlap/matrix.hpp"
+#include "overlap/mpi/datatype.hpp"
+#include "overlap/ops/agreement.hpp"
+#include "overlap/ops/options.hpp"
+
+namespace overlap::detail {
+
+/// Rows and columns of op(v): v itself, or v^T when transposed.
+struct dims2 {
+  int64_t rows = 0, cols = 0;
+};
+template <class T>
+dims2 op_dims(const matrix_view<T>& v, bool transposed) {
+  return transposed ? dims2{v.cols, v.rows} : dims2{v.rows, v.cols};
+}
+/// "a" or "a^T": how messages name an operand's logical form.
+inline std::string op_name(const char* n, bool transposed) { return transposed ? std::string(n) + "^T" : n; }
+
+/// Start of chunk j when `extent` is split into `chunks` near-equal parts.
+inline int64_t chunk_begin(int64_t extent, int chunks, int j) {
+  return extent / chunks * j + std::min<int64_t>(j, extent % chunks);
+}
+
+/// A half-open index range [begin, begin + len).
+struct range {
+  int64_t begin = 0, len = 0;
+  [[nodiscard]] range chunk(int chunks, int j) const {
+    const int64_t b = chunk_begin(len, chunks, j);
+    return {begin + b, chunk_begin(len, chunks, j + 1) - b};
+  }
+};
+
+template <class T>
+void copy_block(matrix_view<const T> src, matrix_view<T> dst) {
+  for (int64_t i = 0; i < src.rows; ++i) std::copy_n(src.data + i * src.ld, src.cols, dst.data + i * dst.ld);
+}
+
+/// Derived datatypes of the blocks a plan transfers, created once per
+/// (rows, cols, ld) and owned by the plan.
+template <class T>
+class block_types {
+ public:
+  MPI_Datatype get(int64_t rows, int64_t cols, int64_t ld) {
+    auto& t = types_[{rows, cols, ld}];
+    if (t.get() == MPI_DATATYPE_NULL) t = mpi::block_type<T>(rows, cols, ld);
+    return t.get();
+  }
+
+ private:
+  std::map<std::tuple<int64_t, int64_t, int64_t>, mpi::datatype> types_;
+};
+
+/// Checks the options all ops share; returns their values for the agreement table.
+inline void check_common_options(arg_checks& checks, const char* opts, overlap::strategy s, const epilogue& e) {
+  const auto sv = static_cast<int>(s);
+  const auto av = static_cast<int>(e.activation);
+  checks.require(sv >= 0 && sv <= 2, std::string(opts) + ".strategy has an invalid value " + std::to_string(sv));
+  checks.require(av >= 0 && av <= 2,
+                 std::string(opts) + ".epilogue.activation has an invalid value " + std::to_string(av));
+}
+
+/// Collective part of the cross-rank rules: the entries [0, n) of every rank's
+/// row must equal rank 0's (options that have to agree).
+inline void require_same_options(const std::vector<int64_t>& all, size_t row_len, int ranks, size_t n,
+                                 const char* const* names, const std::string& op) {
+  for (int r = 1; r < ranks; ++r)
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t v0 = all[i], vr = all[static_cast<size_t>(r) * row_len + i];
+      if (vr != v0)
+        throw std::invalid_argument(op + ": " + names[i] + " differs across ranks (rank 0: " + std::to_string(v0) +
+                                    ", rank " + std::to_string(r) + ": " + std::to_string(vr) + "); it must agree");
+    }
+}
+
+}  // namespace overlap::detail

@@ -1,0 +1,298 @@
+#pragma once
+/// @file
+/// matmul_reduce_scatter: partial products summed over the ranks and
+/// scattered, decomposed into ring steps in which the accumulator travels.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "overlap/context.hpp"
+#include "overlap/engine/buffer.hpp"
+#include "overlap/engine/ring.hpp"
+#include "overlap/matrix.hpp"
+#include "overlap/ops/agreement.hpp"
+#include "overlap/ops/common.hpp"
+#include "overlap/ops/options.hpp"
+
+namespace overlap {
+namespace detail {
+
+template <class T>
+struct rs_step {
+  int64_t r0 = 0, c0 = 0, nr = 0, nc = 0;  ///< the output piece in global C coordinates
+  bool in_c = false;                       ///< the final step: the piece is this rank's c
+  int64_t slot_offset = 0;
+  int64_t ld = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  bool recv = false;     ///< its accumulator arrives from the next rank before this step
+  bool forward = false;  ///< its result goes to the previous rank at the next step
+  std::shared_ptr<const gemm_kernel<T>> kernel;
+};
+
+template <class T>
+struct rs_plan final : plan_base {
+  bool rows = true;  ///< scattered by rows (else columns)
+  int64_t m = 0, n = 0;
+  shard_layout layout;  ///< the scattered dimension over the ranks
+  overlap::strategy strategy = overlap::strategy::ring;
+  // ring
+  std::vector<rs_step<T>> steps;
+  int lead = 1;
+  engine::buffer<T> slots;
+  block_types<T> types;
+  // bulk
+  engine::buffer<T> product_ws, result_ws;
+  std::vector<int> counts;
+  std::vector<std::shared_ptr<const gemm_kernel<T>>> bulk_kernels;  ///< one per output block
+  gemm_desc epilogue;  ///< the bulk epilogue pass over c (m, n, ldc, bias, act)
+};
+
+template <class T>
+struct rs_args {
+  matrix_view<const T> a, b;
+  matrix_view<T> c;
+};
+
+template <class T>
+void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int chunks) {
+  const int R = ctx.size(), p = ctx.rank();
+  const int64_t k = op_dims(x.a, opt.transpose_a).cols;
+  const bool has_bias = opt.epilogue.bias != nullptr;
+  auto product = [&](int64_t nr, int64_t nc, int64_t ld, bool accumulate, bool last) {
+    gemm_desc d{nr, nc, k, x.a.ld, x.b.ld, ld, opt.transpose_a, opt.transpose_b, accumulate};
+    if (last) d.bias = has_bias, d.act = opt.epilogue.activation;
+    return ctx.make_kernel<T>(d);
+  };
+  auto block = [&](int shard) {  // output shard `shard` as row and column ranges of C
+    range rows{0, plan.m}, cols{0, plan.n};
+    (plan.rows ? rows : cols) = range{plan.layout.offset(shard), plan.layout.size(shard)};
+    return std::pair<range, range>{rows, cols};
+  };
+
+  if (plan.strategy == strategy::bulk) {
+    // One product in blocks laid out as MPI_Reduce_scatter wants them: by rows
+    // that is C itself; by columns, each rank's column block contiguous.
+    plan.product_ws = engine::buffer<T>(static_cast<size_t>(plan.m * plan.n));
+    plan.counts.resize(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      const auto [rows, cols] = block(r);
+      plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(rows.len * cols.len, "reduce-scatter count");
+      if (!plan.rows || r == 0) {
+        const int64_t nr = plan.rows ? plan.m : rows.len, nc = plan.rows ? plan.n : cols.len;
+        plan.bulk_kernels.push_back(product(nr, nc, nc, false, false));
+      }
+    }
+    const int64_t dense_ld = x.c.cols;
+    if (x.c.ld != dense_ld) plan.result_ws = engine::buffer<T>(static_cast<size_t>(x.c.rows * x.c.cols));
+    plan.epilogue = gemm_desc{x.c.rows, x.c.cols, 1, 0, 0, x.c.ld, false, false, false, has_bias,
+                              opt.epilogue.activation};
+    return;
+  }
+
+  // Ring: at step t = i * chunks + j this rank adds its partial product for
+  // chunk j of output shard (p + i + 1) % R to the accumulator that came from
+  // p + 1 and, at step t + 1, passes it on to p - 1. After R rounds the
+  // accumulator of its own shard has visited every rank and lands in c. The
+  // accumulator a step needs was computed by p + 1 `chunks` steps earlier, so
+  // the receive is posted chunks - 1 steps ahead.
+  plan.lead = chunks - 1;
+  const int slots = chunks + 1;
+  int64_t slot_elems = 0;
+  for (int i = 0; i < R; ++i) {
+    const int shard = (p + i + 1) % R;
+    for (int j = 0; j < chunks; ++j) {
+      auto [rows, cols] = block(shard);
+      range& chunked = plan.rows ? rows : cols;
+      chunked = chunked.chunk(chunks, j);
+      rs_step<T> st;
+      st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
+      st.in_c = i == R - 1;
+      if (st.in_c) {
+        st.ld = x.c.ld;
+      } else {
+        st.ld = st.nc;
+        st.slot_offset = (i * chunks + j) % slots;  // scaled to elements below
+        slot_elems = std::max(slot_elems, st.nr * st.nc);
+      }
+      const bool nonempty = st.nr > 0 && st.nc > 0;
+      st.recv = nonempty && i > 0;
+      st.forward = nonempty && i < R - 1;
+      if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld);
+      st.kernel = product(st.nr, st.nc, st.ld, i > 0, st.in_c);
+      plan.steps.push_back(std::move(st));
+    }
+  }
+  for (auto& st : plan.steps)
+    if (!st.in_c) st.slot_offset *= slot_elems;
+  plan.slots = engine::buffer<T>(static_cast<size_t>(slot_elems * slots));
+}
+
+template <class T>
+rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt) {
+  arg_checks checks(std::string("overlap::matmul_reduce_scatter(scattered=") + to_string(opt.scattered) + ")");
+  const auto sc = static_cast<int>(opt.scattered);
+  checks.require(sc >= 0 && sc <= 1, "rs_options.scattered has an invalid value " + std::to_string(sc));
+  check_common_options(checks, "rs_options", opt.strategy, opt.epilogue);
+  checks.view("a", x.a);
+  checks.view("b", x.b);
+  checks.view("c", x.c);
+  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+  const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
+  auto dim = [](const std::string& n, int64_t v) { return n + " (" + std::to_string(v) + ")"; };
+  checks.require(lb.rows == la.cols,
+                 dim(bn + ".rows", lb.rows) + " must equal " + dim(an + ".cols", la.cols) + ", this rank's K");
+  if (opt.scattered == scattered::rows)
+    checks.require(x.c.cols == lb.cols, dim("c.cols", x.c.cols) + " must equal " + dim(bn + ".cols", lb.cols));
+  else
+    checks.require(x.c.rows == la.rows, dim("c.rows", x.c.rows) + " must equal " + dim(an + ".rows", la.rows));
+  int backend = -1;
+  try {
+    backend = static_cast<int>(ctx.backend_for<T>());
+  } catch (const std::invalid_argument& e) {
+    checks.require(false, e.what());
+  }
+
+  const int chunks = ctx.config().rs_chunks;
+  const std::vector<int64_t> options{sc, static_cast<int64_t>(opt.strategy), chunks, opt.transpose_a, opt.transpose_b,
+                                     static_cast<int64_t>(opt.epilogue.activation)};
+  const char* option_names[] = {"rs_options.scattered", "rs_options.strategy", "config.rs_chunks",
+                                "rs_options.transpose_a", "rs_options.transpose_b", "rs_options.epilogue.activation"};
+  std::vector<int64_t> mine = options;
+  mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols});
+  plan_key key = mine;
+  // The bias is this rank's own business (it touches only this rank's c).
+  key.insert(key.end(), {opt.epilogue.bias != nullptr, 2, backend, static_cast<int64_t>(sizeof(T)), x.a.ld, x.b.ld, x.c.ld});
+  plan_base* cached = checks.failed() ? nullptr : ctx.find_plan(key);
+  if (agree(ctx, checks, cached)) return static_cast<rs_plan<T>&>(*cached);
+
+  const size_t nv = mine.size();
+  const std::vector<int64_t> all = allgather_values(ctx, mine);
+  const int R = ctx.size();
+  require_same_options(all, nv, R, options.size(), option_names, checks.op());
+  auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * nv + i]; };
+  auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
+  const size_t o = options.size(), ar = o, bc = o + 3, cr = o + 4, cc = o + 5;
+  const bool rows = opt.scattered == scattered::rows;
+  std::vector<int64_t> sizes(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    for (const auto& [idx, name] : {std::pair<size_t, std::string>{ar, an + ".rows (M)"}, {bc, bn + ".cols (N)"}})
+      if (at(r, idx) != at(0, idx))
+        fail(name + " must agree across ranks (rank 0: " + std::to_string(at(0, idx)) + ", rank " +
+             std::to_string(r) + ": " + std::to_string(at(r, idx)) + ")");
+    sizes[static_cast<size_t>(r)] = at(r, rows ? cr : cc);
+  }
+  auto plan = std::make_unique<rs_plan<T>>();
+  plan->rows = rows;
+  plan->m = at(0, ar);
+  plan->n = at(0, bc);
+  plan->layout = shard_layout(sizes);
+  const int64_t want = rows ? plan->m : plan->n;
+  if (plan->layout.total() != want)
+    fail(std::string(rows ? "the sum of c.rows over ranks (" : "the sum of c.cols over ranks (") +
+         std::to_string(plan->layout.total()) + ") must equal " + (rows ? an + ".rows (M = " : bn + ".cols (N = ") +
+         std::to_string(want) + ")");
+  plan->strategy = opt.strategy == strategy::bulk ? strategy::bulk : strategy::ring;
+  plan->fingerprint = hash_values(all, hash_values(key));
+  rs_build<T>(ctx, *plan, x, opt, chunks);
+  return static_cast<rs_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
+}
+
+/// The ring pattern of matmul_reduce_scatter, for engine::run_ring.
+template <class T>
+class rs_ring_pattern {
+ public:
+  rs_ring_pattern(rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias, int rank)
+      : plan_(plan), x_(x), opt_(opt), bias_(bias), own_(plan.layout.offset(rank)) {}
+  [[nodiscard]] int steps() const { return static_cast<int>(plan_.steps.size()); }
+  [[nodiscard]] int lead() const { return plan_.lead; }
+  [[nodiscard]] engine::transfer recv(int t) const {
+    const auto& st = plan_.steps[static_cast<size_t>(t)];
+    return st.recv ? engine::transfer{piece(st), st.type} : engine::transfer{};
+  }
+  [[nodiscard]] engine::transfer send(int t) const {  // the accumulator finished at step t - 1
+    if (t == 0) return {};
+    const auto& st = plan_.steps[static_cast<size_t>(t - 1)];
+    return st.forward ? engine::transfer{piece(st), st.type} : engine::transfer{};
+  }
+  void compute(int t) {
+    const auto& st = plan_.steps[static_cast<size_t>(t)];
+    // Rows r0.. of op(a) and columns c0.. of op(b), wherever transposes put them.
+    const T* a = x_.a.data + (opt_.transpose_a ? st.r0 : st.r0 * x_.a.ld);
+    const T* b = x_.b.data + (opt_.transpose_b ? st.c0 * x_.b.ld : st.c0);
+    const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.rows ? st.c0 : st.c0 - own_);
+    st.kernel->run(a, b, piece(st), bias);
+  }
+
+ private:
+  [[nodiscard]] T* piece(const rs_step<T>& st) const {
+    if (!st.in_c) return plan_.slots.data() + st.slot_offset;
+    return plan_.rows ? x_.c.data + (st.r0 - own_) * x_.c.ld + st.c0 : x_.c.data + st.r0 * x_.c.ld + (st.c0 - own_);
+  }
+  rs_plan<T>& plan_;
+  const rs_args<T>& x_;
+  const rs_options& opt_;
+  const T* bias_;
+  int64_t own_;  ///< where this rank's output shard starts in C
+};
+
+template <class T>
+void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias) {
+  T* ws = plan.product_ws.data();
+  if (plan.rows) {
+    plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
+  } else {
+    for (int r = 0; r < ctx.size(); ++r) {
+      const int64_t off = plan.layout.offset(r);
+      const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
+      plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off);
+    }
+  }
+  T* dst = plan.result_ws.size() != 0 ? plan.result_ws.data() : x.c.data;
+  OVERLAP_MPI(MPI_Reduce_scatter, ws, dst, plan.counts.data(), mpi::base_type<T>::get(), MPI_SUM, ctx.comm());
+  if (dst != x.c.data) copy_block<T>({dst, x.c.rows, x.c.cols}, x.c);
+  apply_epilogue(plan.epilogue, x.c.data, bias);
+}
+
+template <class T>
+void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
+  rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
+  const T* bias = static_cast<const T*>(opt.epilogue.bias);
+  if (plan.strategy == strategy::bulk) {
+    rs_bulk(ctx, plan, x, opt, bias);
+    return;
+  }
+  rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
+  const int R = ctx.size();
+  const engine::ring_links links{ctx.comm(), (ctx.rank() + 1) % R, (ctx.rank() + R - 1) % R, 2};
+  engine::run_ring(links, pattern, ctx.requests(), ctx.progress());
+}
+
+}  // namespace detail
+
+/// c = this rank's shard of sum over ranks of op(a) @ op(b), where op(a) is
+/// M x K_r and op(b) is K_r x N (the contracting dimension is sharded; K_r may
+/// differ per rank, including zero). scattered = rows: c is M_r x N, the
+/// rows of this rank in rank order; cols: c is M x N_r.
+///
+/// Collective over ctx: options, M and N must agree across ranks and the
+/// ranks' c sizes must add up to M (rows) or N (cols). The ring strategy
+/// passes accumulators round the ring, adding each partial product with
+/// beta = 1, and never forms the full M x N product; bulk is one GEMM and
+/// MPI_Reduce_scatter. The epilogue (bias, activation) is applied once, after
+/// the last accumulation. Errors as for all_gather_matmul.
+template <class T>
+void matmul_reduce_scatter(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
+                           const rs_options& opt = {}) {
+  detail::matmul_reduce_scatter_impl<T>(ctx, detail::rs_args<T>{a, b, c}, opt);
+}
+
+#ifdef OVERLAP_COMPILED
+extern template void matmul_reduce_scatter<float>(context&, matrix_view<const float>, matrix_view<const float>,
+                                                  matrix_view<float>, const rs_options&);
+extern template void matmul_reduce_scatter<double>(context&, matrix_view<const double>, matrix_view<const double>,
+                                                   matrix_view<double>, const rs_options&);
+#endif
+
+}  // namespace overlap

@@ -1,0 +1,81 @@
+#pragma once
+// One matmul_reduce_scatter case: global A (M x K) and B (K x N) are built on
+// every rank, K is split over the ranks (this rank gets A[:, K_r], B[K_r, :]),
+// the output is split by rows or columns, and this rank's c is compared with
+// its block of the naive product A @ B.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "overlap/overlap.hpp"
+#include "reference.hpp"
+
+namespace testing_support {
+
+struct rs_case {
+  overlap::scattered scattered = overlap::scattered::rows;
+  overlap::strategy strategy = overlap::strategy::ring;
+  int64_t m = 1, n = 1, k = 1;
+  split k_split = split::balanced;    ///< how K is shared
+  split out_split = split::balanced;  ///< how the output is scattered
+  int64_t pad = 0;
+  uint32_t seed = 1;
+  bool transpose_a = false, transpose_b = false;
+  overlap::activation act = overlap::activation::none;
+  bool bias = false;
+
+  [[nodiscard]] std::string name() const {
+    std::ostringstream s;
+    s << "rs " << overlap::to_string(scattered) << "/" << overlap::to_string(strategy) << " m=" << m << " n=" << n
+      << " k=" << k << " k:" << to_string(k_split) << " out:" << to_string(out_split) << " pad=" << pad
+      << (transpose_a ? " a^T" : "") << (transpose_b ? " b^T" : "") << " act=" << overlap::to_string(act)
+      << (bias ? " +bias" : "");
+    return s.str();
+  }
+};
+
+template <class T>
+double run_rs_case(overlap::context& ctx, const rs_case& cs) {
+  const int R = ctx.size(), p = ctx.rank();
+  const auto A = random_matrix<T>(cs.m, cs.k, cs.seed);
+  const auto B = random_matrix<T>(cs.k, cs.n, cs.seed + 1000);
+  const auto ks = shard_sizes(cs.k, R, cs.k_split);
+  const int64_t koff = offset_of(ks, p);
+  const auto a_log = slice(A, 0, koff, cs.m, ks[p]);
+  const auto b_log = slice(B, koff, 0, ks[p], cs.n);
+  const auto a = cs.transpose_a ? transposed(a_log, cs.pad) : slice(a_log, 0, 0, a_log.rows, a_log.cols, cs.pad);
+  const auto b = cs.transpose_b ? transposed(b_log, cs.pad) : slice(b_log, 0, 0, b_log.rows, b_log.cols, cs.pad);
+  const bool rows = cs.scattered == overlap::scattered::rows;
+  const auto os = shard_sizes(rows ? cs.m : cs.n, R, cs.out_split);
+  const int64_t ooff = offset_of(os, p);
+  matrix<T> c = rows ? matrix<T>(os[p], cs.n, cs.pad) : matrix<T>(cs.m, os[p], cs.pad);
+  for (auto& v : c.data) v = T(-999);
+  std::vector<T> bias(static_cast<size_t>(c.cols));
+  std::vector<double> bias_ref;
+  for (int64_t j = 0; j < c.cols; ++j) {
+    bias[static_cast<size_t>(j)] = T(0.25) * T((j + p) % 5) - T(0.5);
+    if (cs.bias) bias_ref.push_back(double(bias[static_cast<size_t>(j)]));
+  }
+
+  overlap::rs_options opt;
+  opt.scattered = cs.scattered;
+  opt.strategy = cs.strategy;
+  opt.transpose_a = cs.transpose_a;
+  opt.transpose_b = cs.transpose_b;
+  opt.epilogue.activation = cs.act;
+  opt.epilogue.bias = cs.bias ? bias.data() : nullptr;
+  overlap::matmul_reduce_scatter<T>(ctx, a.cview(), b.cview(), c.view(), opt);
+
+  auto ref = naive_matmul(A, B);
+  // This rank's block of the reference, then the epilogue with its bias.
+  reference mine{matrix<double>(c.rows, c.cols), matrix<double>(c.rows, c.cols)};
+  for (int64_t i = 0; i < c.rows; ++i)
+    for (int64_t j = 0; j < c.cols; ++j) {
+      mine.value(i, j) = ref.value(rows ? ooff + i : i, rows ? j : ooff + j);
+      mine.magnitude(i, j) = ref.magnitude(rows ? ooff + i : i, rows ? j : ooff + j);
+    }
+  reference_epilogue(mine, bias_ref, cs.act);
+  return expect_near_block(c, mine, 0, 0, cs.k, cs.name() + " rank " + std::to_string(p));
+}
+
+}  // namespace testing_support

@@ -1,0 +1,110 @@
+// What tensor-parallel layers need from both ops: transposed operands (read
+// transposed by the backend), the fused epilogue (bias, relu, gelu) applied
+// once per output element, and the gathered by-product; float and double.
+#include <gtest/gtest.h>
+
+#include "ag_cases.hpp"
+#include "rs_cases.hpp"
+
+using namespace testing_support;
+using overlap::activation;
+using overlap::backend_kind;
+using overlap::gathered;
+using overlap::scattered;
+using overlap::strategy;
+
+namespace {
+
+const activation acts[] = {activation::none, activation::relu, activation::gelu};
+
+class layer_options : public ::testing::TestWithParam<backend_kind> {};
+
+TEST_P(layer_options, all_gather_matmul) {
+  overlap::config cfg;
+  cfg.backend = GetParam();
+  cfg.ag_chunks = 2;
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  uint32_t seed = 1;
+  for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
+    for (auto strat : {strategy::bulk, strategy::ring})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (auto act : acts)
+            for (bool bias : {false, true}) {
+              ag_case cs{variant, strat, 11, 9, 13, split::skewed, (seed % 2) * 2, seed % 3 == 0, seed};
+              cs.transpose_a = ta, cs.transpose_b = tb, cs.act = act, cs.bias = bias;
+              ++seed;
+              run_ag_case<float>(ctx, cs);
+            }
+}
+
+TEST_P(layer_options, matmul_reduce_scatter) {
+  overlap::config cfg;
+  cfg.backend = GetParam();
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  uint32_t seed = 1;
+  for (auto sc : {scattered::rows, scattered::cols})
+    for (auto strat : {strategy::bulk, strategy::ring})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (auto act : acts)
+            for (bool bias : {false, true}) {
+              rs_case cs{sc, strat, 11, 9, 13, split::skewed, split::first_empty, (seed % 2) * 2, seed};
+              cs.transpose_a = ta, cs.transpose_b = tb, cs.act = act, cs.bias = bias;
+              ++seed;
+              run_rs_case<float>(ctx, cs);
+            }
+}
+
+INSTANTIATE_TEST_SUITE_P(backends, layer_options, ::testing::Values(backend_kind::onednn, backend_kind::eigen),
+                         [](const auto& pi) { return std::string(overlap::to_string(pi.param)); });
+
+TEST(layer_options_double, both_ops) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  ag_case ag{gathered::lhs_cols, strategy::ring, 10, 7, 12, split::skewed, 1, true, 5};
+  ag.transpose_a = true, ag.act = activation::gelu, ag.bias = true;
+  run_ag_case<double>(ctx, ag);
+  rs_case rs{scattered::cols, strategy::ring, 10, 7, 12, split::skewed, split::balanced, 1, 6};
+  rs.transpose_b = true, rs.act = activation::relu, rs.bias = true;
+  run_rs_case<double>(ctx, rs);
+}
+
+// Property: for random shardings of K, the rows this rank gets from
+// all_gather_matmul(lhs_cols), the transpose of what matmul_reduce_scatter(cols)
+// gives for the transposed problem (B^T A^T), and the single-rank product agree.
+TEST(ag_rs_property, transposed_problem_agrees) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  const int R = ctx.size(), p = ctx.rank();
+  std::mt19937 gen(2024);  // same sequence on every rank
+  for (int trial = 0; trial < 8; ++trial) {
+    const int64_t m = 1 + gen() % 20, n = 1 + gen() % 20;
+    std::vector<int64_t> ks(static_cast<size_t>(R)), ms(static_cast<size_t>(R));
+    int64_t k = 0, msum = 0;
+    for (int r = 0; r < R; ++r) k += ks[r] = gen() % 7;
+    // Output rows of each rank: a random split of m.
+    for (int r = 0; r < R - 1; ++r) msum += ms[r] = static_cast<int64_t>(gen() % static_cast<uint32_t>(m - msum + 1));
+    ms[R - 1] = m - msum;
+    const auto A = random_matrix<float>(m, k, 10 + trial), B = random_matrix<float>(k, n, 20 + trial);
+    const int64_t koff = offset_of(ks, p), moff = offset_of(ms, p);
+    const auto a_r = slice(A, 0, koff, m, ks[p]), b_r = slice(B, koff, 0, ks[p], n);
+
+    matrix<float> c_ag(m, n);
+    overlap::ag_options ag;
+    ag.gathered = gathered::lhs_cols;
+    overlap::all_gather_matmul<float>(ctx, a_r.cview(), B.cview(), c_ag.view(), ag);
+
+    // Transposed problem: op(a') = B_r^T (n x K_r) stored as b_r with transpose_a,
+    // op(b') = A_r^T (K_r x m) stored as a_r with transpose_b; scatter columns (m).
+    matrix<float> ct(n, ms[p]);
+    overlap::rs_options rs;
+    rs.scattered = scattered::cols;
+    rs.transpose_a = rs.transpose_b = true;
+    overlap::matmul_reduce_scatter<float>(ctx, b_r.cview(), a_r.cview(), ct.view(), rs);
+
+    const auto ref = naive_matmul(A, B);
+    expect_near_block(c_ag, ref, 0, 0, k, "AG trial " + std::to_string(trial));
+    expect_near_block(transposed(ct), ref, moff, 0, k, "RS^T trial " + std::to_string(trial));
+  }
+}
+
+}  // namespace
