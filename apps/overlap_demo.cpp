@@ -73,7 +73,7 @@ int run(const options& o) {
   const double ring = overlap::apps::median_max_ms(ctx.comm(), o.warmup, o.iters, op(overlap::strategy::ring));
   const double ring_err = max_rel_err(c, ref);
   // Compute only: the same product on A already gathered, on one rank's cores.
-  auto kernel = ctx.make_kernel<float>({o.m, o.n, o.k, o.k, o.n, o.n, false, false, false});
+  auto kernel = ctx.make_kernel(overlap::gemm_desc{o.m, o.n, o.k, o.k, o.n, o.n});
   const double compute = overlap::apps::median_max_ms(ctx.comm(), o.warmup, o.iters,
                                                       [&] { kernel->run(gathered.data(), b.data(), c.data()); });
   const double comm = overlap::apps::median_max_ms(ctx.comm(), o.warmup, o.iters, [&] {

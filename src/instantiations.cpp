@@ -17,5 +17,11 @@ template void matmul_reduce_scatter<float>(context&, matrix_view<const float>, m
                                            matrix_view<float>, const rs_options&);
 template void matmul_reduce_scatter<double>(context&, matrix_view<const double>, matrix_view<const double>,
                                             matrix_view<double>, const rs_options&);
+template void all_gather_matmul<bfloat16>(context&, matrix_view<const bfloat16>, matrix_view<const bfloat16>,
+                                          matrix_view<bfloat16>, const ag_options&);
+template void all_gather_matmul<bfloat16>(context&, matrix_view<const bfloat16>, matrix_view<const bfloat16>,
+                                          matrix_view<bfloat16>, matrix_view<bfloat16>, const ag_options&);
+template void matmul_reduce_scatter<bfloat16>(context&, matrix_view<const bfloat16>, matrix_view<const bfloat16>,
+                                              matrix_view<bfloat16>, const rs_options&);
 
 }  // namespace overlap

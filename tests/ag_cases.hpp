@@ -61,7 +61,7 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
   std::vector<T> bias(static_cast<size_t>(c.cols));
   std::vector<double> bias_ref;
   for (int64_t j = 0; j < c.cols; ++j) {
-    bias[static_cast<size_t>(j)] = T(0.25) * T((j + p) % 5) - T(0.5);
+    bias[static_cast<size_t>(j)] = static_cast<T>(0.25f * float((j + p) % 5) - 0.5f);
     if (cs.bias) bias_ref.push_back(double(bias[static_cast<size_t>(j)]));
   }
 
@@ -83,7 +83,7 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
       for (int64_t j = 0; j < x_cols; ++j)
         if ((tx ? out(j, i) : out(i, j)) != X(i, j)) {
           ADD_FAILURE() << cs.name() << ": gathered_out at logical (" << i << "," << j << ") differs from X = "
-                        << X(i, j);
+                        << double(X(i, j));
           return err;
         }
   }

@@ -9,9 +9,11 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "overlap/backend/gemm.hpp"
+#include "overlap/bfloat16.hpp"
 #include "overlap/matrix.hpp"
 
 namespace testing_support {
@@ -37,7 +39,7 @@ matrix<T> random_matrix(int64_t rows, int64_t cols, uint32_t seed, int64_t pad =
   std::mt19937 gen(seed);
   std::uniform_int_distribution<int> dist(-8, 8);
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) m(i, j) = static_cast<T>(dist(gen)) / T(8);
+    for (int64_t j = 0; j < cols; ++j) m(i, j) = static_cast<T>(static_cast<float>(dist(gen)) / 8.0f);
   return m;
 }
 
@@ -99,15 +101,22 @@ matrix<T> transposed(const matrix<T>& m, int64_t pad = 0) {
 /// with gamma ~ K * unit roundoff for any summation order; 2x margin.
 template <class T>
 double dot_tolerance(int64_t k) {
-  return 2.0 * double(k + 2) * double(std::numeric_limits<T>::epsilon());
+  if constexpr (std::is_same_v<T, overlap::bfloat16>) {
+    // Exact bf16 inputs, fp32 accumulation, one rounding of the result to
+    // bf16 (unit roundoff 2^-8).
+    return dot_tolerance<float>(k) + std::ldexp(1.0, -8);
+  } else {
+    return 2.0 * double(k + 2) * double(std::numeric_limits<T>::epsilon());
+  }
 }
 
 /// Expects got == ref block (r0, c0) within the rounding bound; returns the
 /// largest relative error seen.
+/// extra: added to the relative bound (e.g. per-hop bf16 rounding).
 template <class T>
 double expect_near_block(const matrix<T>& got, const reference& ref, int64_t r0, int64_t c0, int64_t k,
-                         const std::string& what) {
-  const double tol = dot_tolerance<T>(k);
+                         const std::string& what, double extra = 0) {
+  const double tol = dot_tolerance<T>(k) + extra;
   double worst = 0;
   int reported = 0;
   for (int64_t i = 0; i < got.rows; ++i)
@@ -117,7 +126,7 @@ double expect_near_block(const matrix<T>& got, const reference& ref, int64_t r0,
       const double err = std::abs(double(got(i, j)) - want);
       if (ref.magnitude(r0 + i, c0 + j) > 0) worst = std::max(worst, err / ref.magnitude(r0 + i, c0 + j));
       if (err > bound && reported++ < 5)
-        ADD_FAILURE() << what << ": C(" << i << "," << j << ") = " << got(i, j) << ", expected " << want
+        ADD_FAILURE() << what << ": C(" << i << "," << j << ") = " << double(got(i, j)) << ", expected " << want
                       << " (bound " << bound << ")";
     }
   return worst;

@@ -23,13 +23,14 @@ struct rs_case {
   bool transpose_a = false, transpose_b = false;
   overlap::activation act = overlap::activation::none;
   bool bias = false;
+  bool bf16_transfers = false;
 
   [[nodiscard]] std::string name() const {
     std::ostringstream s;
     s << "rs " << overlap::to_string(scattered) << "/" << overlap::to_string(strategy) << " m=" << m << " n=" << n
       << " k=" << k << " k:" << to_string(k_split) << " out:" << to_string(out_split) << " pad=" << pad
       << (transpose_a ? " a^T" : "") << (transpose_b ? " b^T" : "") << " act=" << overlap::to_string(act)
-      << (bias ? " +bias" : "");
+      << (bias ? " +bias" : "") << (bf16_transfers ? " bf16-transfers" : "");
     return s.str();
   }
 };
@@ -53,7 +54,7 @@ double run_rs_case(overlap::context& ctx, const rs_case& cs) {
   std::vector<T> bias(static_cast<size_t>(c.cols));
   std::vector<double> bias_ref;
   for (int64_t j = 0; j < c.cols; ++j) {
-    bias[static_cast<size_t>(j)] = T(0.25) * T((j + p) % 5) - T(0.5);
+    bias[static_cast<size_t>(j)] = static_cast<T>(0.25f * float((j + p) % 5) - 0.5f);
     if (cs.bias) bias_ref.push_back(double(bias[static_cast<size_t>(j)]));
   }
 
@@ -64,6 +65,7 @@ double run_rs_case(overlap::context& ctx, const rs_case& cs) {
   opt.transpose_b = cs.transpose_b;
   opt.epilogue.activation = cs.act;
   opt.epilogue.bias = cs.bias ? bias.data() : nullptr;
+  opt.bf16_transfers = cs.bf16_transfers;
   overlap::matmul_reduce_scatter<T>(ctx, a.cview(), b.cview(), c.view(), opt);
 
   auto ref = naive_matmul(A, B);
@@ -75,7 +77,10 @@ double run_rs_case(overlap::context& ctx, const rs_case& cs) {
       mine.magnitude(i, j) = ref.magnitude(rows ? ooff + i : i, rows ? j : ooff + j);
     }
   reference_epilogue(mine, bias_ref, cs.act);
-  return expect_near_block(c, mine, 0, 0, cs.k, cs.name() + " rank " + std::to_string(p));
+  // bf16 transfers round the partial sum at each of the R - 1 hops (documented
+  // in rs_options::bf16_transfers).
+  const double hops = cs.bf16_transfers && cs.strategy != overlap::strategy::bulk ? (R - 1) * std::ldexp(1.0, -8) : 0.0;
+  return expect_near_block(c, mine, 0, 0, cs.k, cs.name() + " rank " + std::to_string(p), hops);
 }
 
 }  // namespace testing_support

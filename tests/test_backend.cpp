@@ -34,7 +34,8 @@ void check_backend(Backend& be) {
           auto C0 = random_matrix<T>(m, n, seed++, pad);
           auto C = C0;
           overlap::gemm_desc desc{m, n, k, as.ld, bs.ld, C.ld, ta, tb, acc};
-          be.template make<T>(desc)->run(as.data.data(), bs.data.data(), C.data.data());
+          desc.in = desc.out = overlap::dtype_of<T>();
+          be.make(desc)->run(as.data.data(), bs.data.data(), C.data.data());
           auto ref = naive_matmul(A, B);
           if (acc)
             for (int64_t i = 0; i < m; ++i)
@@ -64,7 +65,56 @@ TEST(backend, eigen_double) {
 TEST(backend, onednn_caches_kernels_by_shape) {
   overlap::backend::onednn_backend be;
   const overlap::gemm_desc d{8, 8, 8, 8, 8, 8, false, false, false};
-  EXPECT_EQ(be.make<float>(d).get(), be.make<float>(d).get());
+  EXPECT_EQ(be.make(d).get(), be.make(d).get());
+  overlap::gemm_desc other = d;
+  other.in = overlap::dtype::bf16;
+  EXPECT_NE(be.make(d).get(), be.make(other).get());
+}
+
+// bf16 operands with fp32 accumulation: into an fp32 C, and into a bf16 C
+// with an fp32 addend, bias and activation fused (the last ring step).
+TEST(backend, onednn_bf16) {
+  overlap::backend::onednn_backend be;
+  using overlap::bfloat16;
+  const int64_t m = 9, n = 13, k = 70;
+  const auto A = random_matrix<bfloat16>(m, k, 1), B = random_matrix<bfloat16>(k, n, 2);
+  const auto D = random_matrix<float>(m, n, 3, 1);
+  std::vector<bfloat16> bias(static_cast<size_t>(n));
+  std::vector<double> bias_ref;
+  for (int64_t j = 0; j < n; ++j) bias_ref.push_back(double(float(bias[j] = bfloat16(0.5f - 0.125f * float(j % 4)))));
+  for (bool to_bf16 : {false, true}) {
+    overlap::gemm_desc d{m, n, k, A.ld, B.ld, n};
+    d.in = overlap::dtype::bf16;
+    d.out = to_bf16 ? overlap::dtype::bf16 : overlap::dtype::f32;
+    auto ref = naive_matmul(A, B);
+    if (to_bf16) {
+      d.addend = true, d.ld_addend = D.ld, d.addend_type = overlap::dtype::f32;
+      d.bias = true, d.act = overlap::activation::gelu;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          ref.value(i, j) += D(i, j);
+          ref.magnitude(i, j) += std::abs(double(D(i, j)));
+        }
+      reference_epilogue(ref, bias_ref, d.act);
+      matrix<bfloat16> C(m, n);
+      be.make(d)->run(A.data.data(), B.data.data(), C.data.data(), bias.data(), D.data.data());
+      expect_near_block(C, ref, 0, 0, k + 1, "bf16 -> bf16 + addend + bias + gelu");
+    } else {
+      matrix<float> C(m, n);
+      be.make(d)->run(A.data.data(), B.data.data(), C.data.data());
+      expect_near_block(C, ref, 0, 0, k, "bf16 -> f32");
+    }
+  }
+}
+
+TEST(backend, unsupported_types_are_rejected) {
+  overlap::backend::onednn_backend onednn;
+  overlap::backend::eigen_backend eigen;
+  overlap::gemm_desc d{2, 2, 2, 2, 2, 2};
+  d.in = d.out = overlap::dtype::f64;
+  EXPECT_THROW((void)onednn.make(d), std::invalid_argument);
+  d.in = d.out = overlap::dtype::bf16;
+  EXPECT_THROW((void)eigen.make(d), std::invalid_argument);
 }
 
 TEST(shard_layout, offsets_and_balanced) {

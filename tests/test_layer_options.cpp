@@ -69,6 +69,47 @@ TEST(layer_options_double, both_ops) {
   run_rs_case<double>(ctx, rs);
 }
 
+// bfloat16 (oneDNN): fp32 accumulation inside each product; across ring steps
+// the partial sums stay fp32 (AG contracting variants keep an fp32
+// accumulator, RS sends fp32 accumulators) and c is rounded once. With
+// bf16_transfers each hop rounds too; the tolerance grows by 2^-8 per hop.
+TEST(bf16, all_gather_matmul) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  uint32_t seed = 1;
+  for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
+    for (auto strat : {strategy::bulk, strategy::ring})
+      for (bool epi : {false, true}) {
+        ag_case cs{variant, strat, 17, 12, 40, split::skewed, 1, seed % 2 == 0, seed};
+        cs.transpose_a = seed % 3 == 0;
+        if (epi) cs.act = activation::gelu, cs.bias = true;
+        ++seed;
+        run_ag_case<overlap::bfloat16>(ctx, cs);
+      }
+}
+
+TEST(bf16, matmul_reduce_scatter) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  uint32_t seed = 1;
+  for (auto sc : {scattered::rows, scattered::cols})
+    for (auto strat : {strategy::bulk, strategy::ring})
+      for (bool bf16_transfers : {false, true})
+        for (bool epi : {false, true}) {
+          rs_case cs{sc, strat, 14, 11, 45, split::skewed, split::first_empty, 1, seed++};
+          cs.bf16_transfers = bf16_transfers;
+          if (epi) cs.act = activation::relu, cs.bias = true;
+          run_rs_case<overlap::bfloat16>(ctx, cs);
+        }
+}
+
+TEST(bf16, eigen_backend_is_rejected_on_every_rank) {
+  overlap::config cfg;
+  cfg.backend = backend_kind::eigen;
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  matrix<overlap::bfloat16> a(2, 2), b(2, 2), c(2 * static_cast<int64_t>(ctx.size()), 2);
+  EXPECT_THROW(overlap::all_gather_matmul<overlap::bfloat16>(ctx, a.cview(), b.cview(), c.view()),
+               std::invalid_argument);
+}
+
 // Property: for random shardings of K, the rows this rank gets from
 // all_gather_matmul(lhs_cols), the transpose of what matmul_reduce_scatter(cols)
 // gives for the transposed problem (B^T A^T), and the single-rank product agree.

@@ -69,28 +69,31 @@ class context {
   /// Number of plans cached so far (one per distinct shape and options).
   [[nodiscard]] size_t cached_plans() const noexcept { return plans_.size(); }
 
-  /// The backend that computes products of T under this context's config.
-  template <class T>
-  [[nodiscard]] backend_kind backend_for() const {
-    if constexpr (std::is_same_v<T, double>) {
+  /// The backend that multiplies operands of type t under this context's
+  /// config; std::invalid_argument for a combination no backend has.
+  [[nodiscard]] backend_kind backend_for(dtype t) const {
+    if (t == dtype::f64) {
       if (cfg_.backend == backend_kind::onednn)
         throw std::invalid_argument("overlap: the onednn backend has no f64 matmul; use backend_kind::eigen");
       return backend_kind::eigen;
-    } else {
-      return cfg_.backend == backend_kind::automatic ? backend_kind::onednn : cfg_.backend;
     }
+    if (t == dtype::bf16) {
+      if (cfg_.backend == backend_kind::eigen)
+        throw std::invalid_argument("overlap: the eigen backend has no bf16 matmul; use backend_kind::onednn");
+      return backend_kind::onednn;
+    }
+    return cfg_.backend == backend_kind::automatic ? backend_kind::onednn : cfg_.backend;
+  }
+  template <class T>
+  [[nodiscard]] backend_kind backend_for() const {
+    return backend_for(dtype_of<T>());
   }
 
   // ---- for the ops (not part of the stable API) ----
-  template <class T>
-  [[nodiscard]] std::shared_ptr<const gemm_kernel<T>> make_kernel(const gemm_desc& d) {
-    if constexpr (std::is_same_v<T, double>) {
-      return eigen_.make<T>(d);
-    } else {
-      if (backend_for<T>() == backend_kind::eigen) return eigen_.make<T>(d);
-      if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
-      return onednn_->make<T>(d);
-    }
+  [[nodiscard]] std::shared_ptr<const gemm_kernel> make_kernel(const gemm_desc& d) {
+    if (backend_for(d.in) == backend_kind::eigen) return eigen_.make(d);
+    if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
+    return onednn_->make(d);
   }
   [[nodiscard]] detail::plan_base* find_plan(const detail::plan_key& key) const {
     auto it = plans_.find(key);

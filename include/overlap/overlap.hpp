@@ -3,9 +3,11 @@
 /// Umbrella header of overlap: communication-hiding tensor-parallel matrix
 /// products for MPI on CPU clusters. See docs/ and README.md.
 
+#include "overlap/backend/dtype.hpp"
 #include "overlap/backend/eigen.hpp"
 #include "overlap/backend/gemm.hpp"
 #include "overlap/backend/onednn.hpp"
+#include "overlap/bfloat16.hpp"
 #include "overlap/config.hpp"
 #include "overlap/context.hpp"
 #include "overlap/error.hpp"

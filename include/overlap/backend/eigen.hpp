@@ -5,18 +5,23 @@
 #include <Eigen/Core>
 
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "overlap/backend/gemm.hpp"
 
 namespace overlap::backend {
 
 template <class T>
-class eigen_gemm final : public gemm_kernel<T> {
+class eigen_gemm final : public gemm_kernel {
  public:
   explicit eigen_gemm(const gemm_desc& d) : d_(d) {}
 
-  void run(const T* a, const T* b, T* c, const T* bias) const override {
-    if (detail::run_degenerate(d_, c, bias)) return;
+  void run(const void* av, const void* bv, void* cv, const void* bias, const void* addend) const override {
+    if (overlap::detail::run_degenerate(d_, cv, bias, addend)) return;
+    const T* a = static_cast<const T*>(av);
+    const T* b = static_cast<const T*>(bv);
+    T* c = static_cast<T*>(cv);
     using mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     using stride = Eigen::OuterStride<>;
     using cmap = Eigen::Map<const mat, Eigen::Unaligned, stride>;
@@ -28,7 +33,7 @@ class eigen_gemm final : public gemm_kernel<T> {
     else if (d_.trans_a) apply(cm, am.transpose() * bm);
     else if (d_.trans_b) apply(cm, am * bm.transpose());
     else apply(cm, am * bm);
-    detail::apply_epilogue(d_, c, bias);
+    overlap::detail::apply_epilogue(d_, c, bias, addend);
   }
 
  private:
@@ -40,12 +45,16 @@ class eigen_gemm final : public gemm_kernel<T> {
   gemm_desc d_;
 };
 
-/// Creates Eigen kernels; stateless.
+/// Creates Eigen kernels (float and double, one type per product); stateless.
 class eigen_backend {
  public:
-  template <class T>
-  [[nodiscard]] std::shared_ptr<const gemm_kernel<T>> make(const gemm_desc& d) const {
-    return std::make_shared<eigen_gemm<T>>(d);
+  [[nodiscard]] std::shared_ptr<const gemm_kernel> make(const gemm_desc& d) const {
+    if (d.in != d.out || d.in == dtype::bf16)
+      throw std::invalid_argument(std::string("overlap: the eigen backend multiplies f32 or f64 with the same output "
+                                              "type; asked for ") + to_string(d.in) + " -> " + to_string(d.out) +
+                                  " (use the onednn backend for bf16)");
+    if (d.in == dtype::f64) return std::make_shared<eigen_gemm<double>>(d);
+    return std::make_shared<eigen_gemm<float>>(d);
   }
 };
 

@@ -2,24 +2,25 @@
 /// @file
 /// The GEMM concept the engine is written against.
 ///
-/// A backend turns a gemm_desc (shapes, strides, transposes, beta) into a
-/// kernel once, when a plan is built; the ring loop then only calls
-/// kernel.run(a, b, c) with this step's pointers. Backends: onednn (default
-/// for float) and eigen (header-only fallback; float and double).
+/// A backend turns a gemm_desc (shapes, strides, transposes, element types,
+/// beta, epilogue) into a kernel once, when a plan is built; the ring loop then
+/// only calls kernel.run(a, b, c, ...) with this step's pointers. Backends:
+/// onednn (default; f32 and bf16) and eigen (header-only fallback; f32, f64).
 
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <tuple>
+
+#include "overlap/backend/dtype.hpp"
 
 namespace overlap {
 
 /// Which GEMM library computes the products.
 enum class backend_kind {
-  automatic,  ///< oneDNN for float, Eigen for double
-  onednn,     ///< oneDNN matmul primitives (float)
+  automatic,  ///< oneDNN for float and bfloat16, Eigen for double
+  onednn,     ///< oneDNN matmul primitives (float, bfloat16)
   eigen,      ///< Eigen products (float, double)
 };
 
@@ -44,66 +45,77 @@ enum class activation { none, relu, gelu };
   return "?";
 }
 
-/// C (m x n, ldc) = act(op(A) (m x k) * op(B) (k x n) [+ C when accumulate] [+ bias]).
+/// C (m x n, ldc) = act(op(A) (m x k) * op(B) (k x n) [+ C] [+ D] [+ bias]).
 /// op(A) = A stored m x k with lda, or, with trans_a, A^T of a k x m matrix.
-/// bias, when present, has n values (one per output column).
+/// A and B hold `in` values, C holds `out` values. "+ C" is beta = 1
+/// (accumulate); D is an m x n addend of type addend_type with ld_addend (the
+/// fp32 accumulator of a bf16 product); bias has n values of type out.
 struct gemm_desc {
   int64_t m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldc = 0;
   bool trans_a = false;
   bool trans_b = false;
-  bool accumulate = false;  ///< beta = 1 (sum post-op) instead of beta = 0
+  bool accumulate = false;
   bool bias = false;
   overlap::activation act = overlap::activation::none;
+  overlap::dtype in = overlap::dtype::f32;
+  overlap::dtype out = overlap::dtype::f32;
+  bool addend = false;
+  int64_t ld_addend = 0;
+  overlap::dtype addend_type = overlap::dtype::f32;
 
   [[nodiscard]] bool has_epilogue() const noexcept { return bias || act != overlap::activation::none; }
-  [[nodiscard]] auto tie() const { return std::tie(m, n, k, lda, ldb, ldc, trans_a, trans_b, accumulate, bias, act); }
+  [[nodiscard]] auto tie() const {
+    return std::tie(m, n, k, lda, ldb, ldc, trans_a, trans_b, accumulate, bias, act, in, out, addend, ld_addend,
+                    addend_type);
+  }
   bool operator<(const gemm_desc& o) const { return tie() < o.tie(); }
   bool operator==(const gemm_desc& o) const { return tie() == o.tie(); }
 };
 
-/// A GEMM of one fixed gemm_desc, ready to run on any pointers. Not thread-safe.
-template <class T>
+/// A GEMM of one fixed gemm_desc, ready to run on any pointers of the desc's
+/// types. Not thread-safe.
 class gemm_kernel {
  public:
   virtual ~gemm_kernel() = default;
-  /// bias: n values when the desc has a bias, else ignored.
-  virtual void run(const T* a, const T* b, T* c, const T* bias = nullptr) const = 0;
+  /// bias: n values when the desc has a bias; addend: when the desc has one.
+  virtual void run(const void* a, const void* b, void* c, const void* bias = nullptr,
+                   const void* addend = nullptr) const = 0;
 };
 
 namespace detail {
-template <class T>
-T activate(T x, activation a) {
+inline double activate(double x, activation a) {
   switch (a) {
     case activation::none: return x;
-    case activation::relu: return x > T(0) ? x : T(0);
-    case activation::gelu: return static_cast<T>(0.5 * double(x) * (1.0 + std::erf(double(x) * 0.70710678118654752440)));
+    case activation::relu: return x > 0 ? x : 0;
+    case activation::gelu: return 0.5 * x * (1.0 + std::erf(x * 0.70710678118654752440));
   }
   return x;
 }
 
-/// The epilogue as a pass over C, for backends without fused post-ops.
-template <class T>
-void apply_epilogue(const gemm_desc& d, T* c, const T* bias) {
-  if (!d.has_epilogue()) return;
+/// C = act(C [+ D] [+ bias]) as a pass over C, for backends without fused
+/// post-ops and for shapes that need no library call.
+inline void apply_epilogue(const gemm_desc& d, void* c, const void* bias, const void* addend) {
+  if (!d.has_epilogue() && !d.addend) return;
   for (int64_t i = 0; i < d.m; ++i)
     for (int64_t j = 0; j < d.n; ++j) {
-      T& v = c[i * d.ldc + j];
-      v = activate<T>(d.bias ? static_cast<T>(v + bias[j]) : v, d.act);
+      double v = load(d.out, c, i * d.ldc + j);
+      if (d.addend) v += load(d.addend_type, addend, i * d.ld_addend + j);
+      if (d.bias) v += load(d.out, bias, j);
+      store(d.out, c, i * d.ldc + j, activate(v, d.act));
     }
 }
 
 /// The shapes every backend handles the same way without calling the library:
-/// an empty output, or an empty contraction (C = 0, or C unchanged with beta = 1).
-/// Returns true when it handled the call.
-template <class T>
-bool run_degenerate(const gemm_desc& d, T* c, const T* bias) {
+/// an empty output, or an empty contraction (C = 0 or C unchanged, then the
+/// addend and epilogue). Returns true when it handled the call.
+inline bool run_degenerate(const gemm_desc& d, void* c, const void* bias, const void* addend) {
   if (d.m == 0 || d.n == 0) return true;
   if (d.k != 0) return false;
   if (!d.accumulate)
     for (int64_t i = 0; i < d.m; ++i)
-      for (int64_t j = 0; j < d.n; ++j) c[i * d.ldc + j] = T(0);
-  apply_epilogue(d, c, bias);
+      for (int64_t j = 0; j < d.n; ++j) store(d.out, c, i * d.ldc + j, 0.0);
+  apply_epilogue(d, c, bias, addend);
   return true;
 }
 }  // namespace detail

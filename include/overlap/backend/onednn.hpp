@@ -8,8 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <type_traits>
-#include <typeindex>
+#include <stdexcept>
 #include <unordered_map>
 #include <utility>
 
@@ -19,10 +18,10 @@
 namespace overlap::backend {
 
 namespace detail {
-template <class T>
-constexpr dnnl::memory::data_type onednn_type() {
-  static_assert(std::is_same_v<T, float>, "the oneDNN backend supports float");
-  return dnnl::memory::data_type::f32;
+inline dnnl::memory::data_type onednn_type(dtype t) {
+  if (t == dtype::f64)
+    throw std::invalid_argument("overlap: the onednn backend has no f64 matmul; use backend_kind::eigen");
+  return t == dtype::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
 /// Runs a oneDNN C++ call and turns dnnl::error into overlap::error.
@@ -47,23 +46,28 @@ struct onednn_handles {
   dnnl::stream stream;
 };
 
-template <class T>
-class onednn_gemm final : public gemm_kernel<T> {
+class onednn_gemm final : public gemm_kernel {
  public:
   onednn_gemm(std::shared_ptr<onednn_handles> h, const gemm_desc& d) : h_(std::move(h)), d_(d) {
     if (d.m == 0 || d.n == 0 || d.k == 0) return;  // handled by run_degenerate
     detail::onednn_call("dnnl::matmul::primitive_desc", [&] {
       using dims = dnnl::memory::dims;
-      constexpr auto dt = detail::onednn_type<T>();
+      const auto dt = detail::onednn_type(d.in), dt_out = detail::onednn_type(d.out);
       const dnnl::memory::desc a_md(dims{d.m, d.k}, dt, detail::strides(d.lda, d.trans_a));
       const dnnl::memory::desc b_md(dims{d.k, d.n}, dt, detail::strides(d.ldb, d.trans_b));
-      const dnnl::memory::desc c_md(dims{d.m, d.n}, dt, dims{d.ldc, 1});
-      // Post-ops run in this order on the fp32 result: + C (beta = 1), + bias, activation.
+      const dnnl::memory::desc c_md(dims{d.m, d.n}, dt_out, dims{d.ldc, 1});
+      // Post-ops run in this order on the fp32 result: + C (beta = 1), + D,
+      // + bias, activation; then one rounding to the output type.
       dnnl::primitive_attr attr;
       dnnl::post_ops ops;
       if (d.accumulate) ops.append_sum(1.0f);
+      if (d.addend) {
+        addend_md_ = dnnl::memory::desc(dims{d.m, d.n}, detail::onednn_type(d.addend_type), dims{d.ld_addend, 1});
+        addend_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1;
+        ops.append_binary(dnnl::algorithm::binary_add, addend_md_);
+      }
       if (d.bias) {
-        bias_md_ = dnnl::memory::desc(dims{1, d.n}, dt, dims{d.n, 1});
+        bias_md_ = dnnl::memory::desc(dims{1, d.n}, dt_out, dims{d.n, 1});
         bias_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1;
         ops.append_binary(dnnl::algorithm::binary_add, bias_md_);
       }
@@ -80,17 +84,22 @@ class onednn_gemm final : public gemm_kernel<T> {
         bias_mem_ = dnnl::memory(bias_md_, h_->engine, DNNL_MEMORY_NONE);
         args_.emplace(bias_arg_, bias_mem_);
       }
+      if (d.addend) {
+        addend_mem_ = dnnl::memory(addend_md_, h_->engine, DNNL_MEMORY_NONE);
+        args_.emplace(addend_arg_, addend_mem_);
+      }
       return 0;
     });
   }
 
-  void run(const T* a, const T* b, T* c, const T* bias) const override {
-    if (overlap::detail::run_degenerate(d_, c, bias)) return;
+  void run(const void* a, const void* b, void* c, const void* bias, const void* addend) const override {
+    if (overlap::detail::run_degenerate(d_, c, bias, addend)) return;
     detail::onednn_call("dnnl::matmul::execute", [&] {
-      a_mem_.set_data_handle(const_cast<T*>(a));
-      b_mem_.set_data_handle(const_cast<T*>(b));
+      a_mem_.set_data_handle(const_cast<void*>(a));
+      b_mem_.set_data_handle(const_cast<void*>(b));
       c_mem_.set_data_handle(c);
-      if (d_.bias) bias_mem_.set_data_handle(const_cast<T*>(bias));
+      if (d_.bias) bias_mem_.set_data_handle(const_cast<void*>(bias));
+      if (d_.addend) addend_mem_.set_data_handle(const_cast<void*>(addend));
       prim_.execute(h_->stream, args_);  // args_ holds handles to the memories above
       h_->stream.wait();
       return 0;
@@ -101,9 +110,9 @@ class onednn_gemm final : public gemm_kernel<T> {
   std::shared_ptr<onednn_handles> h_;
   gemm_desc d_;
   dnnl::matmul prim_;
-  dnnl::memory::desc bias_md_;
-  int bias_arg_ = 0;
-  mutable dnnl::memory a_mem_, b_mem_, c_mem_, bias_mem_;
+  dnnl::memory::desc bias_md_, addend_md_;
+  int bias_arg_ = 0, addend_arg_ = 0;
+  mutable dnnl::memory a_mem_, b_mem_, c_mem_, bias_mem_, addend_mem_;
   std::unordered_map<int, dnnl::memory> args_;  // built once: no allocation per call
 };
 
@@ -118,18 +127,17 @@ class onednn_backend {
           return h;
         })) {}
 
-  template <class T>
-  [[nodiscard]] std::shared_ptr<const gemm_kernel<T>> make(const gemm_desc& d) {
+  [[nodiscard]] std::shared_ptr<const gemm_kernel> make(const gemm_desc& d) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& slot = cache_[{d, std::type_index(typeid(T))}];
-    if (!slot) slot = std::make_shared<onednn_gemm<T>>(h_, d);
-    return std::static_pointer_cast<const gemm_kernel<T>>(slot);
+    auto& slot = cache_[d];
+    if (!slot) slot = std::make_shared<onednn_gemm>(h_, d);
+    return slot;
   }
 
  private:
   std::shared_ptr<onednn_handles> h_;
   std::mutex mutex_;
-  std::map<std::pair<gemm_desc, std::type_index>, std::shared_ptr<const void>> cache_;
+  std::map<gemm_desc, std::shared_ptr<const gemm_kernel>> cache_;  // the desc includes the types
 };
 
 }  // namespace overlap::backend

@@ -15,17 +15,6 @@
 
 namespace overlap::mpi {
 
-template <class T>
-struct base_type;
-template <>
-struct base_type<float> {
-  static MPI_Datatype get() { return MPI_FLOAT; }
-};
-template <>
-struct base_type<double> {
-  static MPI_Datatype get() { return MPI_DOUBLE; }
-};
-
 /// An owned, committed derived datatype (freed by the destructor); move-only.
 class datatype {
  public:
@@ -63,18 +52,17 @@ inline int to_count(int64_t n, const char* what) {
 }
 }  // namespace detail
 
-/// A rows x cols block with leading dimension ld as one element of a derived
-/// type (MPI_Type_vector); send or receive it with count 1.
-template <class T>
-[[nodiscard]] datatype block_type(int64_t rows, int64_t cols, int64_t ld) {
+/// A rows x cols block of `base` elements with leading dimension ld as one
+/// element of a derived type (MPI_Type_vector); send or receive it with count 1.
+[[nodiscard]] inline datatype block_type(int64_t rows, int64_t cols, int64_t ld, MPI_Datatype base) {
   MPI_Datatype t = MPI_DATATYPE_NULL;
   if (ld == cols) {
     OVERLAP_MPI(MPI_Type_contiguous, detail::to_count(rows * cols, "block elements"),
-                base_type<T>::get(), &t);
+                base, &t);
   } else {
     OVERLAP_MPI(MPI_Type_vector, detail::to_count(rows, "block rows"),
                 detail::to_count(cols, "block cols"), detail::to_count(ld, "block ld"),
-                base_type<T>::get(), &t);
+                base, &t);
   }
   datatype owned(t);
   OVERLAP_MPI(MPI_Type_commit, &t);

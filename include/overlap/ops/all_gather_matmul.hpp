@@ -59,7 +59,9 @@ struct ag_step {
   MPI_Datatype type = MPI_DATATYPE_NULL;   ///< the piece as one element (owned by the plan)
   bool send = false;                       ///< forwarded to the previous rank
   bool recv = false;                       ///< arrives from the next rank
-  std::shared_ptr<const gemm_kernel<T>> kernel;
+  bool into_acc = false;                   ///< writes the fp32 accumulator (bf16 products)
+  bool add_acc = false;                    ///< adds the fp32 accumulator into c (its last step)
+  std::shared_ptr<const gemm_kernel> kernel;
 };
 
 template <class T>
@@ -70,11 +72,14 @@ struct ag_plan final : plan_base {
   std::vector<ag_step<T>> steps;
   int lead = 1;
   engine::buffer<T> slots;
-  block_types<T> types;
+  block_types types{dtype_of<T>()};
+  /// bf16 with a contracting shard: partial sums stay in fp32 (c-shaped) and
+  /// reach c, rounded once, with the last contribution.
+  engine::buffer<float> acc;
   // bulk
   engine::buffer<T> gather_ws, blocks_ws;
   std::vector<int> counts, displs;
-  std::shared_ptr<const gemm_kernel<T>> bulk_kernel;
+  std::shared_ptr<const gemm_kernel> bulk_kernel;
   bool gather_into_out = false;  ///< bulk gathers straight into the caller's gathered view
 };
 
@@ -91,13 +96,18 @@ struct ag_args {
 /// The GEMM of one piece of op(X) (lnr x lnc, stored with ld):
 /// lhs: C[lr0:+lnr, :] (+)= op(X piece) @ op(b)[lc0:+lnc, :];
 /// rhs: C[:, lc0:+lnc] (+)= op(a)[:, lr0:+lnr] @ op(X piece).
+/// into_acc: the product goes to the fp32 accumulator (ld = c.cols) instead
+/// of c; add_acc: c = product + accumulator (a bf16 product's last step).
 template <class T>
 gemm_desc ag_gemm(const ag_geometry& geo, const ag_args<T>& x, const ag_options& opt, int64_t lnr, int64_t lnc,
-                  int64_t ld, bool accumulate, bool last) {
+                  int64_t ld, bool accumulate, bool last, bool into_acc = false, bool add_acc = false) {
   gemm_desc d;
   if (geo.lhs) d = gemm_desc{lnr, op_dims(x.b, geo.trans_o).cols, lnc, ld, x.b.ld, x.c.ld, geo.trans_x, geo.trans_o};
   else d = gemm_desc{op_dims(x.a, geo.trans_o).rows, lnc, lnr, x.a.ld, ld, x.c.ld, geo.trans_o, geo.trans_x};
   d.accumulate = accumulate;
+  d.in = d.out = dtype_of<T>();
+  if (into_acc) d.out = dtype::f32, d.ldc = x.c.cols;
+  if (add_acc) d.addend = true, d.ld_addend = x.c.cols, d.addend_type = dtype::f32;
   if (last) {  // the epilogue runs once, with an output block's last contribution
     d.bias = opt.epilogue.bias != nullptr;
     d.act = opt.epilogue.activation;
@@ -129,7 +139,7 @@ void ag_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_opti
     if (!sr) plan.blocks_ws = engine::buffer<T>(elems);
     if (!plan.gather_into_out && (sr || !x.has_out)) plan.gather_ws = engine::buffer<T>(elems);
     const int64_t x_ld = x.has_out ? x.out.ld : scols;
-    plan.bulk_kernel = ctx.make_kernel<T>(ag_gemm(geo, x, opt, geo.x_rows, geo.x_cols, x_ld, false, true));
+    plan.bulk_kernel = ctx.make_kernel(ag_gemm(geo, x, opt, geo.x_rows, geo.x_cols, x_ld, false, true));
     return;
   }
 
@@ -140,6 +150,8 @@ void ag_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_opti
   plan.lead = chunks;
   int64_t slot_elems = 0;
   const matrix_view<const T>& local = x.local(geo);
+  const bool fp32_acc = dtype_of<T>() == dtype::bf16 && geo.contracting && R > 1;
+  if (fp32_acc) plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
   for (int i = 0; i < R; ++i) {
     const int shard = (p + i) % R;
     for (int j = 0; j < chunks; ++j) {
@@ -170,7 +182,10 @@ void ag_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_opti
       if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld);
       const int64_t lnr = geo.trans_x ? st.nc : st.nr, lnc = geo.trans_x ? st.nr : st.nc;
       const bool last = !geo.contracting || i == R - 1;
-      st.kernel = ctx.make_kernel<T>(ag_gemm(geo, x, opt, lnr, lnc, st.ld, geo.contracting && i > 0, last));
+      st.into_acc = fp32_acc && !last;
+      st.add_acc = fp32_acc && last;
+      const bool accumulate = geo.contracting && i > 0 && !st.add_acc;
+      st.kernel = ctx.make_kernel(ag_gemm(geo, x, opt, lnr, lnc, st.ld, accumulate, last, st.into_acc, st.add_acc));
       plan.steps.push_back(std::move(st));
     }
   }
@@ -315,12 +330,19 @@ class ag_ring_pattern {
   void compute(int t) {
     const auto& st = plan_.steps[static_cast<size_t>(t)];
     const ag_geometry& g = plan_.geo;
+    // The output block starts at row lr0 (lhs) or column lc0 (rhs) of c, or
+    // of the dense fp32 accumulator.
+    const int64_t c_off = g.lhs ? st.lr0 * x_.c.ld : st.lc0;
+    const int64_t acc_off = g.lhs ? st.lr0 * x_.c.cols : st.lc0;
+    float* acc = plan_.acc.data() == nullptr ? nullptr : plan_.acc.data() + acc_off;
+    void* dst = st.into_acc ? static_cast<void*>(acc) : static_cast<void*>(x_.c.data + c_off);
+    const void* addend = st.add_acc ? acc : nullptr;
     if (g.lhs) {  // rows lc0.. of op(b): columns of b when it is stored transposed
       const T* b = x_.b.data + (g.trans_o ? st.lc0 : st.lc0 * x_.b.ld);
-      st.kernel->run(piece(st), b, x_.c.data + st.lr0 * x_.c.ld, bias_);
+      st.kernel->run(piece(st), b, dst, bias_, addend);
     } else {      // columns lr0.. of op(a): rows of a when it is stored transposed
       const T* a = x_.a.data + (g.trans_o ? st.lr0 * x_.a.ld : st.lr0);
-      st.kernel->run(a, piece(st), x_.c.data + st.lc0, bias_ == nullptr ? nullptr : bias_ + st.lc0);
+      st.kernel->run(a, piece(st), dst, bias_ == nullptr ? nullptr : bias_ + st.lc0, addend);
     }
   }
 
@@ -354,7 +376,7 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
   // a derived datatype (seen with doubles at 3 ranks), so none is used here.
   copy_block<T>(local, {dst + plan.displs[static_cast<size_t>(ctx.rank())], local.rows, local.cols});
   OVERLAP_MPI(MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(),
-              mpi::base_type<T>::get(), ctx.comm());
+              mpi_type_of(dtype_of<T>()), ctx.comm());
   const matrix_view<T> xv = x.has_out ? x.out : matrix_view<T>(plan.gather_ws.data(), srows, scols);
   if (sr) {
     if (x.has_out && !plan.gather_into_out) copy_block<T>({dst, srows, scols}, x.out);
@@ -423,6 +445,10 @@ extern template void all_gather_matmul<float>(context&, matrix_view<const float>
                                               matrix_view<float>, matrix_view<float>, const ag_options&);
 extern template void all_gather_matmul<double>(context&, matrix_view<const double>, matrix_view<const double>,
                                                matrix_view<double>, matrix_view<double>, const ag_options&);
+extern template void all_gather_matmul<bfloat16>(context&, matrix_view<const bfloat16>, matrix_view<const bfloat16>,
+                                                 matrix_view<bfloat16>, const ag_options&);
+extern template void all_gather_matmul<bfloat16>(context&, matrix_view<const bfloat16>, matrix_view<const bfloat16>,
+                                                 matrix_view<bfloat16>, matrix_view<bfloat16>, const ag_options&);
 #endif
 
 }  // namespace overlap

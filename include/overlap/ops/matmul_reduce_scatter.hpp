@@ -19,16 +19,17 @@
 namespace overlap {
 namespace detail {
 
-template <class T>
 struct rs_step {
   int64_t r0 = 0, c0 = 0, nr = 0, nc = 0;  ///< the output piece in global C coordinates
-  bool in_c = false;                       ///< the final step: the piece is this rank's c
-  int64_t slot_offset = 0;
-  int64_t ld = 0;
+  bool dst_c = false;        ///< the final step: the product goes to this rank's c
+  bool acc_in_c = false;     ///< the accumulator lives in c (else in a slot)
+  int64_t slot_offset = 0;   ///< bytes into the slot buffer
+  int64_t ld = 0;            ///< of the accumulator
   MPI_Datatype type = MPI_DATATYPE_NULL;
   bool recv = false;     ///< its accumulator arrives from the next rank before this step
   bool forward = false;  ///< its result goes to the previous rank at the next step
-  std::shared_ptr<const gemm_kernel<T>> kernel;
+  bool add_slot = false; ///< c = product + the fp32 accumulator in the slot (bf16, final step)
+  std::shared_ptr<const gemm_kernel> kernel;
 };
 
 template <class T>
@@ -37,16 +38,17 @@ struct rs_plan final : plan_base {
   int64_t m = 0, n = 0;
   shard_layout layout;  ///< the scattered dimension over the ranks
   overlap::strategy strategy = overlap::strategy::ring;
+  dtype acc = dtype::f32;  ///< what accumulators are summed and sent in
   // ring
-  std::vector<rs_step<T>> steps;
+  std::vector<rs_step> steps;
   int lead = 1;
-  engine::buffer<T> slots;
-  block_types<T> types;
+  engine::buffer<std::byte> slots;
+  block_types types;
   // bulk
-  engine::buffer<T> product_ws, result_ws;
+  engine::buffer<std::byte> product_ws, result_ws;
   std::vector<int> counts;
-  std::vector<std::shared_ptr<const gemm_kernel<T>>> bulk_kernels;  ///< one per output block
-  gemm_desc epilogue;  ///< the bulk epilogue pass over c (m, n, ldc, bias, act)
+  std::vector<std::shared_ptr<const gemm_kernel>> bulk_kernels;  ///< one per output block
+  gemm_desc finish;  ///< the bulk pass over c: convert the reduced result, bias, activation
 };
 
 template <class T>
@@ -60,10 +62,16 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
   const int R = ctx.size(), p = ctx.rank();
   const int64_t k = op_dims(x.a, opt.transpose_a).cols;
   const bool has_bias = opt.epilogue.bias != nullptr;
-  auto product = [&](int64_t nr, int64_t nc, int64_t ld, bool accumulate, bool last) {
+  const dtype t = dtype_of<T>(), acc = plan.acc;
+  plan.types = block_types(acc);
+  // A product into an accumulator (type acc) or, on the last step, into c.
+  auto product = [&](int64_t nr, int64_t nc, int64_t ld, bool accumulate, bool last, bool add_slot = false) {
     gemm_desc d{nr, nc, k, x.a.ld, x.b.ld, ld, opt.transpose_a, opt.transpose_b, accumulate};
+    d.in = t;
+    d.out = last ? t : acc;
+    if (add_slot) d.addend = true, d.ld_addend = nc, d.addend_type = acc;
     if (last) d.bias = has_bias, d.act = opt.epilogue.activation;
-    return ctx.make_kernel<T>(d);
+    return ctx.make_kernel(d);
   };
   auto block = [&](int shard) {  // output shard `shard` as row and column ranges of C
     range rows{0, plan.m}, cols{0, plan.n};
@@ -74,7 +82,7 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
   if (plan.strategy == strategy::bulk) {
     // One product in blocks laid out as MPI_Reduce_scatter wants them: by rows
     // that is C itself; by columns, each rank's column block contiguous.
-    plan.product_ws = engine::buffer<T>(static_cast<size_t>(plan.m * plan.n));
+    plan.product_ws = engine::buffer<std::byte>(static_cast<size_t>(plan.m * plan.n) * size_of(acc));
     plan.counts.resize(static_cast<size_t>(R));
     for (int r = 0; r < R; ++r) {
       const auto [rows, cols] = block(r);
@@ -84,10 +92,12 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
         plan.bulk_kernels.push_back(product(nr, nc, nc, false, false));
       }
     }
-    const int64_t dense_ld = x.c.cols;
-    if (x.c.ld != dense_ld) plan.result_ws = engine::buffer<T>(static_cast<size_t>(x.c.rows * x.c.cols));
-    plan.epilogue = gemm_desc{x.c.rows, x.c.cols, 1, 0, 0, x.c.ld, false, false, false, has_bias,
-                              opt.epilogue.activation};
+    // The reduced block lands in c when c is dense and of the accumulator's
+    // type; otherwise in result_ws, and the finishing pass adds it into c.
+    const bool via_ws = x.c.ld != x.c.cols || acc != t;
+    if (via_ws) plan.result_ws = engine::buffer<std::byte>(static_cast<size_t>(x.c.rows * x.c.cols) * size_of(acc));
+    plan.finish = gemm_desc{x.c.rows, x.c.cols, 0, 0, 0, x.c.ld, false, false, !via_ws, has_bias,
+                            opt.epilogue.activation, t, t, via_ws, x.c.cols, acc};
     return;
   }
 
@@ -106,27 +116,32 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
       auto [rows, cols] = block(shard);
       range& chunked = plan.rows ? rows : cols;
       chunked = chunked.chunk(chunks, j);
-      rs_step<T> st;
+      rs_step st;
       st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
-      st.in_c = i == R - 1;
-      if (st.in_c) {
+      st.dst_c = i == R - 1;
+      // The last accumulator of a bf16 product with fp32 accumulators stays in a
+      // slot and is added while c is written; otherwise it arrives in c itself.
+      st.acc_in_c = st.dst_c && acc == t;
+      st.add_slot = st.dst_c && !st.acc_in_c && i > 0;
+      if (st.acc_in_c) {
         st.ld = x.c.ld;
       } else {
         st.ld = st.nc;
-        st.slot_offset = (i * chunks + j) % slots;  // scaled to elements below
+        st.slot_offset = (i * chunks + j) % slots;  // scaled to bytes below
         slot_elems = std::max(slot_elems, st.nr * st.nc);
       }
       const bool nonempty = st.nr > 0 && st.nc > 0;
       st.recv = nonempty && i > 0;
       st.forward = nonempty && i < R - 1;
       if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld);
-      st.kernel = product(st.nr, st.nc, st.ld, i > 0, st.in_c);
+      const int64_t ldc = st.dst_c ? x.c.ld : st.ld;
+      st.kernel = product(st.nr, st.nc, ldc, i > 0 && !st.add_slot, st.dst_c, st.add_slot);
       plan.steps.push_back(std::move(st));
     }
   }
   for (auto& st : plan.steps)
-    if (!st.in_c) st.slot_offset *= slot_elems;
-  plan.slots = engine::buffer<T>(static_cast<size_t>(slot_elems * slots));
+    if (!st.acc_in_c) st.slot_offset *= slot_elems * static_cast<int64_t>(size_of(acc));
+  plan.slots = engine::buffer<std::byte>(static_cast<size_t>(slot_elems * slots) * size_of(acc));
 }
 
 template <class T>
@@ -156,9 +171,10 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
 
   const int chunks = ctx.config().rs_chunks;
   const std::vector<int64_t> options{sc, static_cast<int64_t>(opt.strategy), chunks, opt.transpose_a, opt.transpose_b,
-                                     static_cast<int64_t>(opt.epilogue.activation)};
+                                     static_cast<int64_t>(opt.epilogue.activation), opt.bf16_transfers};
   const char* option_names[] = {"rs_options.scattered", "rs_options.strategy", "config.rs_chunks",
-                                "rs_options.transpose_a", "rs_options.transpose_b", "rs_options.epilogue.activation"};
+                                "rs_options.transpose_a", "rs_options.transpose_b", "rs_options.epilogue.activation",
+                                "rs_options.bf16_transfers"};
   std::vector<int64_t> mine = options;
   mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols});
   plan_key key = mine;
@@ -184,6 +200,10 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     sizes[static_cast<size_t>(r)] = at(r, rows ? cr : cc);
   }
   auto plan = std::make_unique<rs_plan<T>>();
+  plan->strategy = opt.strategy == strategy::bulk ? strategy::bulk : strategy::ring;
+  // bf16 accumulators only where asked for and possible: MPI cannot sum bf16.
+  const bool bf16_acc = opt.bf16_transfers && plan->strategy == strategy::ring;
+  plan->acc = dtype_of<T>() == dtype::bf16 && !bf16_acc ? dtype::f32 : dtype_of<T>();
   plan->rows = rows;
   plan->m = at(0, ar);
   plan->n = at(0, bc);
@@ -193,7 +213,6 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     fail(std::string(rows ? "the sum of c.rows over ranks (" : "the sum of c.cols over ranks (") +
          std::to_string(plan->layout.total()) + ") must equal " + (rows ? an + ".rows (M = " : bn + ".cols (N = ") +
          std::to_string(want) + ")");
-  plan->strategy = opt.strategy == strategy::bulk ? strategy::bulk : strategy::ring;
   plan->fingerprint = hash_values(all, hash_values(key));
   rs_build<T>(ctx, *plan, x, opt, chunks);
   return static_cast<rs_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
@@ -222,12 +241,16 @@ class rs_ring_pattern {
     const T* a = x_.a.data + (opt_.transpose_a ? st.r0 : st.r0 * x_.a.ld);
     const T* b = x_.b.data + (opt_.transpose_b ? st.c0 * x_.b.ld : st.c0);
     const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.rows ? st.c0 : st.c0 - own_);
-    st.kernel->run(a, b, piece(st), bias);
+    void* dst = st.dst_c ? static_cast<void*>(in_c(st)) : piece(st);
+    st.kernel->run(a, b, dst, bias, st.add_slot ? piece(st) : nullptr);
   }
 
  private:
-  [[nodiscard]] T* piece(const rs_step<T>& st) const {
-    if (!st.in_c) return plan_.slots.data() + st.slot_offset;
+  /// The step's accumulator: in c, or in its slot.
+  [[nodiscard]] void* piece(const rs_step& st) const {
+    return st.acc_in_c ? static_cast<void*>(in_c(st)) : static_cast<void*>(plan_.slots.data() + st.slot_offset);
+  }
+  [[nodiscard]] T* in_c(const rs_step& st) const {
     return plan_.rows ? x_.c.data + (st.r0 - own_) * x_.c.ld + st.c0 : x_.c.data + st.r0 * x_.c.ld + (st.c0 - own_);
   }
   rs_plan<T>& plan_;
@@ -239,20 +262,22 @@ class rs_ring_pattern {
 
 template <class T>
 void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias) {
-  T* ws = plan.product_ws.data();
+  std::byte* ws = plan.product_ws.data();
+  const auto acc_size = static_cast<int64_t>(size_of(plan.acc));
   if (plan.rows) {
     plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
   } else {
     for (int r = 0; r < ctx.size(); ++r) {
       const int64_t off = plan.layout.offset(r);
       const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
-      plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off);
+      plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
     }
   }
-  T* dst = plan.result_ws.size() != 0 ? plan.result_ws.data() : x.c.data;
-  OVERLAP_MPI(MPI_Reduce_scatter, ws, dst, plan.counts.data(), mpi::base_type<T>::get(), MPI_SUM, ctx.comm());
-  if (dst != x.c.data) copy_block<T>({dst, x.c.rows, x.c.cols}, x.c);
-  apply_epilogue(plan.epilogue, x.c.data, bias);
+  const bool via_ws = plan.finish.addend;
+  void* dst = via_ws ? static_cast<void*>(plan.result_ws.data()) : static_cast<void*>(x.c.data);
+  OVERLAP_MPI(MPI_Reduce_scatter, ws, dst, plan.counts.data(), mpi_type_of(plan.acc), MPI_SUM, ctx.comm());
+  // c = act(reduced + bias) (the pass also converts an fp32 result to bf16).
+  run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data());
 }
 
 template <class T>
@@ -293,6 +318,9 @@ extern template void matmul_reduce_scatter<float>(context&, matrix_view<const fl
                                                   matrix_view<float>, const rs_options&);
 extern template void matmul_reduce_scatter<double>(context&, matrix_view<const double>, matrix_view<const double>,
                                                    matrix_view<double>, const rs_options&);
+extern template void matmul_reduce_scatter<bfloat16>(context&, matrix_view<const bfloat16>,
+                                                     matrix_view<const bfloat16>, matrix_view<bfloat16>,
+                                                     const rs_options&);
 #endif
 
 }  // namespace overlap

@@ -79,6 +79,12 @@ struct rs_options {
   bool transpose_a = false;
   bool transpose_b = false;
   overlap::epilogue epilogue;
+  /// bfloat16 only, ring only: send the travelling accumulators in bf16
+  /// instead of fp32. Halves the traffic; every hop rounds the partial sum to
+  /// bf16 (8 significant bits), so the error grows with the rank count: about
+  /// R * 2^-8 of sum |a_k b_k| instead of one final rounding. The bulk
+  /// strategy always reduces in fp32 (MPI has no bf16 sum).
+  bool bf16_transfers = false;
 };
 
 }  // namespace overlap
