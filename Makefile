@@ -39,9 +39,9 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure
 
-# One OpenMP thread per rank: NP ranks share this machine's cores.
+# On an emulated 2-node cluster when the machine allows it, else on shared memory.
 demo: build
-	OMP_NUM_THREADS=1 mpirun -np $(NP) --oversubscribe --bind-to none $(BUILD)/apps/overlap-demo
+	bash bench/demo.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

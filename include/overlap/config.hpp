@@ -24,6 +24,11 @@ enum class progress_policy {
   return p == progress_policy::thread ? "thread" : "none";
 }
 
+/// Which halves of a ring schedule run. Anything but `both` gives wrong
+/// results: it exists so benchmarks can time the same schedule's GEMMs alone
+/// and transfers alone (the two sides of the limit max(compute, comm)).
+enum class ring_phases { both, compute_only, comm_only };
+
 /// Settings of a context. Every field that changes the communication schedule
 /// (chunk counts) must agree across ranks; a disagreement is detected and
 /// reported as std::invalid_argument on every rank.
@@ -39,6 +44,8 @@ struct config {
   /// Chunks each reduce-scattered output shard is split into, >= 2: the
   /// accumulator of one chunk travels while the next chunk is computed.
   int rs_chunks = 2;
+  /// Benchmarks only; see ring_phases.
+  overlap::ring_phases phases = overlap::ring_phases::both;
 
   /// The defaults above, overridden by the environment variables listed in
   /// env_help(). Throws std::invalid_argument on a malformed value.

@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 
+#include "overlap/config.hpp"
 #include "overlap/engine/progress.hpp"
 #include "overlap/error.hpp"
 #include "overlap/mpi/request.hpp"
@@ -48,21 +49,23 @@ struct ring_links {
 ///   transfer recv(int t) const; transfer send(int t) const; void compute(int t);
 template <class Pattern>
 void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& requests,
-              progress_thread* progress) {
+              progress_thread* progress, ring_phases phases = ring_phases::both) {
   const int steps = pattern.steps();
   const int lead = pattern.lead();
+  const bool transfers = phases != ring_phases::compute_only;
+  const bool compute = phases != ring_phases::comm_only;
   for (int t = 0; t < steps; ++t) {
-    if (t + lead < steps) {
+    if (transfers && t + lead < steps) {
       const transfer in = pattern.recv(t + lead);
       if (in.active())
         OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, links.from, links.tag, links.comm, requests.add());
     }
-    const transfer out = pattern.send(t);
+    const transfer out = transfers ? pattern.send(t) : transfer{};
     if (out.active())
       OVERLAP_MPI(MPI_Isend, out.buf, 1, out.type, links.to, links.tag, links.comm, requests.add());
 
     progress_scope scope(progress, requests);
-    pattern.compute(t);
+    if (compute) pattern.compute(t);
     scope.finish();
     requests.wait_all();
   }

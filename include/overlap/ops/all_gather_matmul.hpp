@@ -240,9 +240,11 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
 
   const int chunks = ctx.config().ag_chunks;
   const std::vector<int64_t> options{g, static_cast<int64_t>(opt.strategy), chunks, opt.transpose_a, opt.transpose_b,
-                                     static_cast<int64_t>(opt.epilogue.activation)};
+                                     static_cast<int64_t>(opt.epilogue.activation),
+                                     static_cast<int64_t>(ctx.config().phases)};
   const char* option_names[] = {"ag_options.gathered", "ag_options.strategy", "config.ag_chunks",
-                                "ag_options.transpose_a", "ag_options.transpose_b", "ag_options.epilogue.activation"};
+                                "ag_options.transpose_a", "ag_options.transpose_b", "ag_options.epilogue.activation",
+                                "config.phases"};
   std::vector<int64_t> mine = options;
   mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols, x.has_out, x.out.rows, x.out.cols});
   plan_key key = mine;
@@ -407,7 +409,7 @@ void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options&
   ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
   const int R = ctx.size();
   const engine::ring_links links{ctx.comm(), (ctx.rank() + 1) % R, (ctx.rank() + R - 1) % R, 1};
-  engine::run_ring(links, pattern, ctx.requests(), ctx.progress());
+  engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases);
 }
 
 }  // namespace detail

@@ -171,10 +171,11 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
 
   const int chunks = ctx.config().rs_chunks;
   const std::vector<int64_t> options{sc, static_cast<int64_t>(opt.strategy), chunks, opt.transpose_a, opt.transpose_b,
-                                     static_cast<int64_t>(opt.epilogue.activation), opt.bf16_transfers};
+                                     static_cast<int64_t>(opt.epilogue.activation), opt.bf16_transfers,
+                                     static_cast<int64_t>(ctx.config().phases)};
   const char* option_names[] = {"rs_options.scattered", "rs_options.strategy", "config.rs_chunks",
                                 "rs_options.transpose_a", "rs_options.transpose_b", "rs_options.epilogue.activation",
-                                "rs_options.bf16_transfers"};
+                                "rs_options.bf16_transfers", "config.phases"};
   std::vector<int64_t> mine = options;
   mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols});
   plan_key key = mine;
@@ -291,7 +292,7 @@ void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_opti
   rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
   const int R = ctx.size();
   const engine::ring_links links{ctx.comm(), (ctx.rank() + 1) % R, (ctx.rank() + R - 1) % R, 2};
-  engine::run_ring(links, pattern, ctx.requests(), ctx.progress());
+  engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases);
 }
 
 }  // namespace detail

@@ -1,0 +1,286 @@
+// overlap-bench: one tensor-parallel product measured every way side by side
+// in one run: compute only and comm only (the same ring schedule's GEMMs
+// alone and transfers alone), bulk, each decomposed strategy, and the peers a
+// user would otherwise pick. Times are medians over iterations of the slowest
+// rank. Every result is checked against a double-precision reference on the
+// first iteration; a wrong result fails the run.
+//
+// The global problem is C = A @ B (M x K times K x N), sharded as a
+// tensor-parallel layer shards it (balanced blocks):
+//   ag lhs_rows: a = A[M_r, :],  b = B[:, N_r], c = C[:, N_r]
+//   ag lhs_cols: a = A[:, K_r],  b = B[:, N_r], c = C[:, N_r]
+//   ag rhs_rows: a = A[M_r, :],  b = B[K_r, :], c = C[M_r, :]
+//   ag rhs_cols: a = A[M_r, :],  b = B[:, N_r], c = C[M_r, :]
+//   rs rows:     a = A[:, K_r],  b = B[K_r, :], c = C[M_r, :]
+//   rs cols:     a = A[:, K_r],  b = B[K_r, :], c = C[:, N_r]
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <Eigen/Core>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/measure.hpp"
+#include "common/pipeline_peer.hpp"
+#include "overlap/overlap.hpp"
+
+namespace {
+
+struct options {
+  std::string op = "ag", variant = "lhs_rows", dtype = "f32";
+  int64_t m = 2048, n = 2048, k = 2048;
+  std::vector<std::string> strategies{"ring"};
+  bool peers = true;
+  int pipeline_chunks = 4;
+  int iters = 5, warmup = 1;
+  std::string json, transport;
+};
+
+struct range2 {
+  int64_t r0, nr, c0, nc;
+};
+
+/// The slices of A, B and C this rank holds for the chosen op and variant.
+struct slicing {
+  range2 a, b, c;
+};
+
+slicing slice_for(const options& o, int R, int p) {
+  const auto M = overlap::shard_layout::balanced(o.m, R), N = overlap::shard_layout::balanced(o.n, R),
+             K = overlap::shard_layout::balanced(o.k, R);
+  const range2 all_a{0, o.m, 0, o.k}, all_b{0, o.k, 0, o.n};
+  auto rows = [&](range2 r, const overlap::shard_layout& l) { return range2{l.offset(p), l.size(p), r.c0, r.nc}; };
+  auto cols = [&](range2 r, const overlap::shard_layout& l) { return range2{r.r0, r.nr, l.offset(p), l.size(p)}; };
+  const range2 all_c{0, o.m, 0, o.n};
+  if (o.op == "ag") {
+    if (o.variant == "lhs_rows") return {rows(all_a, M), cols(all_b, N), cols(all_c, N)};
+    if (o.variant == "lhs_cols") return {cols(all_a, K), cols(all_b, N), cols(all_c, N)};
+    if (o.variant == "rhs_rows") return {rows(all_a, M), rows(all_b, K), rows(all_c, M)};
+    if (o.variant == "rhs_cols") return {rows(all_a, M), cols(all_b, N), rows(all_c, M)};
+  } else {
+    if (o.variant == "rows") return {cols(all_a, K), rows(all_b, K), rows(all_c, M)};
+    if (o.variant == "cols") return {cols(all_a, K), rows(all_b, K), cols(all_c, N)};
+  }
+  throw CLI::ValidationError("--variant", "'" + o.variant + "' is not a variant of --op " + o.op);
+}
+
+template <class T>
+T from_float(float f) {
+  return static_cast<T>(f);
+}
+
+/// Element (i, j) of the global A or B: the same on every rank.
+float global_value(int64_t i, int64_t j, uint32_t salt) {
+  uint64_t h = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(j) + salt) * 0xC2B2AE3D27D4EB4Full;
+  h ^= h >> 29;
+  return static_cast<float>(static_cast<int64_t>(h % 2001) - 1000) / 1000.0f;
+}
+
+template <class T>
+std::vector<T> make_slice(range2 r, uint32_t salt) {
+  std::vector<T> v(static_cast<size_t>(r.nr * r.nc));
+  for (int64_t i = 0; i < r.nr; ++i)
+    for (int64_t j = 0; j < r.nc; ++j) v[static_cast<size_t>(i * r.nc + j)] = from_float<T>(global_value(r.r0 + i, r.c0 + j, salt));
+  return v;
+}
+
+/// max |c - ref| / max |ref| for this rank's block of C = A @ B (double, Eigen).
+template <class T>
+double check(const std::vector<T>& c, range2 cr, int64_t K) {
+  Eigen::MatrixXd a(cr.nr, K), b(K, cr.nc);
+  for (int64_t i = 0; i < cr.nr; ++i)
+    for (int64_t q = 0; q < K; ++q) a(i, q) = double(from_float<T>(global_value(cr.r0 + i, q, 1)));
+  for (int64_t q = 0; q < K; ++q)
+    for (int64_t j = 0; j < cr.nc; ++j) b(q, j) = double(from_float<T>(global_value(q, cr.c0 + j, 2)));
+  const Eigen::MatrixXd ref = a * b;
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < cr.nr; ++i)
+    for (int64_t j = 0; j < cr.nc; ++j) {
+      num = std::max(num, std::abs(double(c[static_cast<size_t>(i * cr.nc + j)]) - ref(i, j)));
+      den = std::max(den, std::abs(ref(i, j)));
+    }
+  return den > 0 ? num / den : num;
+}
+
+template <class T>
+double tolerance() {
+  if constexpr (std::is_same_v<T, double>) return 1e-10;
+  else if constexpr (std::is_same_v<T, float>) return 1e-4;
+  else return 2e-2;  // bf16: inputs rounded to 8 bits, one output rounding
+}
+
+struct result {
+  std::string variant, strategy;
+  double time_ms = 0, err = 0;
+};
+
+/// The hand-written pipelines exist for the two most common layouts, in f32.
+std::optional<overlap::apps::peer> make_pipeline_peer(const options& o, const slicing& sl,
+                                                      overlap::matrix_view<const float> a,
+                                                      overlap::matrix_view<const float> b,
+                                                      overlap::matrix_view<float> c) {
+  (void)sl;
+  if (o.op == "ag" && o.variant == "lhs_rows") return overlap::apps::ag_rows_pipeline(o.pipeline_chunks, o.m, a, b, c);
+  if (o.op == "rs" && o.variant == "rows") return overlap::apps::rs_rows_pipeline(o.pipeline_chunks, o.m, a, b, c);
+  return std::nullopt;
+}
+
+template <class T>
+int run(const options& o) {
+  const int R = [] { int s = 1; MPI_Comm_size(MPI_COMM_WORLD, &s); return s; }();
+  const int p = [] { int r = 0; MPI_Comm_rank(MPI_COMM_WORLD, &r); return r; }();
+  const slicing sl = slice_for(o, R, p);
+  const auto a = make_slice<T>(sl.a, 1), b = make_slice<T>(sl.b, 2);
+  std::vector<T> c(static_cast<size_t>(sl.c.nr * sl.c.nc));
+  const overlap::matrix_view<const T> av(a.data(), sl.a.nr, sl.a.nc), bv(b.data(), sl.b.nr, sl.b.nc);
+  const overlap::matrix_view<T> cv(c.data(), sl.c.nr, sl.c.nc);
+  const bool ag = o.op == "ag";
+  auto strategy_of = [](const std::string& s) { return s == "bulk" ? overlap::strategy::bulk : overlap::strategy::ring; };
+
+  // One context per ring_phases setting: same schedule, halves switched off.
+  overlap::config base = overlap::config::from_env();
+  auto make_ctx = [&](overlap::ring_phases ph) {
+    overlap::config cfg = base;
+    cfg.phases = ph;
+    return overlap::context(MPI_COMM_WORLD, cfg);
+  };
+  overlap::context full = make_ctx(overlap::ring_phases::both);
+  overlap::context compute_ctx = make_ctx(overlap::ring_phases::compute_only);
+  overlap::context comm_ctx = make_ctx(overlap::ring_phases::comm_only);
+  auto op = [&](overlap::context& ctx, overlap::strategy s) {
+    return [&, s] {
+      if (ag) {
+        overlap::ag_options opt;
+        const std::string& v = o.variant;
+        opt.gathered = v == "lhs_rows" ? overlap::gathered::lhs_rows
+                       : v == "lhs_cols" ? overlap::gathered::lhs_cols
+                       : v == "rhs_rows" ? overlap::gathered::rhs_rows : overlap::gathered::rhs_cols;
+        opt.strategy = s;
+        overlap::all_gather_matmul<T>(ctx, av, bv, cv, opt);
+      } else {
+        overlap::rs_options opt;
+        opt.scattered = o.variant == "rows" ? overlap::scattered::rows : overlap::scattered::cols;
+        opt.strategy = s;
+        overlap::matmul_reduce_scatter<T>(ctx, av, bv, cv, opt);
+      }
+    };
+  };
+  int wrong = 0;
+  // Times body and checks its result from a first, unmeasured run.
+  auto measure_checked = [&](const std::string& name, const std::function<void()>& body) {
+    std::fill(c.begin(), c.end(), from_float<T>(-7.0f));
+    body();
+    double err = check(c, sl.c, o.k), worst = 0;
+    MPI_Allreduce(&err, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (!(worst <= tolerance<T>())) {
+      ++wrong;
+      if (p == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result (max rel err {:.3e})\n", name, worst);
+    }
+    return result{name, name, overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, body), worst};
+  };
+
+  const double compute_only =
+      overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, overlap::strategy::ring));
+  const double comm_only =
+      overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, overlap::strategy::ring));
+  std::vector<result> results;
+  results.push_back(measure_checked("bulk", op(full, overlap::strategy::bulk)));
+  for (const auto& s : o.strategies)
+    if (s != "bulk") results.push_back(measure_checked(s, op(full, strategy_of(s))));
+  if (o.peers) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (auto peer = make_pipeline_peer(o, sl, av, bv, cv)) results.push_back(measure_checked(peer->name, peer->body));
+    }
+  }
+
+  const double bulk_ms = results.front().time_ms, limit = std::max(compute_only, comm_only);
+  const std::string transport = !o.transport.empty() ? o.transport
+                                : std::getenv("OVERLAP_TRANSPORT") ? std::getenv("OVERLAP_TRANSPORT")
+                                                                   : "unlabelled";
+  if (p == 0) {
+    const double flops = 2.0 * double(o.m) * double(o.n) * double(o.k);
+    fmt::print("overlap-bench: {} {} {} M={} N={} K={} ranks={} transport: {}\n", o.op, o.variant, o.dtype, o.m, o.n,
+               o.k, R, transport);
+    fmt::print("median of {} iterations of the slowest rank; limit = max(compute only, comm only)\n\n", o.iters);
+    fmt::print("{:<22}{:>10}{:>10}{:>10}{:>10}{:>13}\n", "variant", "ms", "GFLOP/s", "x bulk", "/ limit", "max rel err");
+    fmt::print("{:<22}{:>10.2f}{:>10.1f}\n", "compute only", compute_only, flops / compute_only / 1e6);
+    fmt::print("{:<22}{:>10.2f}\n", "comm only", comm_only);
+    for (const auto& r : results)
+      fmt::print("{:<22}{:>10.2f}{:>10.1f}{:>10.3f}{:>10.3f}{:>13.2e}\n", r.strategy, r.time_ms, flops / r.time_ms / 1e6,
+                 bulk_ms / r.time_ms, r.time_ms / limit, r.err);
+    if (!o.json.empty()) {
+      std::ofstream out(o.json, std::ios::app);
+      for (const auto& r : results) {
+        nlohmann::json j{{"op", o.op == "ag" ? "all_gather_matmul" : "matmul_reduce_scatter"},
+                         {"variant", o.variant},
+                         {"strategy", r.strategy},
+                         {"dtype", o.dtype},
+                         {"ranks", R},
+                         {"m", o.m},
+                         {"n", o.n},
+                         {"k", o.k},
+                         {"time_ms", r.time_ms},
+                         {"compute_only_ms", compute_only},
+                         {"comm_only_ms", comm_only},
+                         {"bulk_ms", bulk_ms},
+                         {"speedup_vs_bulk", bulk_ms / r.time_ms},
+                         {"limit_ms", limit},
+                         {"ratio_to_limit", r.time_ms / limit},
+                         {"max_rel_err", r.err},
+                         {"transport", transport},
+                         {"backend", overlap::to_string(full.backend_for<T>())},
+                         {"progress", overlap::to_string(full.config().progress)},
+                         {"threads", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "default"},
+                         {"iterations", o.iters}};
+        out << j.dump() << "\n";
+      }
+    }
+  }
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  overlap::mpi::environment env(argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  options o;
+  CLI::App app{"overlap-bench: compute only, comm only, bulk, decomposed strategies and peers, side by side"};
+  app.add_option("--op", o.op, "ag (all_gather_matmul) or rs (matmul_reduce_scatter)")
+      ->check(CLI::IsMember({"ag", "rs"}));
+  app.add_option("--variant", o.variant, "ag: lhs_rows|lhs_cols|rhs_rows|rhs_cols; rs: rows|cols")
+      ->check(CLI::IsMember({"lhs_rows", "lhs_cols", "rhs_rows", "rhs_cols", "rows", "cols"}));
+  app.add_option("-m", o.m, "global M")->check(CLI::PositiveNumber);
+  app.add_option("-n", o.n, "global N")->check(CLI::PositiveNumber);
+  app.add_option("-k", o.k, "global K")->check(CLI::PositiveNumber);
+  app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember({"f32", "bf16", "f64"}));
+  app.add_option("--strategies", o.strategies, "decomposed strategies to compare (bulk is always measured)")
+      ->check(CLI::IsMember({"bulk", "ring"}))
+      ->delimiter(',');
+  app.add_flag("!--no-peers", o.peers, "skip the hand-written non-blocking-collective pipeline peer");
+  app.add_option("--pipeline-chunks", o.pipeline_chunks, "chunks of the pipeline peer")->check(CLI::PositiveNumber);
+  app.add_option("--iters", o.iters, "measured iterations (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "unmeasured iterations first")->check(CLI::NonNegativeNumber);
+  app.add_option("--json", o.json, "append one JSON object per measured case to FILE (rank 0)");
+  app.add_option("--transport", o.transport, "label of the transport for the report (default: $OVERLAP_TRANSPORT)");
+  app.footer("Library settings come from the environment:\n" + overlap::env_help());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
+  try {
+    if (o.dtype == "f64") return run<double>(o);
+    if (o.dtype == "bf16") return run<overlap::bfloat16>(o);
+    return run<float>(o);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "overlap-bench (rank {}): {}\n", rank, e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# overlap-bench in a tiny configuration: it must verify its own results (exit
+# 0), print its table, and write JSON lines with every field the reports and
+# checks rely on.
+set -euo pipefail
+bench=${1:?usage: bench_smoke.sh OVERLAP_BENCH}
+json=$(mktemp /tmp/overlap-bench-smoke.XXXXXX.json)
+trap 'rm -f "$json"' EXIT
+run() { mpiexec -np "$1" --oversubscribe --bind-to none "$bench" -m 33 -n 20 -k 17 --iters 2 --warmup 0 \
+          --json "$json" --transport "shared memory" "${@:2}"; }
+run 2 --op ag --variant lhs_rows
+run 3 --op rs --variant rows
+run 3 --op ag --variant rhs_cols --dtype bf16
+run 2 --op rs --variant cols --dtype f64
+python3 - "$json" <<'PY'
+import json, sys
+fields = ["op", "variant", "strategy", "dtype", "ranks", "m", "n", "k", "time_ms", "compute_only_ms",
+          "comm_only_ms", "bulk_ms", "speedup_vs_bulk", "max_rel_err", "limit_ms", "ratio_to_limit", "transport"]
+rows = [json.loads(line) for line in open(sys.argv[1])]
+strategies = {(r["op"], r["variant"], r["dtype"], r["strategy"]) for r in rows}
+expected = {("all_gather_matmul", "lhs_rows", "f32", s) for s in ("bulk", "ring", "iallgatherv_pipeline")}
+expected |= {("matmul_reduce_scatter", "rows", "f32", s) for s in ("bulk", "ring", "ireduce_scatter_pipeline")}
+expected |= {("all_gather_matmul", "rhs_cols", "bf16", s) for s in ("bulk", "ring")}
+expected |= {("matmul_reduce_scatter", "cols", "f64", s) for s in ("bulk", "ring")}
+assert strategies == expected, f"cases {sorted(strategies)} != {sorted(expected)}"
+for r in rows:
+    missing = [f for f in fields if f not in r]
+    assert not missing, f"missing {missing} in {r}"
+    assert r["time_ms"] > 0 and r["limit_ms"] > 0 and r["m"] == 33 and r["n"] == 20 and r["k"] == 17
+    assert r["max_rel_err"] < (2e-2 if r["dtype"] == "bf16" else 1e-4), r
+print(f"overlap-bench smoke test: {len(rows)} cases, all fields present, results verified")
+PY
