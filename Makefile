@@ -14,7 +14,7 @@ DEPS := cmake make g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps configure build test demo install clean
+.PHONY: all deps configure build test demo bench install clean
 
 all: build
 
@@ -42,6 +42,12 @@ test: build
 # On an emulated 2-node cluster when the machine allows it, else on shared memory.
 demo: build
 	bash bench/demo.sh $(BUILD)
+
+# The sweep behind docs/results.md (gnuplot draws the plots).
+bench: build
+	@command -v gnuplot >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get install -y --no-install-recommends gnuplot-nox; } \
+	  || { echo "make bench: needs gnuplot (apt-get install gnuplot-nox)" >&2; exit 1; }
+	bash bench/sweep.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

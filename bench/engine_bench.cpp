@@ -1,0 +1,115 @@
+// Google Benchmark suite for engine pieces on one machine:
+//   gemm/one           one GEMM of M x N x K
+//   gemm/ring_steps    the same work as the R * chunks row-block GEMMs a ring
+//                      step schedule runs (per-step efficiency vs one GEMM)
+//   plan/lookup        per-call overhead of an op whose plan is cached (tiny shape)
+//   ag/{bulk,ring}     all_gather_matmul on MPI_COMM_WORLD, timed as the
+//                      slowest rank (run under mpirun; fixed iteration counts
+//                      so every rank runs the same number of calls)
+// Run: mpirun -np 2 build/bench/overlap-engine-bench
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <vector>
+
+#include "overlap/overlap.hpp"
+
+namespace {
+
+overlap::backend::onednn_backend& backend() {
+  static overlap::backend::onednn_backend be;
+  return be;
+}
+
+void gemm_one(benchmark::State& st) {
+  const int64_t m = st.range(0), n = st.range(1), k = st.range(2);
+  std::vector<float> a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f),
+      c(static_cast<size_t>(m * n));
+  auto kernel = backend().make(overlap::gemm_desc{m, n, k, k, n, n});
+  for (auto _ : st) kernel->run(a.data(), b.data(), c.data());
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m * n * k), benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+void gemm_ring_steps(benchmark::State& st) {
+  const int64_t m = st.range(0), n = st.range(1), k = st.range(2), pieces = st.range(3);
+  std::vector<float> a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f),
+      c(static_cast<size_t>(m * n));
+  std::vector<std::shared_ptr<const overlap::gemm_kernel>> kernels;
+  std::vector<int64_t> rows;
+  for (int64_t q = 0; q < pieces; ++q) {
+    rows.push_back(m / pieces + (q < m % pieces ? 1 : 0));
+    kernels.push_back(backend().make(overlap::gemm_desc{rows.back(), n, k, k, n, n}));
+  }
+  for (auto _ : st) {
+    int64_t r0 = 0;
+    for (int64_t q = 0; q < pieces; ++q) {
+      kernels[static_cast<size_t>(q)]->run(a.data() + r0 * k, b.data(), c.data() + r0 * n);
+      r0 += rows[static_cast<size_t>(q)];
+    }
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m * n * k), benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+void plan_lookup(benchmark::State& st) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  const int R = ctx.size();
+  std::vector<float> a(1, 1.0f), b(1, 1.0f), c(static_cast<size_t>(R));
+  for (auto _ : st) overlap::all_gather_matmul<float>(ctx, {a.data(), 1, 1}, {b.data(), 1, 1}, {c.data(), R, 1});
+}
+
+void ag(benchmark::State& st, overlap::strategy s) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  const int R = ctx.size();
+  const int64_t m = st.range(0), n = st.range(1), k = st.range(2), m_r = m / R;
+  std::vector<float> a(static_cast<size_t>(m_r * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f),
+      c(static_cast<size_t>(m_r * R * n));
+  overlap::ag_options opt;
+  opt.strategy = s;
+  for (auto _ : st) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    overlap::all_gather_matmul<float>(ctx, {a.data(), m_r, k}, {b.data(), k, n}, {c.data(), m_r * R, n}, opt);
+    double mine = MPI_Wtime() - t0, slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    st.SetIterationTime(slowest);
+  }
+  st.counters["GFLOP/s/rank"] = benchmark::Counter(2.0 * double(m_r * R * n * k),
+                                                   benchmark::Counter::kIsIterationInvariantRate,
+                                                   benchmark::Counter::kIs1000);
+}
+
+}  // namespace
+
+BENCHMARK(gemm_one)->Name("gemm/one")->Args({2048, 1024, 2048})->Args({1024, 1024, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_ring_steps)
+    ->Name("gemm/ring_steps")
+    ->Args({2048, 1024, 2048, 2})
+    ->Args({2048, 1024, 2048, 4})
+    ->Args({2048, 1024, 2048, 8})
+    ->Args({1024, 1024, 1024, 8})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(plan_lookup)->Name("plan/lookup")->Iterations(2000)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(ag, bulk, overlap::strategy::bulk)
+    ->Name("ag/bulk")->Args({2048, 1024, 2048})->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(ag, ring, overlap::strategy::ring)
+    ->Name("ag/ring")->Args({2048, 1024, 2048})->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+int main(int argc, char** argv) {
+  overlap::mpi::environment env(argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  benchmark::Initialize(&argc, argv);
+  // Every rank runs every benchmark (the MPI ones are collective); rank 0 reports.
+  benchmark::ConsoleReporter console;
+  benchmark::BenchmarkReporter* quiet = nullptr;
+  struct null_reporter : benchmark::BenchmarkReporter {
+    bool ReportContext(const Context&) override { return true; }
+    void ReportRuns(const std::vector<Run>&) override {}
+  } null;
+  quiet = &null;
+  benchmark::RunSpecifiedBenchmarks(rank == 0 ? static_cast<benchmark::BenchmarkReporter*>(&console) : quiet);
+  benchmark::Shutdown();
+  return 0;
+}
