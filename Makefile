@@ -14,7 +14,7 @@ DEPS := cmake make g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps configure build test demo bench install clean
+.PHONY: all deps bench-deps configure build test demo bench install clean
 
 all: build
 
@@ -43,10 +43,14 @@ test: build
 demo: build
 	bash bench/demo.sh $(BUILD)
 
-# The sweep behind docs/results.md (gnuplot draws the plots).
-bench: build
-	@command -v gnuplot >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get install -y --no-install-recommends gnuplot-nox; } \
-	  || { echo "make bench: needs gnuplot (apt-get install gnuplot-nox)" >&2; exit 1; }
+# The sweep behind docs/results.md: gnuplot draws the plots, python3 writes
+# the report, ScaLAPACK with OpenBLAS is the PSGEMM peer.
+BENCH_DEPS := gnuplot-nox python3 pkg-config libscalapack-openmpi-dev libopenblas0-openmp
+
+bench-deps:
+	@$(MAKE) --no-print-directory deps DEPS="$(BENCH_DEPS)"
+
+bench: bench-deps build
 	bash bench/sweep.sh $(BUILD)
 
 install: build
