@@ -10,17 +10,7 @@ bench="$build/apps/overlap-bench"
 args=(--op ag --variant lhs_rows -m 2048 -n 2048 -k 2048 --iters 5 --no-peers)
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-can_emulate() {
-  [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && command -v tc >/dev/null || return 1
-  local probe=ovl-demo-probe-$$ ok=1
-  ip netns add "$probe" 2>/dev/null || return 1
-  ip netns exec "$probe" ip link add ovl-p0 type veth peer name ovl-p1 2>/dev/null &&
-    ip netns exec "$probe" tc qdisc add dev ovl-p0 root tbf rate 1gbit burst 256kb latency 50ms 2>/dev/null && ok=0
-  ip netns delete "$probe"
-  return $ok
-}
-
-if can_emulate; then
+if reason=$("$here/vcluster/vcluster" check 2>&1); then
   export VCLUSTER_PREFIX=ovldemo VCLUSTER_STATE=/tmp/overlap-vcluster-demo.$$
   trap '"$here/vcluster/vcluster" down >/dev/null 2>&1' EXIT
   "$here/vcluster/vcluster" up --nodes 2 --rate 1gbit --topology star || exit 1
@@ -28,7 +18,7 @@ if can_emulate; then
   OVERLAP_TRANSPORT="tcp, emulated 2-node star at 1 Gbit/s" \
     "$here/vcluster/vcluster" run -np 2 "$bench" "${args[@]}" 2> >(grep -v setpgid >&2)
 else
-  echo "Cannot emulate a cluster here (needs root and the tbf qdisc): running on shared memory."
+  echo "Cannot emulate a cluster here (${reason#vcluster: }): running on shared memory."
   echo "There the MPI copy uses the same cores as the GEMMs, so expect ring ~ bulk, not a gain."
   OVERLAP_TRANSPORT="shared memory" mpirun -np 2 --oversubscribe --bind-to none "$bench" "${args[@]}"
 fi

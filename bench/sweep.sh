@@ -19,16 +19,6 @@ iters=5
 sizes="256 512 1024 2048 4096"
 [ "$quick" = --quick ] && sizes="256 2048" && iters=3
 
-can_emulate() {
-  [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && command -v tc >/dev/null || return 1
-  local probe=ovl-sweep-probe-$$ ok=1
-  ip netns add "$probe" 2>/dev/null || return 1
-  ip netns exec "$probe" ip link add ovl-p0 type veth peer name ovl-p1 2>/dev/null &&
-    ip netns exec "$probe" tc qdisc add dev ovl-p0 root tbf rate 1gbit burst 256kb latency 50ms 2>/dev/null && ok=0
-  ip netns delete "$probe"
-  return $ok
-}
-
 # sweep NAME NP LAUNCHER...: AG (lhs_rows) over N and RS (rows) over K, M = 2048.
 sweep() {
   local name=$1 np=$2; shift 2
@@ -43,7 +33,7 @@ sweep() {
 }
 
 runs=()
-if can_emulate; then
+if reason=$("$here/vcluster/vcluster" check 2>&1); then
   vc="$here/vcluster/vcluster"
   export VCLUSTER_PREFIX=ovlbench VCLUSTER_STATE=/tmp/overlap-vcluster-bench.$$
   trap '"$vc" down >/dev/null 2>&1' EXIT
@@ -55,7 +45,7 @@ if can_emulate; then
   runs+=(ring4)
   "$vc" down
 else
-  echo "cannot emulate a cluster here (needs root and tbf): sweeping shared memory only" >&2
+  echo "cannot emulate a cluster here (${reason#vcluster: }): sweeping shared memory only" >&2
   OVERLAP_TRANSPORT="shared memory" sweep shm2 2 mpirun -np 2 --oversubscribe --bind-to none || exit 1
   runs+=(shm2)
 fi

@@ -58,12 +58,8 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
   matrix<T> c = lhs ? matrix<T>(cs.m, other_local, cs.pad) : matrix<T>(other_local, cs.n, cs.pad);
   for (auto& v : c.data) v = T(-999);  // stale contents must be overwritten
   matrix<T> out = tx ? matrix<T>(x_cols, x_rows, cs.pad) : matrix<T>(x_rows, x_cols, cs.pad);
-  std::vector<T> bias(static_cast<size_t>(c.cols));
   std::vector<double> bias_ref;
-  for (int64_t j = 0; j < c.cols; ++j) {
-    bias[static_cast<size_t>(j)] = static_cast<T>(0.25f * float((j + p) % 5) - 0.5f);
-    if (cs.bias) bias_ref.push_back(double(bias[static_cast<size_t>(j)]));
-  }
+  const auto bias = make_bias<T>(c.cols, p, cs.bias, bias_ref);
 
   overlap::ag_options opt;
   opt.gathered = cs.variant;

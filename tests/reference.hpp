@@ -88,6 +88,19 @@ inline void reference_epilogue(reference& r, const std::vector<double>& bias, ov
     }
 }
 
+/// A per-column bias of `cols` values for rank p, and its double copy for the
+/// reference (empty when the case has no bias).
+template <class T>
+std::vector<T> make_bias(int64_t cols, int p, bool enabled, std::vector<double>& ref) {
+  std::vector<T> bias(static_cast<size_t>(cols));
+  ref.clear();
+  for (int64_t j = 0; j < cols; ++j) {
+    bias[static_cast<size_t>(j)] = static_cast<T>(0.25f * float((j + p) % 5) - 0.5f);
+    if (enabled) ref.push_back(double(bias[static_cast<size_t>(j)]));
+  }
+  return bias;
+}
+
 /// The transpose of m (with optional padding).
 template <class T>
 matrix<T> transposed(const matrix<T>& m, int64_t pad = 0) {

@@ -51,12 +51,8 @@ double run_rs_case(overlap::context& ctx, const rs_case& cs) {
   const int64_t ooff = offset_of(os, p);
   matrix<T> c = rows ? matrix<T>(os[p], cs.n, cs.pad) : matrix<T>(cs.m, os[p], cs.pad);
   for (auto& v : c.data) v = T(-999);
-  std::vector<T> bias(static_cast<size_t>(c.cols));
   std::vector<double> bias_ref;
-  for (int64_t j = 0; j < c.cols; ++j) {
-    bias[static_cast<size_t>(j)] = static_cast<T>(0.25f * float((j + p) % 5) - 0.5f);
-    if (cs.bias) bias_ref.push_back(double(bias[static_cast<size_t>(j)]));
-  }
+  const auto bias = make_bias<T>(c.cols, p, cs.bias, bias_ref);
 
   overlap::rs_options opt;
   opt.scattered = cs.scattered;

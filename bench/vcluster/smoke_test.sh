@@ -10,17 +10,7 @@ vc="$here/vcluster"
 # A prefix of its own, so a vcluster someone has up is left alone.
 export VCLUSTER_PREFIX=ovlsmoke VCLUSTER_STATE=/tmp/overlap-vcluster-smoke.$$
 
-skip() { echo "SKIPPED: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root for network namespaces"
-command -v ip >/dev/null && command -v tc >/dev/null || skip "iproute2 (ip, tc) is not installed"
-probe=ovl-probe-$$
-ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces here"
-ip netns exec "$probe" ip link add ovl-p0 type veth peer name ovl-p1 2>/dev/null
-if ! ip netns exec "$probe" tc qdisc add dev ovl-p0 root tbf rate 1gbit burst 256kb latency 50ms 2>/dev/null; then
-  ip netns delete "$probe"
-  skip "the tbf qdisc is not available in this kernel"
-fi
-ip netns delete "$probe"
+reason=$("$vc" check 2>&1) || { echo "SKIPPED: ${reason#vcluster: }"; exit 77; }
 
 trap '"$vc" down >/dev/null 2>&1' EXIT
 "$vc" up --nodes 2 --rate 1gbit --topology star || exit 1

@@ -407,9 +407,7 @@ void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options&
     copy_block<T>(l, geo.stored_shard_rows() ? x.out.block(off, 0, l.rows, l.cols) : x.out.block(0, off, l.rows, l.cols));
   }
   ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
-  const int R = ctx.size();
-  const engine::ring_links links{ctx.comm(), (ctx.rank() + 1) % R, (ctx.rank() + R - 1) % R, 1};
-  engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases);
+  run_on_ring(ctx, pattern, 1);
 }
 
 }  // namespace detail

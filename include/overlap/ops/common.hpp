@@ -10,6 +10,8 @@
 #include <string>
 #include <tuple>
 
+#include "overlap/context.hpp"
+#include "overlap/engine/ring.hpp"
 #include "overlap/matrix.hpp"
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/agreement.hpp"
@@ -83,6 +85,15 @@ inline void require_same_options(const std::vector<int64_t>& all, size_t row_len
         throw std::invalid_argument(op + ": " + names[i] + " differs across ranks (rank 0: " + std::to_string(v0) +
                                     ", rank " + std::to_string(r) + ": " + std::to_string(vr) + "); it must agree");
     }
+}
+
+/// Runs an op's ring pattern on the context's ring: data arrives from rank
+/// p + 1 and leaves to p - 1; `tag` keeps the ops' messages apart.
+template <class Pattern>
+void run_on_ring(context& ctx, Pattern& pattern, int tag) {
+  const int R = ctx.size(), p = ctx.rank();
+  const engine::ring_links links{ctx.comm(), (p + 1) % R, (p + R - 1) % R, tag};
+  engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases);
 }
 
 }  // namespace overlap::detail

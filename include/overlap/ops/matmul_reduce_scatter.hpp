@@ -290,9 +290,7 @@ void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_opti
     return;
   }
   rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
-  const int R = ctx.size();
-  const engine::ring_links links{ctx.comm(), (ctx.rank() + 1) % R, (ctx.rank() + R - 1) % R, 2};
-  engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases);
+  run_on_ring(ctx, pattern, 2);
 }
 
 }  // namespace detail
