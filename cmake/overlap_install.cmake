@@ -15,3 +15,7 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/overlapConfigVersion.cmak
 install(FILES ${PROJECT_BINARY_DIR}/overlapConfig.cmake
   ${PROJECT_BINARY_DIR}/overlapConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/overlap)
+
+# pkg-config, for builds without CMake (relocatable: paths relative to the .pc file).
+configure_file(cmake/overlap.pc.in ${PROJECT_BINARY_DIR}/overlap.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/overlap.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

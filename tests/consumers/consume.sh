@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Consumes overlap three ways and runs the consumer at 2 ranks each time:
+#   install  cmake --install into a temporary prefix, find_package(overlap),
+#            and pkg-config --cflags --libs overlap;
+#   subdir   add_subdirectory of the source tree;
+#   plain    mpicxx with only -I include and the dependencies.
+set -euo pipefail
+way=${1:?usage: consume.sh install|subdir|plain SOURCE_DIR BUILD_DIR}
+src=$(cd "${2:?}" && pwd)
+build=$(cd "${3:?}" && pwd)
+here="$src/tests/consumers"
+work=$(mktemp -d /tmp/overlap-consume.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+run() { mpiexec -np 2 --oversubscribe --bind-to none "$@"; }
+
+case $way in
+  install)
+    cmake --install "$build" --prefix "$work/prefix" > /dev/null
+    cmake -S "$here/find_package" -B "$work/b" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > /dev/null
+    cmake --build "$work/b" -j 2 > /dev/null
+    run "$work/b/consumer"
+    run "$work/b/consumer_compiled"
+    # pkg-config: the installed overlap.pc gives the flags of the header-only use.
+    flags=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs overlap)
+    # shellcheck disable=SC2086
+    mpicxx -std=c++17 -O2 "$here/main.cpp" -o "$work/pc_consumer" $flags
+    run "$work/pc_consumer"
+    ;;
+  subdir)
+    cmake -S "$here/add_subdirectory" -B "$work/b" -DOVERLAP_SOURCE_DIR="$src" -DCMAKE_BUILD_TYPE=Release > /dev/null
+    cmake --build "$work/b" -j 2 > /dev/null
+    run "$work/b/consumer"
+    ;;
+  plain)
+    mpicxx -std=c++17 -O2 -fopenmp -I "$src/include" -I /usr/include/eigen3 "$here/main.cpp" -o "$work/plain" -ldnnl
+    run "$work/plain"
+    ;;
+  *) echo "unknown way '$way'" >&2; exit 2 ;;
+esac
+echo "consumed overlap ($way): ok"
