@@ -8,6 +8,8 @@
 
 #include <mpi.h>
 
+#include <exception>
+
 #include "overlap/config.hpp"
 #include "overlap/engine/progress.hpp"
 #include "overlap/error.hpp"
@@ -54,6 +56,17 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
   const int lead = pattern.lead();
   const bool transfers = phases != ring_phases::compute_only;
   const bool compute = phases != ring_phases::comm_only;
+  // If a step throws (an MPI or backend error), its requests are cancelled so
+  // the next call starts from an empty group. The peers of this rank cannot
+  // finish this call then: such errors are fatal to the collective, like any
+  // MPI error inside a collective.
+  struct cancel_on_throw {
+    mpi::request_group& g;
+    int unwinding = std::uncaught_exceptions();
+    ~cancel_on_throw() {
+      if (std::uncaught_exceptions() > unwinding) g.cancel_all();
+    }
+  } guard{requests};
   for (int t = 0; t < steps; ++t) {
     if (transfers && t + lead < steps) {
       const transfer in = pattern.recv(t + lead);

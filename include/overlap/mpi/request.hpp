@@ -44,6 +44,10 @@ class request_group {
     OVERLAP_MPI(MPI_Testall, size(), reqs_.data(), &done, MPI_STATUSES_IGNORE);
     return done != 0;
   }
+  /// Cancels and completes every pending request and empties the group (for
+  /// error paths: a request must not outlive the step that posted it).
+  void cancel_all() noexcept { abandon(); }
+
   /// Blocks until every request has completed, then empties the group.
   void wait_all() {
     if (reqs_.empty()) return;
