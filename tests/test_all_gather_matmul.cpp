@@ -50,8 +50,10 @@ TEST_P(ag_test, plan_reuse_with_new_buffers) {
   overlap::config cfg;
   cfg.backend = backend;
   overlap::context ctx(MPI_COMM_WORLD, cfg);
+  // Skewed shards: the ranks' local shapes differ, their plans must still agree.
   for (uint32_t seed = 1; seed <= 3; ++seed) run_ag_case<float>(ctx, {variant, strat, 9, 11, 10, split::skewed, 1, false, seed});
   EXPECT_EQ(ctx.cached_plans(), 1u);
+  EXPECT_EQ(ctx.plans_built(), 1u) << "the plan was rebuilt although nothing changed";
 }
 
 std::string param_name(const ::testing::TestParamInfo<param>& info) {

@@ -56,6 +56,17 @@ INSTANTIATE_TEST_SUITE_P(all, rs_test,
                                             ::testing::Values(backend_kind::onednn, backend_kind::eigen)),
                          param_name);
 
+// A repeated call with uneven shards reuses its plan: built once, on every rank.
+TEST_P(rs_test, plan_is_built_once) {
+  const auto [sc, strat, backend] = GetParam();
+  overlap::config cfg;
+  cfg.backend = backend;
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  for (uint32_t seed = 1; seed <= 3; ++seed)
+    run_rs_case<float>(ctx, {sc, strat, 9, 11, 10, split::skewed, split::first_empty, 1, seed});
+  EXPECT_EQ(ctx.plans_built(), 1u) << "the plan was rebuilt although nothing changed";
+}
+
 TEST(rs_double, matches_reference) {
   overlap::context ctx(MPI_COMM_WORLD);
   uint32_t seed = 1;

@@ -46,6 +46,9 @@ struct config {
   int rs_chunks = 2;
   /// Benchmarks only; see ring_phases.
   overlap::ring_phases phases = overlap::ring_phases::both;
+  /// Rank 0 prints the configuration when a context is created and every plan
+  /// when it is built (to stderr), in the spirit of ONEDNN_VERBOSE.
+  bool verbose = false;
 
   /// The defaults above, overridden by the environment variables listed in
   /// env_help(). Throws std::invalid_argument on a malformed value.
@@ -58,7 +61,8 @@ struct config {
          "OVERLAP_PROGRESS=thread|none             (thread) progress policy of the ring engine\n"
          "OVERLAP_PROGRESS_INTERVAL_US=N           (100) progress thread sleep between tests\n"
          "OVERLAP_AG_CHUNKS=N                      (1) ring steps per all-gathered shard\n"
-         "OVERLAP_RS_CHUNKS=N                      (2) ring steps per reduce-scattered shard (>= 2)\n";
+         "OVERLAP_RS_CHUNKS=N                      (2) ring steps per reduce-scattered shard (>= 2)\n"
+         "OVERLAP_VERBOSE=0|1                      (0) rank 0 prints the configuration and each plan built\n";
 }
 
 namespace detail {
@@ -97,7 +101,17 @@ inline config config::from_env() {
       detail::env_int("OVERLAP_PROGRESS_INTERVAL_US", static_cast<long>(c.progress_interval.count()), 0));
   c.ag_chunks = static_cast<int>(detail::env_int("OVERLAP_AG_CHUNKS", c.ag_chunks, 1));
   c.rs_chunks = static_cast<int>(detail::env_int("OVERLAP_RS_CHUNKS", c.rs_chunks, 2));
+  c.verbose = detail::env_int("OVERLAP_VERBOSE", 0, 0) != 0;
   return c;
+}
+
+/// The configuration as the OVERLAP_* variables that would produce it.
+[[nodiscard]] inline std::string describe(const config& c) {
+  return std::string("OVERLAP_BACKEND=") + to_string(c.backend) + " OVERLAP_PROGRESS=" + to_string(c.progress) +
+         " OVERLAP_PROGRESS_INTERVAL_US=" + std::to_string(c.progress_interval.count()) +
+         " OVERLAP_AG_CHUNKS=" + std::to_string(c.ag_chunks) + " OVERLAP_RS_CHUNKS=" + std::to_string(c.rs_chunks) +
+         (c.phases == ring_phases::both ? "" : c.phases == ring_phases::compute_only ? " phases=compute_only"
+                                                                                      : " phases=comm_only");
 }
 
 }  // namespace overlap

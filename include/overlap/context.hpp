@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -56,6 +57,8 @@ class context {
     }
     rank_ = comm_.rank();
     size_ = comm_.size();
+    if (cfg_.verbose && rank_ == 0)
+      std::fprintf(stderr, "overlap: context on %d ranks: %s\n", size_, describe(cfg_).c_str());
   }
 
   context(context&&) noexcept = default;
@@ -68,6 +71,8 @@ class context {
   [[nodiscard]] const overlap::config& config() const noexcept { return cfg_; }
   /// Number of plans cached so far (one per distinct shape and options).
   [[nodiscard]] size_t cached_plans() const noexcept { return plans_.size(); }
+  /// Number of plans built so far (a rebuild of a cached shape counts too).
+  [[nodiscard]] size_t plans_built() const noexcept { return plans_built_; }
 
   /// The backend that multiplies operands of type t under this context's
   /// config; std::invalid_argument for a combination no backend has.
@@ -99,9 +104,14 @@ class context {
     auto it = plans_.find(key);
     return it == plans_.end() ? nullptr : it->second.get();
   }
+  /// Prints a plan's description on rank 0 when the config is verbose.
+  void log_plan(const std::string& what) const {
+    if (cfg_.verbose && rank_ == 0) std::fprintf(stderr, "overlap: plan %s\n", what.c_str());
+  }
   detail::plan_base* store_plan(const detail::plan_key& key, std::unique_ptr<detail::plan_base> plan) {
     auto& slot = plans_[key];
     slot = std::move(plan);
+    ++plans_built_;
     return slot.get();
   }
   [[nodiscard]] engine::progress_thread* progress() const noexcept { return progress_.get(); }
@@ -116,6 +126,7 @@ class context {
   std::unique_ptr<backend::onednn_backend> onednn_;
   std::unique_ptr<engine::progress_thread> progress_;
   std::map<detail::plan_key, std::unique_ptr<detail::plan_base>> plans_;
+  size_t plans_built_ = 0;
   mpi::request_group requests_;
 };
 

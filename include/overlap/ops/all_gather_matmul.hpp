@@ -306,8 +306,19 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   auto plan = std::make_unique<ag_plan<T>>();
   plan->geo = full;
   plan->strategy = opt.strategy == strategy::bulk ? strategy::bulk : strategy::ring;
-  plan->fingerprint = hash_values(all, hash_values(key));
+  // The same on every rank: the exchanged table (which names the options) and the op.
+  plan->fingerprint = hash_values(all, hash_values({1}));
   ag_build<T>(ctx, *plan, x, opt, chunks);
+  ctx.log_plan(checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
+               to_string(plan->strategy) + ", sharded sizes [" + list(sizes) + "], op(X) " +
+               std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols) +
+               (plan->strategy == strategy::ring
+                    ? ", " + std::to_string(plan->steps.size()) + " steps (" + std::to_string(chunks) +
+                          " per shard), receives posted " + std::to_string(plan->lead) + " steps ahead, " +
+                          std::to_string(plan->slots.size() * sizeof(T)) + " bytes of slots" +
+                          (plan->acc.size() ? ", fp32 accumulator" : "")
+                    : "") +
+               ", progress " + to_string(ctx.config().progress) + ", backend " + to_string(ctx.backend_for<T>()));
   return static_cast<ag_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
 }
 

@@ -87,6 +87,13 @@ inline void require_same_options(const std::vector<int64_t>& all, size_t row_len
     }
 }
 
+/// "a, b, c" as a list: how verbose plans print shard sizes.
+inline std::string list(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
 /// Runs an op's ring pattern on the context's ring: data arrives from rank
 /// p + 1 and leaves to p - 1; `tag` keeps the ops' messages apart.
 template <class Pattern>

@@ -214,8 +214,18 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     fail(std::string(rows ? "the sum of c.rows over ranks (" : "the sum of c.cols over ranks (") +
          std::to_string(plan->layout.total()) + ") must equal " + (rows ? an + ".rows (M = " : bn + ".cols (N = ") +
          std::to_string(want) + ")");
-  plan->fingerprint = hash_values(all, hash_values(key));
+  // The same on every rank: the exchanged table (which names the options) and the op.
+  plan->fingerprint = hash_values(all, hash_values({2}));
   rs_build<T>(ctx, *plan, x, opt, chunks);
+  ctx.log_plan(checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
+               to_string(plan->strategy) + ", scattered sizes [" + list(sizes) + "], C " + std::to_string(plan->m) +
+               " x " + std::to_string(plan->n) + ", accumulators " + to_string(plan->acc) +
+               (plan->strategy == strategy::ring
+                    ? ", " + std::to_string(plan->steps.size()) + " steps (" + std::to_string(chunks) +
+                          " per shard), receives posted " + std::to_string(plan->lead) + " steps ahead, " +
+                          std::to_string(plan->slots.size()) + " bytes of slots"
+                    : "") +
+               ", progress " + to_string(ctx.config().progress) + ", backend " + to_string(ctx.backend_for<T>()));
   return static_cast<rs_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
 }
 
