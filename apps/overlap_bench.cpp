@@ -123,11 +123,9 @@ struct result {
 };
 
 /// The hand-written pipelines exist for the two most common layouts, in f32.
-std::optional<overlap::apps::peer> make_pipeline_peer(const options& o, const slicing& sl,
-                                                      overlap::matrix_view<const float> a,
+std::optional<overlap::apps::peer> make_pipeline_peer(const options& o, overlap::matrix_view<const float> a,
                                                       overlap::matrix_view<const float> b,
                                                       overlap::matrix_view<float> c) {
-  (void)sl;
   if (o.op == "ag" && o.variant == "lhs_rows") return overlap::apps::ag_rows_pipeline(o.pipeline_chunks, o.m, a, b, c);
   if (o.op == "rs" && o.variant == "rows") return overlap::apps::rs_rows_pipeline(o.pipeline_chunks, o.m, a, b, c);
   return std::nullopt;
@@ -197,7 +195,7 @@ int run(const options& o) {
     if (s != "bulk") results.push_back(measure_checked(s, op(full, strategy_of(s))));
   if (o.peers) {
     if constexpr (std::is_same_v<T, float>) {
-      if (auto peer = make_pipeline_peer(o, sl, av, bv, cv)) results.push_back(measure_checked(peer->name, peer->body));
+      if (auto peer = make_pipeline_peer(o, av, bv, cv)) results.push_back(measure_checked(peer->name, peer->body));
     }
   }
 

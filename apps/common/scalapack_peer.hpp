@@ -57,7 +57,7 @@ inline std::optional<scalapack_peer> make_scalapack_peer(int m, int n, int k,
   Cblacs_gridinit(&s->ctxt, "Row", 1, R);
   int prow = 0, pcol = 0, nprow = 0, npcol = 0;
   Cblacs_gridinfo(s->ctxt, &nprow, &npcol, &prow, &pcol);
-  const int zero = 0, one = 1;
+  const int zero = 0;
   const int nb_k = (k + R - 1) / R, nb_n = (n + R - 1) / R;
   const int kloc = numroc_(&k, &nb_k, &pcol, &zero, &npcol);
   s->nloc = numroc_(&n, &nb_n, &pcol, &zero, &npcol);
@@ -90,7 +90,6 @@ inline std::optional<scalapack_peer> make_scalapack_peer(int m, int n, int k,
       for (int j = 0; j < s->nloc; ++j) rm[static_cast<size_t>(i) * s->nloc + j] = s->c[static_cast<size_t>(j) * s->m + i];
     return rm;
   };
-  (void)one;
   return peer;
 }
 

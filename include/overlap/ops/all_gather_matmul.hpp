@@ -231,12 +231,7 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
       must_equal(x.c.cols, "c.cols", lb.cols, bn + ".cols");
       break;
   }
-  int backend = -1;
-  try {
-    backend = static_cast<int>(ctx.backend_for<T>());
-  } catch (const std::invalid_argument& e) {
-    checks.require(false, e.what());
-  }
+  const int backend = checked_backend<T>(ctx, checks);
 
   const int chunks = ctx.config().ag_chunks;
   const std::vector<int64_t> options{g, static_cast<int64_t>(opt.strategy), chunks, opt.transpose_a, opt.transpose_b,
@@ -250,15 +245,14 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   plan_key key = mine;
   // The bias is this rank's own business (it touches only this rank's c).
   key.insert(key.end(), {opt.epilogue.bias != nullptr, 1, backend, static_cast<int64_t>(sizeof(T)), x.a.ld, x.b.ld, x.c.ld, x.out.ld});
-  plan_base* cached = checks.failed() ? nullptr : ctx.find_plan(key);
-  if (agree(ctx, checks, cached)) return static_cast<ag_plan<T>&>(*cached);
+  const agreement agreed_on = agree_or_exchange(ctx, checks, key, mine, options.size(), option_names);
+  if (agreed_on.cached != nullptr) return static_cast<ag_plan<T>&>(*agreed_on.cached);
 
-  // Plan miss on some rank: exchange every rank's sizes and check the rules
+  // Plan miss on some rank: every rank's sizes were exchanged; check the rules
   // that span ranks. Every rank sees the same table, so all throw alike.
   const size_t nv = mine.size();
-  const std::vector<int64_t> all = allgather_values(ctx, mine);
+  const std::vector<int64_t>& all = agreed_on.table;
   const int R = ctx.size();
-  require_same_options(all, nv, R, options.size(), option_names, checks.op());
   auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * nv + i]; };
   auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
   const size_t o = options.size();

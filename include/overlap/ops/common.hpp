@@ -74,6 +74,25 @@ inline void check_common_options(arg_checks& checks, const char* opts, overlap::
                  std::string(opts) + ".epilogue.activation has an invalid value " + std::to_string(av));
 }
 
+/// The backend for T under ctx's config as a plan-key value; a combination no
+/// backend has becomes a failed check (reported on every rank by agree()).
+template <class T>
+int checked_backend(const context& ctx, arg_checks& checks) {
+  try {
+    return static_cast<int>(ctx.backend_for<T>());
+  } catch (const std::invalid_argument& e) {
+    checks.require(false, e.what());
+    return -1;
+  }
+}
+
+/// What the ranks agreed on: every rank's cached plan matches (`cached`), or
+/// the table of every rank's values (row r = rank r's `mine`).
+struct agreement {
+  plan_base* cached = nullptr;
+  std::vector<int64_t> table;
+};
+
 /// Collective part of the cross-rank rules: the entries [0, n) of every rank's
 /// row must equal rank 0's (options that have to agree).
 inline void require_same_options(const std::vector<int64_t>& all, size_t row_len, int ranks, size_t n,
@@ -101,6 +120,19 @@ void run_on_ring(context& ctx, Pattern& pattern, int tag) {
   const int R = ctx.size(), p = ctx.rank();
   const engine::ring_links links{ctx.comm(), (p + 1) % R, (p + R - 1) % R, tag};
   engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases);
+}
+
+/// Collective: agree() on the cached plan for `key`, and on a miss anywhere
+/// exchange every rank's `mine` and require its first n_options entries
+/// (named by option_names) to be the same on every rank.
+inline agreement agree_or_exchange(context& ctx, const arg_checks& checks, const plan_key& key,
+                                   const std::vector<int64_t>& mine, size_t n_options,
+                                   const char* const* option_names) {
+  plan_base* cached = checks.failed() ? nullptr : ctx.find_plan(key);
+  if (agree(ctx, checks, cached)) return {cached, {}};
+  agreement a{nullptr, allgather_values(ctx, mine)};
+  require_same_options(a.table, mine.size(), ctx.size(), n_options, option_names, checks.op());
+  return a;
 }
 
 }  // namespace overlap::detail

@@ -162,12 +162,7 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     checks.require(x.c.cols == lb.cols, dim("c.cols", x.c.cols) + " must equal " + dim(bn + ".cols", lb.cols));
   else
     checks.require(x.c.rows == la.rows, dim("c.rows", x.c.rows) + " must equal " + dim(an + ".rows", la.rows));
-  int backend = -1;
-  try {
-    backend = static_cast<int>(ctx.backend_for<T>());
-  } catch (const std::invalid_argument& e) {
-    checks.require(false, e.what());
-  }
+  const int backend = checked_backend<T>(ctx, checks);
 
   const int chunks = ctx.config().rs_chunks;
   const std::vector<int64_t> options{sc, static_cast<int64_t>(opt.strategy), chunks, opt.transpose_a, opt.transpose_b,
@@ -181,13 +176,13 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   plan_key key = mine;
   // The bias is this rank's own business (it touches only this rank's c).
   key.insert(key.end(), {opt.epilogue.bias != nullptr, 2, backend, static_cast<int64_t>(sizeof(T)), x.a.ld, x.b.ld, x.c.ld});
-  plan_base* cached = checks.failed() ? nullptr : ctx.find_plan(key);
-  if (agree(ctx, checks, cached)) return static_cast<rs_plan<T>&>(*cached);
+  const agreement agreed_on = agree_or_exchange(ctx, checks, key, mine, options.size(), option_names);
+  if (agreed_on.cached != nullptr) return static_cast<rs_plan<T>&>(*agreed_on.cached);
 
+  // Plan miss on some rank: check the cross-rank rules on the exchanged table.
   const size_t nv = mine.size();
-  const std::vector<int64_t> all = allgather_values(ctx, mine);
+  const std::vector<int64_t>& all = agreed_on.table;
   const int R = ctx.size();
-  require_same_options(all, nv, R, options.size(), option_names, checks.op());
   auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * nv + i]; };
   auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
   const size_t o = options.size(), ar = o, bc = o + 3, cr = o + 4, cc = o + 5;
