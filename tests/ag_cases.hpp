@@ -63,11 +63,7 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
 
   overlap::ag_options opt;
   opt.gathered = cs.variant;
-  opt.strategy = cs.strategy;
-  opt.transpose_a = cs.transpose_a;
-  opt.transpose_b = cs.transpose_b;
-  opt.epilogue.activation = cs.act;
-  opt.epilogue.bias = cs.bias ? bias.data() : nullptr;
+  set_common_options(opt, cs, bias);
   if (cs.with_out) overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), out.view(), opt);
   else overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), opt);
 

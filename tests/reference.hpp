@@ -101,6 +101,16 @@ std::vector<T> make_bias(int64_t cols, int p, bool enabled, std::vector<double>&
   return bias;
 }
 
+/// The option fields both ops share, from a test case (ag_case or rs_case).
+template <class Options, class Case, class T>
+void set_common_options(Options& opt, const Case& cs, const std::vector<T>& bias) {
+  opt.strategy = cs.strategy;
+  opt.transpose_a = cs.transpose_a;
+  opt.transpose_b = cs.transpose_b;
+  opt.epilogue.activation = cs.act;
+  opt.epilogue.bias = cs.bias ? bias.data() : nullptr;
+}
+
 /// The transpose of m (with optional padding).
 template <class T>
 matrix<T> transposed(const matrix<T>& m, int64_t pad = 0) {

@@ -56,11 +56,7 @@ double run_rs_case(overlap::context& ctx, const rs_case& cs) {
 
   overlap::rs_options opt;
   opt.scattered = cs.scattered;
-  opt.strategy = cs.strategy;
-  opt.transpose_a = cs.transpose_a;
-  opt.transpose_b = cs.transpose_b;
-  opt.epilogue.activation = cs.act;
-  opt.epilogue.bias = cs.bias ? bias.data() : nullptr;
+  set_common_options(opt, cs, bias);
   opt.bf16_transfers = cs.bf16_transfers;
   overlap::matmul_reduce_scatter<T>(ctx, a.cview(), b.cview(), c.view(), opt);
 
