@@ -34,6 +34,14 @@ inline std::pair<int64_t, int64_t> chunk_rows(const shard_layout& l, int r, int 
   return {l.offset(r) + b, e - b};
 }
 
+/// {size, rank} of MPI_COMM_WORLD.
+inline std::pair<int, int> world() {
+  int R = 1, p = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &R);
+  MPI_Comm_rank(MPI_COMM_WORLD, &p);
+  return {R, p};
+}
+
 /// ag lhs_rows: a = A[M_p, :] (dense), b = K x N_p, c = M x N_p.
 inline std::optional<peer> ag_rows_pipeline(int chunks, int64_t m, matrix_view<const float> a,
                                             matrix_view<const float> b, matrix_view<float> c) {
@@ -41,34 +49,36 @@ inline std::optional<peer> ag_rows_pipeline(int chunks, int64_t m, matrix_view<c
     backend::onednn_backend be;
     shard_layout layout;
     std::vector<float> buf[2];
-    std::vector<int> counts, displs;
+    std::vector<int> counts[2], displs[2];  // per buffer: MPI reads them until the gather completes
     MPI_Request req = MPI_REQUEST_NULL;
   };
-  int R = 1, p = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &R);
-  MPI_Comm_rank(MPI_COMM_WORLD, &p);
+  const auto [R, p] = world();
   auto s = std::make_shared<state>();
   s->layout = shard_layout::balanced(m, R);
   const int64_t K = a.cols;
   for (auto& v : s->buf) v.resize(static_cast<size_t>((m / chunks + R) * K + 1));
-  s->counts.resize(static_cast<size_t>(R));
-  s->displs.resize(static_cast<size_t>(R));
-  auto post = [s, R, p, chunks, K, a](int q) {
+  for (int i = 0; i < 2; ++i) {
+    s->counts[i].resize(static_cast<size_t>(R));
+    s->displs[i].resize(static_cast<size_t>(R));
+  }
+  auto post = [s, R = R, p = p, chunks, K, a](int q) {
+    auto& counts = s->counts[q % 2];
+    auto& displs = s->displs[q % 2];
     int off = 0;
     for (int r = 0; r < R; ++r) {
-      s->counts[r] = static_cast<int>(chunk_rows(s->layout, r, chunks, q).second * K);
-      s->displs[r] = off;
-      off += s->counts[r];
+      counts[r] = static_cast<int>(chunk_rows(s->layout, r, chunks, q).second * K);
+      displs[r] = off;
+      off += counts[r];
     }
     const auto mine = chunk_rows(s->layout, p, chunks, q);
-    MPI_Iallgatherv(a.data + (mine.first - s->layout.offset(p)) * a.ld, s->counts[p], MPI_FLOAT,
-                    s->buf[q % 2].data(), s->counts.data(), s->displs.data(), MPI_FLOAT, MPI_COMM_WORLD, &s->req);
+    MPI_Iallgatherv(a.data + (mine.first - s->layout.offset(p)) * a.ld, counts[p], MPI_FLOAT, s->buf[q % 2].data(),
+                    counts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD, &s->req);
   };
-  auto body = [s, R, chunks, K, b, c, post] {
+  auto body = [s, R = R, chunks, K, b, c, post] {
     post(0);
     for (int q = 0; q < chunks; ++q) {
       MPI_Wait(&s->req, MPI_STATUS_IGNORE);
-      std::vector<int> displs = s->displs;  // of chunk q, before post(q + 1) reuses them
+      const auto& displs = s->displs[q % 2];
       if (q + 1 < chunks) post(q + 1);
       for (int r = 0; r < R; ++r) {
         const auto [row0, rows] = chunk_rows(s->layout, r, chunks, q);
@@ -91,15 +101,13 @@ inline std::optional<peer> rs_rows_pipeline(int chunks, int64_t m, matrix_view<c
     std::vector<int> counts[2];
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   };
-  int R = 1, p = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &R);
-  MPI_Comm_rank(MPI_COMM_WORLD, &p);
+  const auto [R, p] = world();
   auto s = std::make_shared<state>();
   s->layout = shard_layout::balanced(m, R);
   const int64_t N = b.cols;
   for (auto& v : s->buf) v.resize(static_cast<size_t>((m / chunks + R) * N + 1));
   for (auto& v : s->counts) v.resize(static_cast<size_t>(R));
-  auto body = [s, R, p, chunks, N, a, b, c] {
+  auto body = [s, R = R, p = p, chunks, N, a, b, c] {
     for (int q = 0; q < chunks; ++q) {
       const int slot = q % 2;
       MPI_Wait(&s->req[slot], MPI_STATUS_IGNORE);  // chunk q - 2 no longer reads this buffer
