@@ -13,6 +13,7 @@
 //   ag rhs_cols: a = A[M_r, :],  b = B[:, N_r], c = C[M_r, :]
 //   rs rows:     a = A[:, K_r],  b = B[K_r, :], c = C[M_r, :]
 //   rs cols:     a = A[:, K_r],  b = B[K_r, :], c = C[:, N_r]
+#include <algorithm>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -37,7 +38,7 @@ namespace {
 struct options {
   std::string op = "ag", variant, dtype = "f32";  // variant defaults to lhs_rows (ag) or rows (rs)
   int64_t m = 2048, n = 2048, k = 2048;
-  std::vector<std::string> strategies{"ring"};
+  std::vector<std::string> strategies{"ring", "bidirectional"};
   bool peers = true;
   int pipeline_chunks = 4;
   int iters = 5, warmup = 1;
@@ -120,6 +121,9 @@ double tolerance() {
 struct result {
   std::string variant, strategy;
   double time_ms = 0, err = 0;
+  /// A decomposed strategy's own schedule with transfers off / GEMMs off
+  /// (negative: not a ring schedule).
+  double compute_only_ms = -1, comm_only_ms = -1;
 };
 
 /// The hand-written pipelines exist for the two most common layouts, in f32.
@@ -141,7 +145,10 @@ int run(const options& o) {
   const overlap::matrix_view<const T> av(a.data(), sl.a.nr, sl.a.nc), bv(b.data(), sl.b.nr, sl.b.nc);
   const overlap::matrix_view<T> cv(c.data(), sl.c.nr, sl.c.nc);
   const bool ag = o.op == "ag";
-  auto strategy_of = [](const std::string& s) { return s == "bulk" ? overlap::strategy::bulk : overlap::strategy::ring; };
+  auto strategy_of = [](const std::string& s) {
+    return s == "bulk" ? overlap::strategy::bulk
+                       : s == "bidirectional" ? overlap::strategy::bidirectional : overlap::strategy::ring;
+  };
 
   // One context per ring_phases setting: same schedule, halves switched off.
   overlap::config base = overlap::config::from_env();
@@ -185,14 +192,19 @@ int run(const options& o) {
     return result{name, name, overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, body), worst};
   };
 
-  const double compute_only =
-      overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, overlap::strategy::ring));
-  const double comm_only =
-      overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, overlap::strategy::ring));
+  // Each decomposed strategy's own schedule with transfers off and with GEMMs
+  // off; the reference limit is the first one's (ring by default).
   std::vector<result> results;
   results.push_back(measure_checked("bulk", op(full, overlap::strategy::bulk)));
-  for (const auto& s : o.strategies)
-    if (s != "bulk") results.push_back(measure_checked(s, op(full, strategy_of(s))));
+  for (const auto& s : o.strategies) {
+    if (s == "bulk") continue;
+    result r = measure_checked(s, op(full, strategy_of(s)));
+    r.compute_only_ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, strategy_of(s)));
+    r.comm_only_ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, strategy_of(s)));
+    results.push_back(r);
+  }
+  const result& first = results.size() > 1 ? results[1] : results[0];
+  const double compute_only = first.compute_only_ms, comm_only = first.comm_only_ms;
   if (o.peers) {
     if constexpr (std::is_same_v<T, float>) {
       if (auto peer = make_pipeline_peer(o, av, bv, cv)) results.push_back(measure_checked(peer->name, peer->body));
@@ -235,6 +247,11 @@ int run(const options& o) {
     for (const auto& r : results)
       fmt::print("{:<22}{:>10.2f}{:>10.1f}{:>10.3f}{:>10.3f}{:>13.2e}\n", r.strategy, r.time_ms, flops / r.time_ms / 1e6,
                  bulk_ms / r.time_ms, r.time_ms / limit, r.err);
+    for (const auto& r : results)
+      if (r.comm_only_ms >= 0 && &r != &first)
+        fmt::print("{:<22}{:>10.2f}  ({} schedule; comm only {:.2f} = {:.3f} x {}'s)\n",
+                   "  its compute only", r.compute_only_ms, r.strategy, r.comm_only_ms, r.comm_only_ms / comm_only,
+                   first.strategy);
     if (!o.json.empty()) {
       std::ofstream out(o.json, std::ios::app);
       for (const auto& r : results) {
@@ -253,6 +270,8 @@ int run(const options& o) {
                          {"speedup_vs_bulk", bulk_ms / r.time_ms},
                          {"limit_ms", limit},
                          {"ratio_to_limit", r.time_ms / limit},
+                         {"own_compute_only_ms", r.compute_only_ms >= 0 ? nlohmann::json(r.compute_only_ms) : nullptr},
+                         {"own_comm_only_ms", r.comm_only_ms >= 0 ? nlohmann::json(r.comm_only_ms) : nullptr},
                          {"max_rel_err", r.err},
                          {"transport", transport},
                          {"backend", overlap::to_string(full.backend_for<T>())},
@@ -283,7 +302,7 @@ int main(int argc, char** argv) {
   app.add_option("-k", o.k, "global K")->check(CLI::PositiveNumber);
   app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember({"f32", "bf16", "f64"}));
   app.add_option("--strategies", o.strategies, "decomposed strategies to compare (bulk is always measured)")
-      ->check(CLI::IsMember({"bulk", "ring"}))
+      ->check(CLI::IsMember({"bulk", "ring", "bidirectional"}))
       ->delimiter(',');
   app.add_flag("!--no-peers", o.peers, "skip the hand-written non-blocking-collective pipeline peer");
   app.add_option("--pipeline-chunks", o.pipeline_chunks, "chunks of the pipeline peer")->check(CLI::PositiveNumber);
@@ -298,6 +317,11 @@ int main(int argc, char** argv) {
     return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
   if (o.variant.empty()) o.variant = o.op == "ag" ? "lhs_rows" : "rows";
+  o.strategies.erase(std::remove(o.strategies.begin(), o.strategies.end(), "bulk"), o.strategies.end());
+  if (o.strategies.empty()) {
+    if (rank == 0) fmt::print(stderr, "overlap-bench: --strategies needs ring or bidirectional (bulk is always run)\n");
+    return 2;
+  }
   try {
     if (o.dtype == "f64") return run<double>(o);
     if (o.dtype == "bf16") return run<overlap::bfloat16>(o);

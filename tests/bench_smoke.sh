@@ -18,10 +18,11 @@ fields = ["op", "variant", "strategy", "dtype", "ranks", "m", "n", "k", "time_ms
           "comm_only_ms", "bulk_ms", "speedup_vs_bulk", "max_rel_err", "limit_ms", "ratio_to_limit", "transport"]
 rows = [json.loads(line) for line in open(sys.argv[1])]
 strategies = {(r["op"], r["variant"], r["dtype"], r["strategy"]) for r in rows}
-expected = {("all_gather_matmul", "lhs_rows", "f32", s) for s in ("bulk", "ring", "iallgatherv_pipeline")}
-expected |= {("matmul_reduce_scatter", "rows", "f32", s) for s in ("bulk", "ring", "ireduce_scatter_pipeline")}
-expected |= {("all_gather_matmul", "rhs_cols", "bf16", s) for s in ("bulk", "ring")}
-expected |= {("matmul_reduce_scatter", "cols", "f64", s) for s in ("bulk", "ring")}
+ring = ("bulk", "ring", "bidirectional")
+expected = {("all_gather_matmul", "lhs_rows", "f32", s) for s in ring + ("iallgatherv_pipeline",)}
+expected |= {("matmul_reduce_scatter", "rows", "f32", s) for s in ring + ("ireduce_scatter_pipeline",)}
+expected |= {("all_gather_matmul", "rhs_cols", "bf16", s) for s in ring}
+expected |= {("matmul_reduce_scatter", "cols", "f64", s) for s in ring}
 # The ScaLAPACK peer is there when overlap-bench was built against it (f32 only).
 optional = {(op, v, "f32", "scalapack_psgemm") for op, v, d, _ in expected if d == "f32"}
 assert expected <= strategies <= expected | optional, f"cases {sorted(strategies)} != {sorted(expected)}"
@@ -30,5 +31,8 @@ for r in rows:
     assert not missing, f"missing {missing} in {r}"
     assert r["time_ms"] > 0 and r["limit_ms"] > 0 and r["m"] == 33 and r["n"] == 20 and r["k"] == 17
     assert r["max_rel_err"] < (2e-2 if r["dtype"] == "bf16" else 1e-4), r
+    # Decomposed strategies report their own schedule's compute-only and comm-only times.
+    own = r["own_comm_only_ms"] is not None and r["own_compute_only_ms"] is not None
+    assert own == (r["strategy"] in ("ring", "bidirectional")), r
 print(f"overlap-bench smoke test: {len(rows)} cases, all fields present, results verified")
 PY

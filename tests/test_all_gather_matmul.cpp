@@ -27,7 +27,7 @@ class ag_test : public ::testing::TestWithParam<param> {};
 
 TEST_P(ag_test, matches_reference) {
   const auto [variant, strat, backend] = GetParam();
-  for (int chunks : {1, 3}) {
+  for (int chunks : {0, 1, 3}) {  // 0: the plan chooses
     overlap::config cfg;
     cfg.backend = backend;
     cfg.ag_chunks = chunks;
@@ -64,7 +64,8 @@ std::string param_name(const ::testing::TestParamInfo<param>& info) {
 INSTANTIATE_TEST_SUITE_P(all, ag_test,
                          ::testing::Combine(::testing::Values(gathered::lhs_rows, gathered::lhs_cols,
                                                               gathered::rhs_rows, gathered::rhs_cols),
-                                            ::testing::Values(strategy::bulk, strategy::ring, strategy::automatic),
+                                            ::testing::Values(strategy::bulk, strategy::ring, strategy::bidirectional,
+                                                              strategy::automatic),
                                             ::testing::Values(backend_kind::onednn, backend_kind::eigen)),
                          param_name);
 
@@ -103,7 +104,7 @@ TEST(ag_double, matches_reference) {
   overlap::context ctx(MPI_COMM_WORLD);
   uint32_t seed = 1;
   for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
-    for (auto strat : {strategy::bulk, strategy::ring})
+    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
       run_ag_case<double>(ctx, {variant, strat, 13, 7, 11, split::skewed, 1, true, seed++});
 }
 

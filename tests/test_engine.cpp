@@ -1,6 +1,7 @@
 // The ring engine on its own, with a toy pattern on a one-rank ring
 // (MPI_COMM_SELF sends to itself): every step's data arrives `lead` steps
-// ahead, and a step that throws leaves no request behind.
+// ahead on each lane, sends may stay in flight `send_slack` steps, and a step
+// that throws leaves no request behind.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -11,39 +12,73 @@
 
 namespace {
 
-// Step t receives value t into slot t % (lead + 1) and, at step t, checks
-// that it holds t, then sends the value t + lead to itself for step t + lead.
+// Step t of lane l receives value 100 * l + t into its slot and, at step t,
+// checks that it holds that value; it sends the value for step t + lead to
+// itself at step t. Slots: lead + 1 + slack per lane.
 struct toy_pattern {
-  int n = 8, lead_ = 2, throw_at = -1;
-  std::vector<int> slots = std::vector<int>(3, -1);
-  std::vector<int> outgoing = std::vector<int>(8, 0);
+  int n = 8, lead = 2, slack = 1, lanes = 1, throw_at = -1;
+  std::vector<int> slots = std::vector<int>(16, -1);
+  std::vector<int> outgoing = std::vector<int>(16, 0);
   int checked = 0;
+  [[nodiscard]] int n_slots() const { return lead + 1 + slack; }
   [[nodiscard]] int steps() const { return n; }
-  [[nodiscard]] int lead() const { return lead_; }
-  [[nodiscard]] overlap::engine::transfer recv(int t) const {
-    return {const_cast<int*>(&slots[static_cast<size_t>(t % (lead_ + 1))]), MPI_INT};
+  [[nodiscard]] overlap::engine::ring_window window() const { return {lead, slack}; }
+  [[nodiscard]] overlap::engine::transfer recv(int t, int l) const {
+    return {const_cast<int*>(&slots[static_cast<size_t>(l * n_slots() + t % n_slots())]), MPI_INT};
   }
-  [[nodiscard]] overlap::engine::transfer send(int t) {
-    if (t + lead_ >= n) return {};
-    outgoing[static_cast<size_t>(t)] = t + lead_;
-    return {&outgoing[static_cast<size_t>(t)], MPI_INT};
+  [[nodiscard]] overlap::engine::transfer send(int t, int l) {
+    if (t + lead >= n) return {};
+    int& v = outgoing[static_cast<size_t>(l * n + t)];
+    v = 100 * l + t + lead;
+    return {&v, MPI_INT};
   }
   void compute(int t) {
     if (t == throw_at) throw std::runtime_error("step failed");
-    if (t >= lead_) {
-      EXPECT_EQ(slots[static_cast<size_t>(t % (lead_ + 1))], t) << "step " << t;
+    for (int l = 0; l < lanes && t >= lead; ++l) {
+      EXPECT_EQ(slots[static_cast<size_t>(l * n_slots() + t % n_slots())], 100 * l + t) << "step " << t;
       ++checked;
     }
   }
 };
 
+overlap::engine::ring_links self_links(MPI_Comm comm, int lanes) {
+  overlap::engine::ring_links links;
+  links.comm = comm;
+  links.n_lanes = lanes;
+  links.lanes[0] = {0, 0, 7};
+  links.lanes[1] = {0, 0, 8};
+  return links;
+}
+
 TEST(ring_engine, data_arrives_lead_steps_ahead) {
   auto comm = overlap::mpi::communicator::borrow(MPI_COMM_SELF).dup();
   overlap::mpi::request_group requests;
-  toy_pattern pat;
-  overlap::engine::run_ring({comm.get(), 0, 0, 7}, pat, requests, nullptr);
-  EXPECT_EQ(pat.checked, pat.n - pat.lead_);
-  EXPECT_TRUE(requests.empty());
+  for (int lead : {1, 2, 3})
+    for (int slack : {0, 1, 2})
+      for (int lanes : {1, 2}) {
+        toy_pattern pat;
+        pat.lead = lead, pat.slack = slack, pat.lanes = lanes;
+        overlap::engine::run_ring(self_links(comm.get(), lanes), pat, requests, nullptr);
+        EXPECT_EQ(pat.checked, lanes * (pat.n - pat.lead)) << "lead " << lead << " slack " << slack;
+        EXPECT_TRUE(requests.empty());
+      }
+}
+
+TEST(ring_engine, requests_complete_by_their_deadline_only) {
+  auto comm = overlap::mpi::communicator::borrow(MPI_COMM_SELF).dup();
+  overlap::mpi::request_group group;
+  int out[3] = {1, 2, 3}, in[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    OVERLAP_MPI(MPI_Irecv, &in[i], 1, MPI_INT, 0, i, comm.get(), group.add(i));
+    OVERLAP_MPI(MPI_Isend, &out[i], 1, MPI_INT, 0, i, comm.get(), group.add(i));
+  }
+  group.wait_due(1);  // deadlines 0 and 1 complete; deadline 2 may stay pending
+  EXPECT_EQ(in[0], 1);
+  EXPECT_EQ(in[1], 2);
+  EXPECT_EQ(group.size(), 2);
+  group.wait_all();
+  EXPECT_EQ(in[2], 3);
+  EXPECT_TRUE(group.empty());
 }
 
 TEST(ring_engine, a_throwing_step_leaves_no_pending_request) {
@@ -52,11 +87,11 @@ TEST(ring_engine, a_throwing_step_leaves_no_pending_request) {
   overlap::engine::progress_thread progress(std::chrono::microseconds(50));
   toy_pattern bad;
   bad.throw_at = 3;
-  EXPECT_THROW(overlap::engine::run_ring({comm.get(), 0, 0, 7}, bad, requests, &progress), std::runtime_error);
+  EXPECT_THROW(overlap::engine::run_ring(self_links(comm.get(), 1), bad, requests, &progress), std::runtime_error);
   EXPECT_TRUE(requests.empty());
   toy_pattern good;  // the same group and thread work afterwards
-  overlap::engine::run_ring({comm.get(), 0, 0, 7}, good, requests, &progress);
-  EXPECT_EQ(good.checked, good.n - good.lead_);
+  overlap::engine::run_ring(self_links(comm.get(), 1), good, requests, &progress);
+  EXPECT_EQ(good.checked, good.n - good.lead);
 }
 
 }  // namespace

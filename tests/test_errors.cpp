@@ -137,7 +137,15 @@ TEST(context_errors, bad_environment_value) {
   unsetenv("OVERLAP_AG_CHUNKS");
   setenv("OVERLAP_PROGRESS", "sometimes", 1);
   EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
+  setenv("OVERLAP_PROGRESS", "poll", 1);
+  EXPECT_EQ(overlap::config::from_env().progress, overlap::progress_policy::poll);
   unsetenv("OVERLAP_PROGRESS");
+  setenv("OVERLAP_RS_CHUNKS", "1", 1);
+  EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
+  unsetenv("OVERLAP_RS_CHUNKS");
+  setenv("OVERLAP_POLL_CHUNKS", "0", 1);
+  EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
+  unsetenv("OVERLAP_POLL_CHUNKS");
 }
 
 }  // namespace
@@ -198,10 +206,14 @@ TEST_F(rs_fixture, transpose_option_disagrees_across_ranks) {
   }, "rs_options.transpose_b differs across ranks");
 }
 
-TEST(context_errors, rs_chunks_below_two) {
-  overlap::config cfg;
-  cfg.rs_chunks = 1;
-  EXPECT_THROW(overlap::context(MPI_COMM_WORLD, cfg), std::invalid_argument);
+TEST(context_errors, bad_chunk_counts) {
+  overlap::config one_rs_chunk, negative_ag, no_poll_band, bad_policy;
+  one_rs_chunk.rs_chunks = 1;
+  negative_ag.ag_chunks = -1;
+  no_poll_band.poll_chunks = 0;
+  bad_policy.progress = static_cast<overlap::progress_policy>(7);
+  for (const auto& cfg : {one_rs_chunk, negative_ag, no_poll_band, bad_policy})
+    EXPECT_THROW(overlap::context(MPI_COMM_WORLD, cfg), std::invalid_argument);
 }
 
 }  // namespace

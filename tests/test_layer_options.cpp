@@ -26,7 +26,7 @@ TEST_P(layer_options, all_gather_matmul) {
   overlap::context ctx(MPI_COMM_WORLD, cfg);
   uint32_t seed = 1;
   for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
-    for (auto strat : {strategy::bulk, strategy::ring})
+    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           for (auto act : acts)
@@ -44,7 +44,7 @@ TEST_P(layer_options, matmul_reduce_scatter) {
   overlap::context ctx(MPI_COMM_WORLD, cfg);
   uint32_t seed = 1;
   for (auto sc : {scattered::rows, scattered::cols})
-    for (auto strat : {strategy::bulk, strategy::ring})
+    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           for (auto act : acts)
@@ -77,7 +77,7 @@ TEST(bf16, all_gather_matmul) {
   overlap::context ctx(MPI_COMM_WORLD);
   uint32_t seed = 1;
   for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
-    for (auto strat : {strategy::bulk, strategy::ring})
+    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
       for (bool epi : {false, true}) {
         ag_case cs{variant, strat, 17, 12, 40, split::skewed, 1, seed % 2 == 0, seed};
         cs.transpose_a = seed % 3 == 0;
@@ -91,7 +91,7 @@ TEST(bf16, matmul_reduce_scatter) {
   overlap::context ctx(MPI_COMM_WORLD);
   uint32_t seed = 1;
   for (auto sc : {scattered::rows, scattered::cols})
-    for (auto strat : {strategy::bulk, strategy::ring})
+    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
       for (bool bf16_transfers : {false, true})
         for (bool epi : {false, true}) {
           rs_case cs{sc, strat, 14, 11, 45, split::skewed, split::first_empty, 1, seed++};

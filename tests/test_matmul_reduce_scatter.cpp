@@ -25,7 +25,7 @@ class rs_test : public ::testing::TestWithParam<param> {};
 
 TEST_P(rs_test, matches_reference) {
   const auto [sc, strat, backend] = GetParam();
-  for (int chunks : {2, 3}) {
+  for (int chunks : {0, 2, 3}) {  // 0: the plan chooses
     overlap::config cfg;
     cfg.backend = backend;
     cfg.rs_chunks = chunks;
@@ -52,7 +52,8 @@ std::string param_name(const ::testing::TestParamInfo<param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(all, rs_test,
                          ::testing::Combine(::testing::Values(scattered::rows, scattered::cols),
-                                            ::testing::Values(strategy::bulk, strategy::ring, strategy::automatic),
+                                            ::testing::Values(strategy::bulk, strategy::ring, strategy::bidirectional,
+                                                              strategy::automatic),
                                             ::testing::Values(backend_kind::onednn, backend_kind::eigen)),
                          param_name);
 
@@ -71,7 +72,7 @@ TEST(rs_double, matches_reference) {
   overlap::context ctx(MPI_COMM_WORLD);
   uint32_t seed = 1;
   for (auto sc : {scattered::rows, scattered::cols})
-    for (auto strat : {strategy::bulk, strategy::ring})
+    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
       for (auto how : {split::skewed, split::first_empty})
         run_rs_case<double>(ctx, {sc, strat, 13, 11, 17, how, split::last_takes_all, 1, seed++});
 }

@@ -16,12 +16,18 @@ namespace overlap {
 /// Open MPI moves data only inside MPI calls, so without a policy a transfer
 /// posted before a GEMM mostly happens after it.
 enum class progress_policy {
-  thread,  ///< a helper thread tests the requests and sleeps between tests (needs MPI_THREAD_MULTIPLE)
+  thread,  ///< a helper thread tests the requests, then sleeps (or yields) (needs MPI_THREAD_MULTIPLE)
+  poll,    ///< each ring GEMM runs in poll_chunks row bands, testing the requests between bands
   none,    ///< no help: the MPI library progresses on its own (or not at all)
 };
 
 [[nodiscard]] inline const char* to_string(progress_policy p) {
-  return p == progress_policy::thread ? "thread" : "none";
+  switch (p) {
+    case progress_policy::thread: return "thread";
+    case progress_policy::poll: return "poll";
+    case progress_policy::none: return "none";
+  }
+  return "?";
 }
 
 /// Which halves of a ring schedule run. Anything but `both` gives wrong
@@ -37,13 +43,19 @@ struct config {
   overlap::backend_kind backend = overlap::backend_kind::automatic;
   /// Progress policy of the ring engine.
   overlap::progress_policy progress = overlap::progress_policy::thread;
-  /// Sleep of the progress thread between two MPI_Testall calls.
+  /// Sleep of the progress thread between two MPI_Testall calls; zero makes it
+  /// yield instead (a busy thread: only sensible with a spare core).
   std::chrono::microseconds progress_interval{100};
-  /// Chunks each all-gathered shard is split into (ring steps per shard), >= 1.
-  int ag_chunks = 1;
+  /// progress_policy::poll: row bands each ring GEMM is split into (>= 1);
+  /// the requests are tested between two bands.
+  int poll_chunks = 4;
+  /// Chunks each all-gathered shard is split into (ring steps per shard), >= 1;
+  /// 0: the plan chooses (see docs/design.md).
+  int ag_chunks = 0;
   /// Chunks each reduce-scattered output shard is split into, >= 2: the
-  /// accumulator of one chunk travels while the next chunk is computed.
-  int rs_chunks = 2;
+  /// accumulator of one chunk travels while the next chunk is computed;
+  /// 0: the plan chooses.
+  int rs_chunks = 0;
   /// Benchmarks only; see ring_phases.
   overlap::ring_phases phases = overlap::ring_phases::both;
   /// Rank 0 prints the configuration when a context is created and every plan
@@ -58,10 +70,11 @@ struct config {
 /// One line per OVERLAP_* variable: name, default, meaning.
 [[nodiscard]] inline std::string env_help() {
   return "OVERLAP_BACKEND=automatic|onednn|eigen   (automatic) GEMM library\n"
-         "OVERLAP_PROGRESS=thread|none             (thread) progress policy of the ring engine\n"
-         "OVERLAP_PROGRESS_INTERVAL_US=N           (100) progress thread sleep between tests\n"
-         "OVERLAP_AG_CHUNKS=N                      (1) ring steps per all-gathered shard\n"
-         "OVERLAP_RS_CHUNKS=N                      (2) ring steps per reduce-scattered shard (>= 2)\n"
+         "OVERLAP_PROGRESS=thread|poll|none        (thread) progress policy of the ring engine\n"
+         "OVERLAP_PROGRESS_INTERVAL_US=N           (100) progress thread sleep between tests; 0 = yield\n"
+         "OVERLAP_POLL_CHUNKS=N                    (4) poll policy: GEMM row bands per ring step (>= 1)\n"
+         "OVERLAP_AG_CHUNKS=N                      (0 = plan chooses) ring steps per all-gathered shard\n"
+         "OVERLAP_RS_CHUNKS=N                      (0 = plan chooses) ring steps per reduce-scattered shard (>= 2)\n"
          "OVERLAP_VERBOSE=0|1                      (0) rank 0 prints the configuration and each plan built\n";
 }
 
@@ -94,13 +107,16 @@ inline config config::from_env() {
   if (const char* p = detail::env("OVERLAP_PROGRESS")) {
     const std::string s(p);
     if (s == "thread") c.progress = progress_policy::thread;
+    else if (s == "poll") c.progress = progress_policy::poll;
     else if (s == "none") c.progress = progress_policy::none;
-    else throw std::invalid_argument("overlap: OVERLAP_PROGRESS='" + s + "' must be thread or none");
+    else throw std::invalid_argument("overlap: OVERLAP_PROGRESS='" + s + "' must be thread, poll or none");
   }
   c.progress_interval = std::chrono::microseconds(
       detail::env_int("OVERLAP_PROGRESS_INTERVAL_US", static_cast<long>(c.progress_interval.count()), 0));
-  c.ag_chunks = static_cast<int>(detail::env_int("OVERLAP_AG_CHUNKS", c.ag_chunks, 1));
-  c.rs_chunks = static_cast<int>(detail::env_int("OVERLAP_RS_CHUNKS", c.rs_chunks, 2));
+  c.poll_chunks = static_cast<int>(detail::env_int("OVERLAP_POLL_CHUNKS", c.poll_chunks, 1));
+  c.ag_chunks = static_cast<int>(detail::env_int("OVERLAP_AG_CHUNKS", c.ag_chunks, 0));
+  c.rs_chunks = static_cast<int>(detail::env_int("OVERLAP_RS_CHUNKS", c.rs_chunks, 0));
+  if (c.rs_chunks == 1) throw std::invalid_argument("overlap: OVERLAP_RS_CHUNKS='1' must be 0 (automatic) or >= 2");
   c.verbose = detail::env_int("OVERLAP_VERBOSE", 0, 0) != 0;
   return c;
 }
@@ -109,6 +125,7 @@ inline config config::from_env() {
 [[nodiscard]] inline std::string describe(const config& c) {
   return std::string("OVERLAP_BACKEND=") + to_string(c.backend) + " OVERLAP_PROGRESS=" + to_string(c.progress) +
          " OVERLAP_PROGRESS_INTERVAL_US=" + std::to_string(c.progress_interval.count()) +
+         " OVERLAP_POLL_CHUNKS=" + std::to_string(c.poll_chunks) +
          " OVERLAP_AG_CHUNKS=" + std::to_string(c.ag_chunks) + " OVERLAP_RS_CHUNKS=" + std::to_string(c.rs_chunks) +
          (c.phases == ring_phases::both ? "" : c.phases == ring_phases::compute_only ? " phases=compute_only"
                                                                                       : " phases=comm_only");

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -43,8 +44,13 @@ class context {
   /// (on every rank: the thread level is the same everywhere).
   explicit context(MPI_Comm comm, overlap::config cfg = overlap::config::from_env())
       : cfg_(cfg), comm_(mpi::communicator::borrow(comm).dup()) {
-    if (cfg_.ag_chunks < 1) throw std::invalid_argument("overlap::context: config.ag_chunks must be >= 1");
-    if (cfg_.rs_chunks < 2) throw std::invalid_argument("overlap::context: config.rs_chunks must be >= 2");
+    if (cfg_.ag_chunks < 0) throw std::invalid_argument("overlap::context: config.ag_chunks must be >= 0 (0: automatic)");
+    if (cfg_.rs_chunks < 0 || cfg_.rs_chunks == 1)
+      throw std::invalid_argument("overlap::context: config.rs_chunks must be 0 (automatic) or >= 2");
+    if (cfg_.poll_chunks < 1) throw std::invalid_argument("overlap::context: config.poll_chunks must be >= 1");
+    const auto policy = static_cast<int>(cfg_.progress);
+    if (policy < 0 || policy > 2)
+      throw std::invalid_argument("overlap::context: config.progress has an invalid value " + std::to_string(policy));
     if (cfg_.progress == progress_policy::thread) {
       int provided = MPI_THREAD_SINGLE;
       OVERLAP_MPI(MPI_Query_thread, &provided);
@@ -100,6 +106,23 @@ class context {
     if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
     return onednn_->make(d);
   }
+  /// The kernel of a ring step: under progress_policy::poll, poll_chunks row
+  /// bands of C with an MPI_Testall of the outstanding requests between two
+  /// bands; otherwise make_kernel(d).
+  [[nodiscard]] std::shared_ptr<const gemm_kernel> make_step_kernel(const gemm_desc& d) {
+    const int64_t bands = std::min<int64_t>(cfg_.poll_chunks, d.m);
+    if (cfg_.progress != progress_policy::poll || bands < 2 || d.n == 0) return make_kernel(d);
+    std::vector<banded_kernel::band> parts;
+    for (int64_t i = 0; i < bands; ++i) {
+      const int64_t r0 = d.m / bands * i + std::min(i, d.m % bands);
+      const int64_t r1 = d.m / bands * (i + 1) + std::min(i + 1, d.m % bands);
+      gemm_desc sub = d;
+      sub.m = r1 - r0;
+      parts.push_back({r0, make_kernel(sub)});
+    }
+    // The group lives on the heap: its address survives moves of the context.
+    return std::make_shared<banded_kernel>(d, std::move(parts), &context::poll, requests_.get());
+  }
   [[nodiscard]] detail::plan_base* find_plan(const detail::plan_key& key) const {
     auto it = plans_.find(key);
     return it == plans_.end() ? nullptr : it->second.get();
@@ -115,9 +138,11 @@ class context {
     return slot.get();
   }
   [[nodiscard]] engine::progress_thread* progress() const noexcept { return progress_.get(); }
-  [[nodiscard]] mpi::request_group& requests() noexcept { return requests_; }
+  [[nodiscard]] mpi::request_group& requests() noexcept { return *requests_; }
 
  private:
+  static void poll(void* group) { static_cast<mpi::request_group*>(group)->test_all(); }
+
   overlap::config cfg_;
   mpi::communicator comm_;
   int rank_ = 0;
@@ -127,7 +152,7 @@ class context {
   std::unique_ptr<engine::progress_thread> progress_;
   std::map<detail::plan_key, std::unique_ptr<detail::plan_base>> plans_;
   size_t plans_built_ = 0;
-  mpi::request_group requests_;
+  std::unique_ptr<mpi::request_group> requests_ = std::make_unique<mpi::request_group>();
 };
 
 }  // namespace overlap

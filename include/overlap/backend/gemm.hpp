@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
+#include <cstddef>
 
 #include "overlap/backend/dtype.hpp"
 
@@ -81,6 +83,40 @@ class gemm_kernel {
   /// bias: n values when the desc has a bias; addend: when the desc has one.
   virtual void run(const void* a, const void* b, void* c, const void* bias = nullptr,
                    const void* addend = nullptr) const = 0;
+};
+
+/// A GEMM run as row bands of C, one kernel per band, with a hook called
+/// between two bands (the poll progress policy tests outstanding requests
+/// there: Open MPI moves data only inside MPI calls).
+class banded_kernel final : public gemm_kernel {
+ public:
+  using hook = void (*)(void*);
+  struct band {
+    int64_t r0 = 0;
+    std::shared_ptr<const gemm_kernel> kernel;
+  };
+  banded_kernel(const gemm_desc& d, std::vector<band> bands, hook between, void* arg)
+      : d_(d), bands_(std::move(bands)), between_(between), arg_(arg) {}
+  void run(const void* a, const void* b, void* c, const void* bias, const void* addend) const override {
+    const auto* pa = static_cast<const std::byte*>(a);
+    auto* pc = static_cast<std::byte*>(c);
+    const auto* pd = static_cast<const std::byte*>(addend);
+    for (size_t i = 0; i < bands_.size(); ++i) {
+      if (i > 0) between_(arg_);
+      const int64_t r0 = bands_[i].r0;
+      // Rows r0.. of op(A): columns of A when it is stored transposed.
+      const int64_t a_off = (d_.trans_a ? r0 : r0 * d_.lda) * static_cast<int64_t>(size_of(d_.in));
+      const int64_t c_off = r0 * d_.ldc * static_cast<int64_t>(size_of(d_.out));
+      const int64_t d_off = r0 * d_.ld_addend * static_cast<int64_t>(size_of(d_.addend_type));
+      bands_[i].kernel->run(pa + a_off, b, pc + c_off, bias, pd == nullptr ? nullptr : pd + d_off);
+    }
+  }
+
+ private:
+  gemm_desc d_;
+  std::vector<band> bands_;
+  hook between_;
+  void* arg_;
 };
 
 namespace detail {

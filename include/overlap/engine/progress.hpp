@@ -1,8 +1,9 @@
 #pragma once
 /// @file
 /// The progress thread: tests the ring's outstanding requests while the
-/// calling thread computes, sleeping between tests (a busy-polling thread
-/// steals a core from the GEMM; see docs/design.md).
+/// calling thread computes, sleeping between tests, or yielding with a zero
+/// interval (a busy-polling thread steals a core from the GEMM; see
+/// docs/design.md).
 
 #include <chrono>
 #include <condition_variable>
@@ -65,7 +66,8 @@ class progress_thread {
         active_ = nullptr;
       }
       lock.unlock();
-      std::this_thread::sleep_for(interval_);
+      if (interval_.count() > 0) std::this_thread::sleep_for(interval_);
+      else std::this_thread::yield();
       lock.lock();
     }
   }

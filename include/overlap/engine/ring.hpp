@@ -2,12 +2,14 @@
 /// @file
 /// The ring engine: one loop for both patterns (all-gather-then-compute, where
 /// input shards travel, and compute-then-reduce-scatter, where accumulators
-/// travel). A Pattern says, per step, what arrives, what leaves and what to
-/// compute; the engine posts the transfers, keeps them progressing while the
-/// step computes, and completes them.
+/// travel). A Pattern says, per step and lane, what arrives, what leaves and
+/// what to compute; the engine posts the transfers ahead of the products,
+/// keeps them progressing while the step computes, and completes each one
+/// only when a later step needs it complete.
 
 #include <mpi.h>
 
+#include <array>
 #include <exception>
 
 #include "overlap/config.hpp"
@@ -25,35 +27,54 @@ struct transfer {
   [[nodiscard]] bool active() const noexcept { return type != MPI_DATATYPE_NULL; }
 };
 
-/// Where this rank sits in the ring: data arrives from `from` and leaves to `to`.
-struct ring_links {
-  MPI_Comm comm = MPI_COMM_NULL;
+/// One direction round the ring: data arrives from `from` and leaves to `to`.
+struct ring_lane {
   int from = MPI_PROC_NULL;
   int to = MPI_PROC_NULL;
-  int tag = 0;
+  int tag = 0;  ///< distinct per lane, so the lanes' messages never match each other
+};
+
+/// Where this rank sits in the ring: up to two lanes (unidirectional or
+/// bidirectional schedules).
+struct ring_links {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::array<ring_lane, 2> lanes{};
+  int n_lanes = 1;
+};
+
+/// How long transfers may stay in flight, in steps (both >= 0):
+///   a receive for step u is posted at step u - lead and completed just before
+///   step u computes;
+///   a send posted at step t is completed before step t + 1 + send_slack
+///   posts anything.
+/// A pattern chooses them so that the neighbour posts the matching operation
+/// in the same step, and sizes its buffers so that no buffer is rewritten
+/// while a transfer on it may be in flight (see the ops' plans).
+struct ring_window {
+  int lead = 1;
+  int send_slack = 0;
 };
 
 /// Runs the ring schedule of `pattern`:
 ///
 ///   for each step t:
-///     post Irecv of the data step t + lead needs   (pattern.recv(t + lead))
-///     post Isend of what leaves at step t          (pattern.send(t))
+///     complete the transfers due before step t  (this step's receives,
+///                                                sends older than the slack)
+///     for each lane: post Irecv of what step t + lead needs  (pattern.recv)
+///     for each lane: post Isend of what leaves at step t     (pattern.send)
 ///     compute step t while the progress policy moves the transfers
-///     complete this step's transfers
 ///
-/// The pattern's lead is chosen so that every message posted at step t is
-/// matched by the neighbour's post at its step t: all transfers of a step
-/// complete within that step, and the pattern needs lead + 1 (+1 when it
-/// sends a step's result one step later) buffer slots, none allocated here.
+/// Steps before `lead` receive nothing (their data is local).
 ///
 /// Pattern requirements:
-///   int steps() const; int lead() const (>= 1);
-///   transfer recv(int t) const; transfer send(int t) const; void compute(int t);
+///   int steps() const; ring_window window() const;
+///   transfer recv(int t, int lane) const; transfer send(int t, int lane) const;
+///   void compute(int t);
 template <class Pattern>
 void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& requests,
               progress_thread* progress, ring_phases phases = ring_phases::both) {
   const int steps = pattern.steps();
-  const int lead = pattern.lead();
+  const ring_window w = pattern.window();
   const bool transfers = phases != ring_phases::compute_only;
   const bool compute = phases != ring_phases::comm_only;
   // If a step throws (an MPI or backend error), its requests are cancelled so
@@ -68,20 +89,25 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
     }
   } guard{requests};
   for (int t = 0; t < steps; ++t) {
-    if (transfers && t + lead < steps) {
-      const transfer in = pattern.recv(t + lead);
-      if (in.active())
-        OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, links.from, links.tag, links.comm, requests.add());
+    requests.wait_due(t);
+    for (int l = 0; transfers && l < links.n_lanes; ++l) {
+      const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
+      if (t + w.lead < steps) {
+        const transfer in = pattern.recv(t + w.lead, l);
+        if (in.active())
+          OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, lane.from, lane.tag, links.comm, requests.add(t + w.lead));
+      }
+      const transfer out = pattern.send(t, l);
+      if (out.active())
+        OVERLAP_MPI(MPI_Isend, out.buf, 1, out.type, lane.to, lane.tag, links.comm,
+                    requests.add(t + 1 + w.send_slack));
     }
-    const transfer out = transfers ? pattern.send(t) : transfer{};
-    if (out.active())
-      OVERLAP_MPI(MPI_Isend, out.buf, 1, out.type, links.to, links.tag, links.comm, requests.add());
-
+    if (!compute) continue;
     progress_scope scope(progress, requests);
-    if (compute) pattern.compute(t);
+    pattern.compute(t);
     scope.finish();
-    requests.wait_all();
   }
+  requests.wait_all();
 }
 
 }  // namespace overlap::engine

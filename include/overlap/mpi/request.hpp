@@ -11,29 +11,41 @@
 
 namespace overlap::mpi {
 
-/// A group of outstanding requests completed together. Storage is reserved
-/// once (plans size it), so posting in the hot loop does not allocate.
-/// Destroying a group with pending requests cancels and completes them, so a
-/// request never outlives the buffers of the scope that posted it.
+/// A group of outstanding requests, each with a deadline: the step before
+/// which it must have completed (the ring engine completes a step's receives
+/// just before the step computes, and lets sends run on while the buffers they
+/// read stay untouched). Destroying a group with pending requests cancels and
+/// completes them, so a request never outlives the buffers of the scope that
+/// posted it.
 class request_group {
  public:
   request_group() = default;
   request_group(const request_group&) = delete;
   request_group& operator=(const request_group&) = delete;
-  request_group(request_group&& other) noexcept : reqs_(std::move(other.reqs_)) { other.reqs_.clear(); }
+  request_group(request_group&& other) noexcept
+      : reqs_(std::move(other.reqs_)), due_(std::move(other.due_)) {
+    other.reqs_.clear();
+    other.due_.clear();
+  }
   request_group& operator=(request_group&& other) noexcept {
     if (this != &other) {
       abandon();
       reqs_ = std::move(other.reqs_);
+      due_ = std::move(other.due_);
       other.reqs_.clear();
+      other.due_.clear();
     }
     return *this;
   }
   ~request_group() { abandon(); }
 
-  void reserve(size_t n) { reqs_.reserve(n); }
-  /// A slot for MPI_Isend / MPI_Irecv to write the new request into.
-  [[nodiscard]] MPI_Request* add() { return &reqs_.emplace_back(MPI_REQUEST_NULL); }
+  /// A slot for MPI_Isend / MPI_Irecv to write the new request into; it must
+  /// complete before step `deadline` (see wait_due). Storage grows to the
+  /// largest window once and is reused, so the hot loop does not allocate.
+  [[nodiscard]] MPI_Request* add(int deadline = 0) {
+    due_.push_back(deadline);
+    return &reqs_.emplace_back(MPI_REQUEST_NULL);
+  }
   [[nodiscard]] bool empty() const noexcept { return reqs_.empty(); }
   [[nodiscard]] int size() const noexcept { return static_cast<int>(reqs_.size()); }
 
@@ -57,6 +69,28 @@ class request_group {
       detail::throw_mpi_error(rc, "MPI_Waitall");
     }
     reqs_.clear();
+    due_.clear();
+  }
+
+  /// Blocks until every request whose deadline is <= step has completed and
+  /// drops those from the group; later ones stay outstanding.
+  void wait_due(int step) {
+    size_t kept = 0;
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      if (due_[i] <= step) {
+        const int rc = MPI_Wait(&reqs_[i], MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          abandon();
+          detail::throw_mpi_error(rc, "MPI_Wait");
+        }
+        continue;
+      }
+      reqs_[kept] = reqs_[i];
+      due_[kept] = due_[i];
+      ++kept;
+    }
+    reqs_.resize(kept);
+    due_.resize(kept);
   }
 
  private:
@@ -67,9 +101,11 @@ class request_group {
       MPI_Wait(&r, MPI_STATUS_IGNORE);
     }
     reqs_.clear();
+    due_.clear();
   }
 
   std::vector<MPI_Request> reqs_;
+  std::vector<int> due_;  ///< deadline step of each request
 };
 
 }  // namespace overlap::mpi

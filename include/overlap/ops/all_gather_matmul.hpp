@@ -68,9 +68,11 @@ template <class T>
 struct ag_plan final : plan_base {
   ag_geometry geo;
   overlap::strategy strategy = overlap::strategy::ring;
-  // ring
-  std::vector<ag_step<T>> steps;
-  int lead = 1;
+  // ring (and bidirectional)
+  int lanes = 1;                     ///< 2: bidirectional
+  int n_steps = 0;
+  std::vector<ag_step<T>> steps;     ///< step t, lane l at [t * lanes + l]
+  engine::ring_window window;
   engine::buffer<T> slots;
   block_types types{dtype_of<T>()};
   /// bf16 with a contracting shard: partial sums stay in fp32 (c-shaped) and
@@ -143,55 +145,66 @@ void ag_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_opti
     return;
   }
 
-  // Ring: at step t = i * chunks + j this rank computes chunk j of shard
-  // (p + i) % R, sends it on to p - 1 (unless it went all the way round) and
-  // receives the piece it needs `chunks` steps later from p + 1.
-  const int slots = chunks + 1;
-  plan.lead = chunks;
+  // Ring. Lane 0 holds, at round i, shard (p + i) % R: it arrived from p + 1
+  // and is forwarded to p - 1 unless it has gone all the way round. With two
+  // lanes (bidirectional), each shard is halved along op(X)'s output
+  // dimension: lane 0 carries the first halves that way, lane 1 the second
+  // halves the other way (shard (p - i) % R, from p - 1 to p + 1). Each half is
+  // split into `chunks` pieces; step t = i * chunks + j computes piece j of
+  // every lane. A piece is received `lead` = chunks steps before its step and
+  // forwarded in its step, and its send may stay in flight chunks - 1 steps
+  // more: 2 * chunks slots per lane are never rewritten while in use.
+  const int L = plan.lanes;
+  plan.window = {chunks, chunks - 1};
+  const int slots = plan.window.lead + 1 + plan.window.send_slack;
+  plan.n_steps = R * chunks;
   int64_t slot_elems = 0;
   const matrix_view<const T>& local = x.local(geo);
   const bool fp32_acc = dtype_of<T>() == dtype::bf16 && geo.contracting && R > 1;
   if (fp32_acc) plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
   for (int i = 0; i < R; ++i) {
-    const int shard = (p + i) % R;
     for (int j = 0; j < chunks; ++j) {
-      range rows{0, srows}, cols{0, scols};
-      (geo.stored_shard_rows() ? rows : cols) = range{geo.layout.offset(shard), geo.layout.size(shard)};
-      range& chunked = geo.stored_chunk_rows() ? rows : cols;
-      chunked = chunked.chunk(chunks, j);
-      ag_step<T> st;
-      st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
-      st.lr0 = geo.trans_x ? st.c0 : st.r0;
-      st.lc0 = geo.trans_x ? st.r0 : st.c0;
-      const int t = i * chunks + j;
-      if (x.has_out) {
-        st.home = piece_home::gathered_out;
-        st.ld = x.out.ld;
-      } else if (i == 0) {
-        st.home = piece_home::local;
-        st.ld = local.ld;
-      } else {
-        st.home = piece_home::slot;
-        st.ld = st.nc;
-        st.slot_offset = t % slots;  // scaled to elements below
-        slot_elems = std::max(slot_elems, st.nr * st.nc);
+      for (int l = 0; l < L; ++l) {
+        const int shard = l == 0 ? (p + i) % R : (p - i + R) % R;
+        range rows{0, srows}, cols{0, scols};
+        (geo.stored_shard_rows() ? rows : cols) = range{geo.layout.offset(shard), geo.layout.size(shard)};
+        range& chunked = geo.stored_chunk_rows() ? rows : cols;
+        chunked = chunked.chunk(L, l).chunk(chunks, j);
+        ag_step<T> st;
+        st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
+        st.lr0 = geo.trans_x ? st.c0 : st.r0;
+        st.lc0 = geo.trans_x ? st.r0 : st.c0;
+        const int t = i * chunks + j;
+        if (x.has_out) {
+          st.home = piece_home::gathered_out;
+          st.ld = x.out.ld;
+        } else if (i == 0) {
+          st.home = piece_home::local;
+          st.ld = local.ld;
+        } else {
+          st.home = piece_home::slot;
+          st.ld = st.nc;
+          st.slot_offset = (t % slots) * L + l;  // scaled to elements below
+          slot_elems = std::max(slot_elems, st.nr * st.nc);
+        }
+        const bool nonempty = st.nr > 0 && st.nc > 0;
+        st.send = nonempty && i < R - 1;
+        st.recv = nonempty && i > 0;
+        if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld);
+        const int64_t lnr = geo.trans_x ? st.nc : st.nr, lnc = geo.trans_x ? st.nr : st.nc;
+        const bool last = !geo.contracting || i == R - 1;
+        st.into_acc = fp32_acc && !last;
+        st.add_acc = fp32_acc && last;
+        const bool accumulate = geo.contracting && i > 0 && !st.add_acc;
+        st.kernel =
+            ctx.make_step_kernel(ag_gemm(geo, x, opt, lnr, lnc, st.ld, accumulate, last, st.into_acc, st.add_acc));
+        plan.steps.push_back(std::move(st));
       }
-      const bool nonempty = st.nr > 0 && st.nc > 0;
-      st.send = nonempty && i < R - 1;
-      st.recv = nonempty && i > 0;
-      if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld);
-      const int64_t lnr = geo.trans_x ? st.nc : st.nr, lnc = geo.trans_x ? st.nr : st.nc;
-      const bool last = !geo.contracting || i == R - 1;
-      st.into_acc = fp32_acc && !last;
-      st.add_acc = fp32_acc && last;
-      const bool accumulate = geo.contracting && i > 0 && !st.add_acc;
-      st.kernel = ctx.make_kernel(ag_gemm(geo, x, opt, lnr, lnc, st.ld, accumulate, last, st.into_acc, st.add_acc));
-      plan.steps.push_back(std::move(st));
     }
   }
   for (auto& st : plan.steps)
     if (st.home == piece_home::slot) st.slot_offset *= slot_elems;
-  plan.slots = engine::buffer<T>(static_cast<size_t>(slot_elems * slots));
+  plan.slots = engine::buffer<T>(static_cast<size_t>(slot_elems * slots * L));
 }
 
 /// Checks a call, agrees with the other ranks, and returns the plan (built
@@ -299,20 +312,32 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
 
   auto plan = std::make_unique<ag_plan<T>>();
   plan->geo = full;
-  plan->strategy = opt.strategy == strategy::bulk ? strategy::bulk : strategy::ring;
+  plan->strategy = resolve_strategy(opt.strategy, R);
+  plan->lanes = plan->strategy == strategy::bidirectional ? 2 : 1;
+  // Chunks split op(X)'s output dimension (rows of stored X when
+  // stored_chunk_rows); the plan's choice depends on global sizes only.
+  const bool sr = full.stored_shard_rows(), cr_ = full.stored_chunk_rows();
+  const int64_t chunk_extent = (cr_ ? full.stored_rows() : full.stored_cols()) / (sr == cr_ ? R : 1) / plan->lanes;
+  const int64_t bytes_per_unit =
+      (cr_ ? full.stored_cols() : full.stored_rows()) / (sr == cr_ ? 1 : R) * static_cast<int64_t>(sizeof(T));
+  const int used_chunks = plan_chunks(chunks, 1, R, plan->lanes, chunk_extent, bytes_per_unit);
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({1}));
-  ag_build<T>(ctx, *plan, x, opt, chunks);
-  ctx.log_plan(checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
-               to_string(plan->strategy) + ", sharded sizes [" + list(sizes) + "], op(X) " +
-               std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols) +
-               (plan->strategy == strategy::ring
-                    ? ", " + std::to_string(plan->steps.size()) + " steps (" + std::to_string(chunks) +
-                          " per shard), receives posted " + std::to_string(plan->lead) + " steps ahead, " +
-                          std::to_string(plan->slots.size() * sizeof(T)) + " bytes of slots" +
-                          (plan->acc.size() ? ", fp32 accumulator" : "")
-                    : "") +
-               ", progress " + to_string(ctx.config().progress) + ", backend " + to_string(ctx.backend_for<T>()));
+  ag_build<T>(ctx, *plan, x, opt, used_chunks);
+  if (ctx.config().verbose && ctx.rank() == 0) {
+    std::string ring;
+    if (plan->strategy != strategy::bulk) {
+      const auto& st = plan->steps[0];
+      ring = ring_summary(opt.strategy, plan->strategy, plan->lanes, plan->n_steps, used_chunks, chunks == 0,
+                          plan->window, plan->slots.size() * sizeof(T)) +
+             ", rank 0's first piece " + std::to_string(st.nr) + " x " + std::to_string(st.nc) +
+             (plan->acc.size() ? ", fp32 accumulator" : "");
+    }
+    ctx.log_plan(checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
+                 to_string(plan->strategy) + ", sharded sizes [" + list(sizes) + "], op(X) " +
+                 std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols) + ring + ", progress " +
+                 describe_progress(ctx.config()) + ", backend " + to_string(ctx.backend_for<T>()));
+  }
   return static_cast<ag_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
 }
 
@@ -324,18 +349,25 @@ class ag_ring_pattern {
       : plan_(plan), x_(x), local_(x.local(plan.geo)), bias_(bias) {
     (plan.geo.stored_shard_rows() ? local_r0_ : local_c0_) = plan.geo.layout.offset(rank);
   }
-  [[nodiscard]] int steps() const { return static_cast<int>(plan_.steps.size()); }
-  [[nodiscard]] int lead() const { return plan_.lead; }
-  [[nodiscard]] engine::transfer recv(int t) const {
-    const auto& st = plan_.steps[static_cast<size_t>(t)];
+  [[nodiscard]] int steps() const { return plan_.n_steps; }
+  [[nodiscard]] engine::ring_window window() const { return plan_.window; }
+  [[nodiscard]] engine::transfer recv(int t, int lane) const {
+    const auto& st = step(t, lane);
     return st.recv ? engine::transfer{piece(st), st.type} : engine::transfer{};
   }
-  [[nodiscard]] engine::transfer send(int t) const {
-    const auto& st = plan_.steps[static_cast<size_t>(t)];
+  [[nodiscard]] engine::transfer send(int t, int lane) const {
+    const auto& st = step(t, lane);
     return st.send ? engine::transfer{piece(st), st.type} : engine::transfer{};
   }
   void compute(int t) {
-    const auto& st = plan_.steps[static_cast<size_t>(t)];
+    for (int l = 0; l < plan_.lanes; ++l) compute(step(t, l));
+  }
+
+ private:
+  [[nodiscard]] const ag_step<T>& step(int t, int lane) const {
+    return plan_.steps[static_cast<size_t>(t * plan_.lanes + lane)];
+  }
+  void compute(const ag_step<T>& st) {
     const ag_geometry& g = plan_.geo;
     // The output block starts at row lr0 (lhs) or column lc0 (rhs) of c, or
     // of the dense fp32 accumulator.
@@ -353,7 +385,6 @@ class ag_ring_pattern {
     }
   }
 
- private:
   [[nodiscard]] T* piece(const ag_step<T>& st) const {
     switch (st.home) {
       case piece_home::local:
@@ -412,7 +443,7 @@ void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options&
     copy_block<T>(l, geo.stored_shard_rows() ? x.out.block(off, 0, l.rows, l.cols) : x.out.block(0, off, l.rows, l.cols));
   }
   ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
-  run_on_ring(ctx, pattern, 1);
+  run_on_ring(ctx, pattern, 1, plan.lanes);
 }
 
 }  // namespace detail

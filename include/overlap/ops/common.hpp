@@ -69,7 +69,7 @@ class block_types {
 inline void check_common_options(arg_checks& checks, const char* opts, overlap::strategy s, const epilogue& e) {
   const auto sv = static_cast<int>(s);
   const auto av = static_cast<int>(e.activation);
-  checks.require(sv >= 0 && sv <= 2, std::string(opts) + ".strategy has an invalid value " + std::to_string(sv));
+  checks.require(sv >= 0 && sv <= 3, std::string(opts) + ".strategy has an invalid value " + std::to_string(sv));
   checks.require(av >= 0 && av <= 2,
                  std::string(opts) + ".epilogue.activation has an invalid value " + std::to_string(av));
 }
@@ -113,12 +113,68 @@ inline std::string list(const std::vector<int64_t>& v) {
   return s;
 }
 
-/// Runs an op's ring pattern on the context's ring: data arrives from rank
-/// p + 1 and leaves to p - 1; `tag` keeps the ops' messages apart.
+/// The strategy a plan runs for the requested one on R ranks: automatic is
+/// ring; bidirectional needs two distinct neighbours (R >= 3), and at R <= 2
+/// the one-way ring already carries data both ways on the only link.
+inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks) {
+  if (s == strategy::automatic) return strategy::ring;
+  if (s == strategy::bidirectional && ranks <= 2) return strategy::ring;
+  return s;
+}
+
+/// Chunks per shard (per lane) a ring plan uses: the configured count, or,
+/// when it is 0, the plan's choice. A ring exposes about one piece's product
+/// (all-gather: the last; reduce-scatter: the first) that nothing overlaps,
+/// 1 / (ranks * lanes * chunks) of the work, so the plan aims at 16 pieces or
+/// more in all, while keeping each piece's message >= 512 KiB (per-message
+/// latency; on TCP this size still streams at the link rate) and its product
+/// >= 64 rows of output (GEMM efficiency; see bench/engine_bench.cpp).
+/// min_chunks is 2 for reduce-scatter, whose accumulator of one chunk travels
+/// while the next is computed.
+inline int plan_chunks(int configured, int min_chunks, int ranks, int lanes, int64_t piece_units,
+                       int64_t bytes_per_unit) {
+  if (configured > 0) return configured;
+  const int pieces = ranks * lanes;
+  int c = std::max(min_chunks, (16 + pieces - 1) / pieces);
+  while (c > min_chunks && (piece_units / c < 64 || piece_units / c * bytes_per_unit < (int64_t{512} << 10))) --c;
+  return c;
+}
+
+/// The progress policy with its setting, as verbose plans print it.
+inline std::string describe_progress(const config& c) {
+  switch (c.progress) {
+    case progress_policy::thread:
+      return c.progress_interval.count() > 0 ? "thread (sleeps " + std::to_string(c.progress_interval.count()) + " us)"
+                                             : std::string("thread (yields)");
+    case progress_policy::poll: return "poll (" + std::to_string(c.poll_chunks) + " GEMM bands per piece)";
+    case progress_policy::none: return "none";
+  }
+  return "?";
+}
+
+/// A ring plan's schedule, as verbose plans print it.
+inline std::string ring_summary(overlap::strategy asked, overlap::strategy runs, int lanes, int steps, int chunks,
+                                bool chosen, const engine::ring_window& w, size_t slot_bytes) {
+  std::string s;
+  if (asked != runs) s += " (" + std::string(to_string(asked)) + " asked)";
+  return s + ", " + std::to_string(lanes) + (lanes == 1 ? " lane, " : " lanes, ") + std::to_string(steps) +
+         " steps, " + std::to_string(chunks) + " chunks per shard" + (lanes == 2 ? " half" : "") +
+         (chosen ? " (plan's choice)" : " (configured)") + ", receives posted " + std::to_string(w.lead) +
+         " steps ahead, sends in flight up to " + std::to_string(w.send_slack + 1) + " steps, " +
+         std::to_string(slot_bytes) + " bytes of slots";
+}
+
+/// Runs an op's ring pattern on the context's ring. Lane 0 carries data from
+/// rank p + 1 to p - 1, lane 1 (bidirectional) from p - 1 to p + 1; `tag`
+/// keeps the ops' messages apart, and each lane has its own.
 template <class Pattern>
-void run_on_ring(context& ctx, Pattern& pattern, int tag) {
+void run_on_ring(context& ctx, Pattern& pattern, int tag, int lanes) {
   const int R = ctx.size(), p = ctx.rank();
-  const engine::ring_links links{ctx.comm(), (p + 1) % R, (p + R - 1) % R, tag};
+  engine::ring_links links;
+  links.comm = ctx.comm();
+  links.n_lanes = lanes;
+  links.lanes[0] = {(p + 1) % R, (p + R - 1) % R, 2 * tag};
+  links.lanes[1] = {(p + R - 1) % R, (p + 1) % R, 2 * tag + 1};
   engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases);
 }
 

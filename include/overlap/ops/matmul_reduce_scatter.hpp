@@ -39,9 +39,11 @@ struct rs_plan final : plan_base {
   shard_layout layout;  ///< the scattered dimension over the ranks
   overlap::strategy strategy = overlap::strategy::ring;
   dtype acc = dtype::f32;  ///< what accumulators are summed and sent in
-  // ring
-  std::vector<rs_step> steps;
-  int lead = 1;
+  // ring (and bidirectional)
+  int lanes = 1;                ///< 2: bidirectional
+  int n_steps = 0;
+  std::vector<rs_step> steps;   ///< step t, lane l at [t * lanes + l]
+  engine::ring_window window;
   engine::buffer<std::byte> slots;
   block_types types;
   // bulk
@@ -65,13 +67,14 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
   const dtype t = dtype_of<T>(), acc = plan.acc;
   plan.types = block_types(acc);
   // A product into an accumulator (type acc) or, on the last step, into c.
-  auto product = [&](int64_t nr, int64_t nc, int64_t ld, bool accumulate, bool last, bool add_slot = false) {
+  auto product = [&](int64_t nr, int64_t nc, int64_t ld, bool accumulate, bool last, bool add_slot = false,
+                     bool ring = true) {
     gemm_desc d{nr, nc, k, x.a.ld, x.b.ld, ld, opt.transpose_a, opt.transpose_b, accumulate};
     d.in = t;
     d.out = last ? t : acc;
     if (add_slot) d.addend = true, d.ld_addend = nc, d.addend_type = acc;
     if (last) d.bias = has_bias, d.act = opt.epilogue.activation;
-    return ctx.make_kernel(d);
+    return ring ? ctx.make_step_kernel(d) : ctx.make_kernel(d);
   };
   auto block = [&](int shard) {  // output shard `shard` as row and column ranges of C
     range rows{0, plan.m}, cols{0, plan.n};
@@ -89,7 +92,7 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
       plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(rows.len * cols.len, "reduce-scatter count");
       if (!plan.rows || r == 0) {
         const int64_t nr = plan.rows ? plan.m : rows.len, nc = plan.rows ? plan.n : cols.len;
-        plan.bulk_kernels.push_back(product(nr, nc, nc, false, false));
+        plan.bulk_kernels.push_back(product(nr, nc, nc, false, false, false, false));
       }
     }
     // The reduced block lands in c when c is dense and of the accumulator's
@@ -101,47 +104,56 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
     return;
   }
 
-  // Ring: at step t = i * chunks + j this rank adds its partial product for
-  // chunk j of output shard (p + i + 1) % R to the accumulator that came from
-  // p + 1 and, at step t + 1, passes it on to p - 1. After R rounds the
-  // accumulator of its own shard has visited every rank and lands in c. The
-  // accumulator a step needs was computed by p + 1 `chunks` steps earlier, so
-  // the receive is posted chunks - 1 steps ahead.
-  plan.lead = chunks - 1;
-  const int slots = chunks + 1;
+  // Ring. Lane 0: at step t = i * chunks + j this rank adds its partial
+  // product for chunk j of output shard (p + i + 1) % R to the accumulator
+  // that came from p + 1 and, at step t + 1, passes it on to p - 1. After R
+  // rounds the accumulator of its own shard has visited every rank and lands
+  // in c. With two lanes (bidirectional) each shard is halved along the
+  // scattered dimension and lane 1 runs the second halves the other way
+  // (shard (p - i - 1) % R, from p - 1 to p + 1). The accumulator a step needs
+  // was computed by its neighbour `chunks` steps earlier and sent one step
+  // later, so receives are posted lead = chunks - 1 steps ahead and sends may
+  // stay in flight as long; 2 * chunks - 1 slots per lane are never rewritten
+  // while in use.
+  const int L = plan.lanes;
+  plan.window = {chunks - 1, chunks - 2};
+  const int slots = plan.window.lead + 2 + plan.window.send_slack;
+  plan.n_steps = R * chunks;
   int64_t slot_elems = 0;
   for (int i = 0; i < R; ++i) {
-    const int shard = (p + i + 1) % R;
     for (int j = 0; j < chunks; ++j) {
-      auto [rows, cols] = block(shard);
-      range& chunked = plan.rows ? rows : cols;
-      chunked = chunked.chunk(chunks, j);
-      rs_step st;
-      st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
-      st.dst_c = i == R - 1;
-      // The last accumulator of a bf16 product with fp32 accumulators stays in a
-      // slot and is added while c is written; otherwise it arrives in c itself.
-      st.acc_in_c = st.dst_c && acc == t;
-      st.add_slot = st.dst_c && !st.acc_in_c && i > 0;
-      if (st.acc_in_c) {
-        st.ld = x.c.ld;
-      } else {
-        st.ld = st.nc;
-        st.slot_offset = (i * chunks + j) % slots;  // scaled to bytes below
-        slot_elems = std::max(slot_elems, st.nr * st.nc);
+      for (int l = 0; l < L; ++l) {
+        const int shard = l == 0 ? (p + i + 1) % R : (p - i - 1 + 2 * R) % R;
+        auto [rows, cols] = block(shard);
+        range& chunked = plan.rows ? rows : cols;
+        chunked = chunked.chunk(L, l).chunk(chunks, j);
+        rs_step st;
+        st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
+        st.dst_c = i == R - 1;
+        // The last accumulator of a bf16 product with fp32 accumulators stays in a
+        // slot and is added while c is written; otherwise it arrives in c itself.
+        st.acc_in_c = st.dst_c && acc == t;
+        st.add_slot = st.dst_c && !st.acc_in_c && i > 0;
+        if (st.acc_in_c) {
+          st.ld = x.c.ld;
+        } else {
+          st.ld = st.nc;
+          st.slot_offset = ((i * chunks + j) % slots) * L + l;  // scaled to bytes below
+          slot_elems = std::max(slot_elems, st.nr * st.nc);
+        }
+        const bool nonempty = st.nr > 0 && st.nc > 0;
+        st.recv = nonempty && i > 0;
+        st.forward = nonempty && i < R - 1;
+        if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld);
+        const int64_t ldc = st.dst_c ? x.c.ld : st.ld;
+        st.kernel = product(st.nr, st.nc, ldc, i > 0 && !st.add_slot, st.dst_c, st.add_slot);
+        plan.steps.push_back(std::move(st));
       }
-      const bool nonempty = st.nr > 0 && st.nc > 0;
-      st.recv = nonempty && i > 0;
-      st.forward = nonempty && i < R - 1;
-      if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld);
-      const int64_t ldc = st.dst_c ? x.c.ld : st.ld;
-      st.kernel = product(st.nr, st.nc, ldc, i > 0 && !st.add_slot, st.dst_c, st.add_slot);
-      plan.steps.push_back(std::move(st));
     }
   }
   for (auto& st : plan.steps)
     if (!st.acc_in_c) st.slot_offset *= slot_elems * static_cast<int64_t>(size_of(acc));
-  plan.slots = engine::buffer<std::byte>(static_cast<size_t>(slot_elems * slots) * size_of(acc));
+  plan.slots = engine::buffer<std::byte>(static_cast<size_t>(slot_elems * slots * L) * size_of(acc));
 }
 
 template <class T>
@@ -196,9 +208,10 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     sizes[static_cast<size_t>(r)] = at(r, rows ? cr : cc);
   }
   auto plan = std::make_unique<rs_plan<T>>();
-  plan->strategy = opt.strategy == strategy::bulk ? strategy::bulk : strategy::ring;
+  plan->strategy = resolve_strategy(opt.strategy, R);
+  plan->lanes = plan->strategy == strategy::bidirectional ? 2 : 1;
   // bf16 accumulators only where asked for and possible: MPI cannot sum bf16.
-  const bool bf16_acc = opt.bf16_transfers && plan->strategy == strategy::ring;
+  const bool bf16_acc = opt.bf16_transfers && plan->strategy != strategy::bulk;
   plan->acc = dtype_of<T>() == dtype::bf16 && !bf16_acc ? dtype::f32 : dtype_of<T>();
   plan->rows = rows;
   plan->m = at(0, ar);
@@ -209,18 +222,25 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     fail(std::string(rows ? "the sum of c.rows over ranks (" : "the sum of c.cols over ranks (") +
          std::to_string(plan->layout.total()) + ") must equal " + (rows ? an + ".rows (M = " : bn + ".cols (N = ") +
          std::to_string(want) + ")");
+  // Chunks split the scattered dimension; the choice depends on global sizes only.
+  const int used_chunks = plan_chunks(chunks, 2, R, plan->lanes, want / R / plan->lanes,
+                                      (rows ? plan->n : plan->m) * static_cast<int64_t>(size_of(plan->acc)));
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({2}));
-  rs_build<T>(ctx, *plan, x, opt, chunks);
-  ctx.log_plan(checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
-               to_string(plan->strategy) + ", scattered sizes [" + list(sizes) + "], C " + std::to_string(plan->m) +
-               " x " + std::to_string(plan->n) + ", accumulators " + to_string(plan->acc) +
-               (plan->strategy == strategy::ring
-                    ? ", " + std::to_string(plan->steps.size()) + " steps (" + std::to_string(chunks) +
-                          " per shard), receives posted " + std::to_string(plan->lead) + " steps ahead, " +
-                          std::to_string(plan->slots.size()) + " bytes of slots"
-                    : "") +
-               ", progress " + to_string(ctx.config().progress) + ", backend " + to_string(ctx.backend_for<T>()));
+  rs_build<T>(ctx, *plan, x, opt, used_chunks);
+  if (ctx.config().verbose && ctx.rank() == 0) {
+    std::string ring;
+    if (plan->strategy != strategy::bulk) {
+      const auto& st = plan->steps[0];
+      ring = ring_summary(opt.strategy, plan->strategy, plan->lanes, plan->n_steps, used_chunks, chunks == 0,
+                          plan->window, plan->slots.size()) +
+             ", rank 0's first piece " + std::to_string(st.nr) + " x " + std::to_string(st.nc);
+    }
+    ctx.log_plan(checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
+                 to_string(plan->strategy) + ", scattered sizes [" + list(sizes) + "], C " + std::to_string(plan->m) +
+                 " x " + std::to_string(plan->n) + ", accumulators " + to_string(plan->acc) + ring + ", progress " +
+                 describe_progress(ctx.config()) + ", backend " + to_string(ctx.backend_for<T>()));
+  }
   return static_cast<rs_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
 }
 
@@ -230,19 +250,26 @@ class rs_ring_pattern {
  public:
   rs_ring_pattern(rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias, int rank)
       : plan_(plan), x_(x), opt_(opt), bias_(bias), own_(plan.layout.offset(rank)) {}
-  [[nodiscard]] int steps() const { return static_cast<int>(plan_.steps.size()); }
-  [[nodiscard]] int lead() const { return plan_.lead; }
-  [[nodiscard]] engine::transfer recv(int t) const {
-    const auto& st = plan_.steps[static_cast<size_t>(t)];
+  [[nodiscard]] int steps() const { return plan_.n_steps; }
+  [[nodiscard]] engine::ring_window window() const { return plan_.window; }
+  [[nodiscard]] engine::transfer recv(int t, int lane) const {
+    const auto& st = step(t, lane);
     return st.recv ? engine::transfer{piece(st), st.type} : engine::transfer{};
   }
-  [[nodiscard]] engine::transfer send(int t) const {  // the accumulator finished at step t - 1
+  [[nodiscard]] engine::transfer send(int t, int lane) const {  // the accumulator finished at step t - 1
     if (t == 0) return {};
-    const auto& st = plan_.steps[static_cast<size_t>(t - 1)];
+    const auto& st = step(t - 1, lane);
     return st.forward ? engine::transfer{piece(st), st.type} : engine::transfer{};
   }
   void compute(int t) {
-    const auto& st = plan_.steps[static_cast<size_t>(t)];
+    for (int l = 0; l < plan_.lanes; ++l) compute(step(t, l));
+  }
+
+ private:
+  [[nodiscard]] const rs_step& step(int t, int lane) const {
+    return plan_.steps[static_cast<size_t>(t * plan_.lanes + lane)];
+  }
+  void compute(const rs_step& st) {
     // Rows r0.. of op(a) and columns c0.. of op(b), wherever transposes put them.
     const T* a = x_.a.data + (opt_.transpose_a ? st.r0 : st.r0 * x_.a.ld);
     const T* b = x_.b.data + (opt_.transpose_b ? st.c0 * x_.b.ld : st.c0);
@@ -251,7 +278,6 @@ class rs_ring_pattern {
     st.kernel->run(a, b, dst, bias, st.add_slot ? piece(st) : nullptr);
   }
 
- private:
   /// The step's accumulator: in c, or in its slot.
   [[nodiscard]] void* piece(const rs_step& st) const {
     return st.acc_in_c ? static_cast<void*>(in_c(st)) : static_cast<void*>(plan_.slots.data() + st.slot_offset);
@@ -295,7 +321,7 @@ void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_opti
     return;
   }
   rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
-  run_on_ring(ctx, pattern, 2);
+  run_on_ring(ctx, pattern, 2, plan.lanes);
 }
 
 }  // namespace detail

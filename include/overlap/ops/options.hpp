@@ -12,7 +12,12 @@ namespace overlap {
 enum class strategy {
   bulk,       ///< one blocking collective and one GEMM (the baseline)
   ring,       ///< decomposed into ring steps, transfers overlapped with partial products
-  automatic,  ///< the library chooses (currently: ring)
+  /// as ring, with half of every transfer going each way round the ring, so
+  /// both directions of every link carry data (for networks whose links are
+  /// point to point, like a ring or torus). Any rank count; at 2 ranks it runs
+  /// the ring schedule (a one-way ring already uses both directions there).
+  bidirectional,
+  automatic,  ///< the library chooses (currently: ring; see docs/design.md)
 };
 
 /// Which operand of all_gather_matmul is sharded, and along which dimension.
@@ -27,6 +32,7 @@ enum class gathered {
   switch (s) {
     case strategy::bulk: return "bulk";
     case strategy::ring: return "ring";
+    case strategy::bidirectional: return "bidirectional";
     case strategy::automatic: return "automatic";
   }
   return "?";

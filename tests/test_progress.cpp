@@ -1,0 +1,123 @@
+// Every progress policy (thread sleeping or yielding, polling between GEMM
+// bands, none) with the ring and bidirectional strategies, both ops, every
+// dtype, on uneven and empty shards, against the naive reference. Also: the
+// bidirectional plan really runs two lanes from three ranks on.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <tuple>
+
+#include "ag_cases.hpp"
+#include "rs_cases.hpp"
+
+using namespace testing_support;
+using overlap::gathered;
+using overlap::progress_policy;
+using overlap::scattered;
+using overlap::strategy;
+
+namespace {
+
+struct policy {
+  const char* name;
+  progress_policy progress;
+  int interval_us;
+  int poll_chunks;
+};
+const policy policies[] = {{"thread_sleep", progress_policy::thread, 100, 4},
+                           {"thread_yield", progress_policy::thread, 0, 4},
+                           {"poll_1_band", progress_policy::poll, 100, 1},
+                           {"poll_3_bands", progress_policy::poll, 100, 3},
+                           {"none", progress_policy::none, 100, 4}};
+
+using param = std::tuple<int, strategy>;  // index into policies, strategy
+class progress_test : public ::testing::TestWithParam<param> {
+ protected:
+  overlap::config config(int chunks) const {
+    const policy& pol = policies[std::get<0>(GetParam())];
+    overlap::config cfg;
+    cfg.progress = pol.progress;
+    cfg.progress_interval = std::chrono::microseconds(pol.interval_us);
+    cfg.poll_chunks = pol.poll_chunks;
+    cfg.ag_chunks = chunks;
+    cfg.rs_chunks = chunks == 1 ? 2 : chunks;
+    return cfg;
+  }
+};
+
+const split splits[] = {split::skewed, split::first_empty, split::last_takes_all};
+
+TEST_P(progress_test, all_gather_matmul) {
+  const strategy strat = std::get<1>(GetParam());
+  for (int chunks : {0, 1, 2}) {
+    overlap::context ctx(MPI_COMM_WORLD, config(chunks));
+    uint32_t seed = 1;
+    for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
+      for (auto how : splits) {
+        const ag_case cs{variant, strat, 23, 9, 19, how, 1, seed % 2 == 0, seed};
+        ++seed;
+        SCOPED_TRACE(cs.name() + " chunks=" + std::to_string(chunks));
+        run_ag_case<float>(ctx, cs);
+        run_ag_case<double>(ctx, cs);
+        run_ag_case<overlap::bfloat16>(ctx, cs);
+      }
+  }
+}
+
+TEST_P(progress_test, matmul_reduce_scatter) {
+  const strategy strat = std::get<1>(GetParam());
+  for (int chunks : {0, 2, 3}) {
+    overlap::context ctx(MPI_COMM_WORLD, config(chunks));
+    uint32_t seed = 1;
+    for (auto variant : {scattered::rows, scattered::cols})
+      for (auto how : splits) {
+        rs_case cs{variant, strat, 21, 17, 13, how, split::skewed, 1, seed++};
+        cs.act = overlap::activation::relu;
+        SCOPED_TRACE(cs.name() + " chunks=" + std::to_string(chunks));
+        run_rs_case<float>(ctx, cs);
+        run_rs_case<double>(ctx, cs);
+        run_rs_case<overlap::bfloat16>(ctx, cs);
+        cs.out_split = how;  // output shards uneven and empty too
+        run_rs_case<float>(ctx, cs);
+      }
+  }
+}
+
+std::string param_name(const ::testing::TestParamInfo<param>& info) {
+  return std::string(policies[std::get<0>(info.param)].name) + "_" + overlap::to_string(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(all, progress_test,
+                         ::testing::Combine(::testing::Range(0, 5),
+                                            ::testing::Values(strategy::ring, strategy::bidirectional)),
+                         param_name);
+
+// The plans behind the strategies: two lanes from three ranks on (half of
+// every shard each way), the one-way ring below; the same step count.
+TEST(bidirectional_plan, two_lanes_from_three_ranks) {
+  overlap::config cfg;
+  cfg.ag_chunks = 2;
+  cfg.rs_chunks = 2;
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  const int R = ctx.size();
+  const int64_t k = 6, n = 5;
+  matrix<float> a(4, k), b(k, n), c(4 * static_cast<int64_t>(R), n), rc(4, n);
+  for (auto s : {strategy::ring, strategy::bidirectional}) {
+    overlap::ag_options ag;
+    ag.strategy = s;
+    auto& plan = overlap::detail::ag_prepare<float>(ctx, {a.cview(), b.cview(), c.view(), {}, false}, ag);
+    const int lanes = s == strategy::bidirectional && R >= 3 ? 2 : 1;
+    EXPECT_EQ(plan.lanes, lanes) << overlap::to_string(s);
+    EXPECT_EQ(plan.n_steps, 2 * R);
+    EXPECT_EQ(plan.steps.size(), static_cast<size_t>(2 * R * lanes));
+    overlap::rs_options rs;
+    rs.strategy = s;
+    matrix<float> ra(4 * static_cast<int64_t>(R), k);
+    auto& rplan = overlap::detail::rs_prepare<float>(ctx, {ra.cview(), b.cview(), rc.view()}, rs);
+    EXPECT_EQ(rplan.lanes, lanes) << overlap::to_string(s);
+    EXPECT_EQ(rplan.n_steps, 2 * R);
+  }
+}
+
+}  // namespace
