@@ -14,7 +14,7 @@ DEPS := cmake make g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps bench-deps configure build test demo bench install clean
+.PHONY: all deps bench-deps configure build test tsan demo bench install clean
 
 all: build
 
@@ -38,6 +38,18 @@ build: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure
+
+# ThreadSanitizer over the progress thread: the engine tests (a progress
+# thread testing requests while a step computes, and a failing step) and
+# every policy x strategy at 3 ranks, built with -fsanitize=thread in
+# $(BUILD)-tsan. Fails on any report. MPI and OpenMP are not instrumented;
+# tests/tsan.supp lists what is suppressed there and why.
+TSAN_FLAGS := -fsanitize=thread -g -O1
+tsan: deps
+	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" \
+	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DOVERLAP_BUILD_APPS=OFF -DOVERLAP_BUILD_BENCH=OFF
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target backend_test progress_test
+	bash tests/tsan.sh $(BUILD)-tsan
 
 # On an emulated 2-node cluster when the machine allows it, else on shared memory.
 demo: build
