@@ -82,13 +82,27 @@ void ag(benchmark::State& st, overlap::strategy s) {
 
 }  // namespace
 
-BENCHMARK(gemm_one)->Name("gemm/one")->Args({2048, 1024, 2048})->Args({1024, 1024, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_one)
+    ->Name("gemm/one")
+    ->Args({2048, 1024, 2048})
+    ->Args({1024, 1024, 1024})
+    ->Args({2048, 2048, 2048})
+    ->Args({2048, 2048, 1024})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(gemm_ring_steps)
     ->Name("gemm/ring_steps")
     ->Args({2048, 1024, 2048, 2})
     ->Args({2048, 1024, 2048, 4})
     ->Args({2048, 1024, 2048, 8})
     ->Args({1024, 1024, 1024, 8})
+    // The pieces of the balanced plans `make bench` reports at 2 ranks:
+    // all-gather lhs_rows M = N = K = 2048 and reduce-scatter rows
+    // M = N = K = 2048 (K_r = 1024), 12 pieces each (6 chunks per shard, the
+    // plan's choice), and 8 and 16 pieces around them.
+    ->Args({2048, 2048, 2048, 12})
+    ->Args({2048, 2048, 1024, 12})
+    ->Args({2048, 2048, 2048, 8})
+    ->Args({2048, 2048, 2048, 16})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(plan_lookup)->Name("plan/lookup")->Iterations(2000)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(ag, bulk, overlap::strategy::bulk)

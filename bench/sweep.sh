@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make bench`: sweeps both ops from compute-bound to comm-bound shapes on the
-# emulated cluster (2 nodes star at 1 Gbit/s, 4 nodes ring at 1 Gbit/s), or on
-# shared memory where the machine cannot emulate one, then writes
-# docs/results.md with tables and plots (docs/results/*.svg) and keeps the
-# JSON lines in docs/results/*.jsonl.
+# emulated cluster (2 nodes star at 1 Gbit/s, 4 nodes ring at 1 Gbit/s) when
+# the machine can emulate one, and on shared memory; measures every progress
+# policy on the balanced shapes and the per-step GEMM efficiency; then writes
+# docs/results.md (the issue-5 targets P1-P5 first, then tables and plots in
+# docs/results/*.svg) and keeps the JSON in docs/results/.
 #
 #   bench/sweep.sh BUILD_DIR [--quick]
 set -uo pipefail
@@ -12,23 +13,48 @@ root=$(dirname "$here")
 build=${1:?usage: sweep.sh BUILD_DIR [--quick]}
 quick=${2:-}
 bench="$(cd "$build" && pwd)/apps/overlap-bench"
+engine="$(cd "$build" && pwd)/bench/overlap-engine-bench"
+probe="$(cd "$build" && pwd)/bench/overlap-link-probe"
 out="$root/docs/results"
 mkdir -p "$out"
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-iters=5
+iters=7
+reps=9
 sizes="256 512 1024 2048 4096"
-[ "$quick" = --quick ] && sizes="256 2048" && iters=3
+shm_sizes="1024 2048"
+[ "$quick" = --quick ] && sizes="256 2048" && shm_sizes=2048 && iters=3 && reps=3
 
-# sweep NAME NP LAUNCHER...: AG (lhs_rows) over N and RS (rows) over K, M = 2048.
+# sweep NAME SIZES LAUNCHER...: AG (lhs_rows) over N and RS (rows) over K,
+# M = 2048, with bulk, ring, bidirectional and the peers side by side.
 sweep() {
-  local name=$1 np=$2; shift 2
+  local name=$1 list=$2; shift 2
   local json="$out/$name.jsonl" s
   rm -f "$json"
-  for s in $sizes; do
+  for s in $list; do
     echo "[$name] all_gather_matmul lhs_rows  M=2048 K=2048 N=$s" >&2
     "$@" "$bench" --op ag --variant lhs_rows -m 2048 -k 2048 -n "$s" --iters $iters --json "$json" > /dev/null || return 1
     echo "[$name] matmul_reduce_scatter rows  M=2048 N=2048 K=$s" >&2
     "$@" "$bench" --op rs --variant rows -m 2048 -n 2048 -k "$s" --iters $iters --json "$json" > /dev/null || return 1
+  done
+}
+
+# policies NAME LAUNCHER...: the balanced shapes (N = 2048, K = 2048) under
+# every progress policy setting, ring strategy, for the default's choice.
+policies() {
+  local name=$1; shift
+  local json="$out/$name-policies.jsonl" setting
+  rm -f "$json"
+  for setting in thread:100 thread:1000 thread:0 poll:2 poll:4 none:0; do
+    echo "[$name] progress ${setting%%:*} (${setting#*:})" >&2
+    local env=(OVERLAP_PROGRESS="${setting%%:*}")
+    case $setting in
+      thread:*) env+=(OVERLAP_PROGRESS_INTERVAL_US="${setting#*:}") ;;
+      poll:*) env+=(OVERLAP_POLL_CHUNKS="${setting#*:}") ;;
+    esac
+    env "${env[@]}" "$@" "$bench" --op ag -m 2048 -k 2048 -n 2048 --strategies ring --no-peers --iters $iters \
+      --json "$json" > /dev/null || return 1
+    env "${env[@]}" "$@" "$bench" --op rs -m 2048 -n 2048 -k 2048 --strategies ring --no-peers --iters $iters \
+      --json "$json" > /dev/null || return 1
   done
 }
 
@@ -38,15 +64,32 @@ if reason=$("$here/vcluster/vcluster" check 2>&1); then
   export VCLUSTER_PREFIX=ovlbench VCLUSTER_STATE=/tmp/overlap-vcluster-bench.$$
   trap '"$vc" down >/dev/null 2>&1' EXIT
   "$vc" up --nodes 2 --rate 1gbit --topology star >&2 || exit 1
-  OVERLAP_TRANSPORT="tcp, emulated 2-node star, 1 Gbit/s" sweep star2 2 "$vc" run -np 2 || exit 1
+  export OVERLAP_TRANSPORT="tcp, emulated 2-node star, 1 Gbit/s"
+  sweep star2 "$sizes" "$vc" run -np 2 || exit 1
+  policies star2 "$vc" run -np 2 || exit 1
   runs+=(star2)
   "$vc" up --nodes 4 --rate 1gbit --topology ring >&2 || exit 1
-  OVERLAP_TRANSPORT="tcp, emulated 4-node ring, 1 Gbit/s per link" sweep ring4 4 "$vc" run -np 4 || exit 1
+  OVERLAP_TRANSPORT="tcp, emulated 4-node ring, 1 Gbit/s per link" sweep ring4 "$sizes" "$vc" run -np 4 || exit 1
+  # The links' own two-way rate in raw MPI, for the bidirectional target.
+  echo "[ring4] raw MPI ring exchange, one way and both ways" >&2
+  "$vc" run -np 4 "$probe" --iters $reps --transport "tcp, emulated 4-node ring, 1 Gbit/s per link" \
+    > "$out/ring4-link.jsonl" || exit 1
   runs+=(ring4)
   "$vc" down
 else
-  echo "cannot emulate a cluster here (${reason#vcluster: }): sweeping shared memory only" >&2
-  OVERLAP_TRANSPORT="shared memory" sweep shm2 2 mpirun -np 2 --oversubscribe --bind-to none || exit 1
-  runs+=(shm2)
+  echo "cannot emulate a cluster here (${reason#vcluster: }): no TCP figures" >&2
 fi
+# Shared memory, no emulation: decomposed against bulk where there is
+# nothing to overlap (the copies take a core), and the policies there.
+export OVERLAP_TRANSPORT="shared memory"
+shm=(mpirun -np 2 --oversubscribe --bind-to none)
+sweep shm2 "$shm_sizes" "${shm[@]}" || exit 1
+policies shm2 "${shm[@]}" || exit 1
+runs+=(shm2)
+# Per-step GEMM efficiency: one GEMM against the same work as the pieces of
+# the balanced plans, interleaved at random, medians of the repetitions.
+echo "[engine] per-step GEMMs against one GEMM" >&2
+OMP_NUM_THREADS=1 mpirun -np 1 "$engine" --benchmark_filter='gemm/(one|ring_steps)/2048/2048' \
+  --benchmark_repetitions=$reps --benchmark_enable_random_interleaving=true \
+  --benchmark_out="$out/engine.json" --benchmark_out_format=json > /dev/null || exit 1
 python3 "$here/report.py" "$out" "$root/docs/results.md" "${runs[@]}"

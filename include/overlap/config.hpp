@@ -121,6 +121,18 @@ inline config config::from_env() {
   return c;
 }
 
+/// The progress policy with its setting, e.g. "thread (sleeps 100 us)".
+[[nodiscard]] inline std::string describe_progress(const config& c) {
+  switch (c.progress) {
+    case progress_policy::thread:
+      return c.progress_interval.count() > 0 ? "thread (sleeps " + std::to_string(c.progress_interval.count()) + " us)"
+                                             : std::string("thread (yields)");
+    case progress_policy::poll: return "poll (" + std::to_string(c.poll_chunks) + " GEMM bands per piece)";
+    case progress_policy::none: return "none";
+  }
+  return "?";
+}
+
 /// The configuration as the OVERLAP_* variables that would produce it.
 [[nodiscard]] inline std::string describe(const config& c) {
   return std::string("OVERLAP_BACKEND=") + to_string(c.backend) + " OVERLAP_PROGRESS=" + to_string(c.progress) +

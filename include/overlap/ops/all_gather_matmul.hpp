@@ -320,7 +320,7 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   const int64_t chunk_extent = (cr_ ? full.stored_rows() : full.stored_cols()) / (sr == cr_ ? R : 1) / plan->lanes;
   const int64_t bytes_per_unit =
       (cr_ ? full.stored_cols() : full.stored_rows()) / (sr == cr_ ? 1 : R) * static_cast<int64_t>(sizeof(T));
-  const int used_chunks = plan_chunks(chunks, 1, R, plan->lanes, chunk_extent, bytes_per_unit);
+  const int used_chunks = plan_chunks(chunks, 1, 2, R, plan->lanes, chunk_extent, bytes_per_unit);
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({1}));
   ag_build<T>(ctx, *plan, x, opt, used_chunks);

@@ -125,31 +125,24 @@ inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks) {
 /// Chunks per shard (per lane) a ring plan uses: the configured count, or,
 /// when it is 0, the plan's choice. A ring exposes about one piece's product
 /// (all-gather: the last; reduce-scatter: the first) that nothing overlaps,
-/// 1 / (ranks * lanes * chunks) of the work, so the plan aims at 16 pieces or
+/// 1 / (ranks * lanes * chunks) of the work, so the plan aims at 12 pieces or
 /// more in all, while keeping each piece's message >= 512 KiB (per-message
 /// latency; on TCP this size still streams at the link rate) and its product
-/// >= 64 rows of output (GEMM efficiency; see bench/engine_bench.cpp).
-/// min_chunks is 2 for reduce-scatter, whose accumulator of one chunk travels
-/// while the next is computed.
-inline int plan_chunks(int configured, int min_chunks, int ranks, int lanes, int64_t piece_units,
+/// >= 128 rows of output (oneDNN on one core, 2048 x 2048 x 2048 as 8 / 11 /
+/// 16 row pieces: 102% / 98% / 92-95% of one GEMM's rate; bench/engine_bench).
+/// It also starts from `preferred` chunks, which give the engine's window
+/// two messages in flight per lane (all-gather: 2, reduce-scatter: 3; one
+/// in flight stalls TCP links, see docs/design.md). min_chunks is 2 for
+/// reduce-scatter, whose accumulator of one chunk travels while the next is
+/// computed. Inputs must be global sizes (the same on every rank) so that
+/// all ranks choose alike.
+inline int plan_chunks(int configured, int min_chunks, int preferred, int ranks, int lanes, int64_t piece_units,
                        int64_t bytes_per_unit) {
   if (configured > 0) return configured;
   const int pieces = ranks * lanes;
-  int c = std::max(min_chunks, (16 + pieces - 1) / pieces);
-  while (c > min_chunks && (piece_units / c < 64 || piece_units / c * bytes_per_unit < (int64_t{512} << 10))) --c;
+  int c = std::max({min_chunks, preferred, (12 + pieces - 1) / pieces});
+  while (c > min_chunks && (piece_units / c < 128 || piece_units / c * bytes_per_unit < (int64_t{512} << 10))) --c;
   return c;
-}
-
-/// The progress policy with its setting, as verbose plans print it.
-inline std::string describe_progress(const config& c) {
-  switch (c.progress) {
-    case progress_policy::thread:
-      return c.progress_interval.count() > 0 ? "thread (sleeps " + std::to_string(c.progress_interval.count()) + " us)"
-                                             : std::string("thread (yields)");
-    case progress_policy::poll: return "poll (" + std::to_string(c.poll_chunks) + " GEMM bands per piece)";
-    case progress_policy::none: return "none";
-  }
-  return "?";
 }
 
 /// A ring plan's schedule, as verbose plans print it.

@@ -223,7 +223,7 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
          std::to_string(plan->layout.total()) + ") must equal " + (rows ? an + ".rows (M = " : bn + ".cols (N = ") +
          std::to_string(want) + ")");
   // Chunks split the scattered dimension; the choice depends on global sizes only.
-  const int used_chunks = plan_chunks(chunks, 2, R, plan->lanes, want / R / plan->lanes,
+  const int used_chunks = plan_chunks(chunks, 2, 3, R, plan->lanes, want / R / plan->lanes,
                                       (rows ? plan->n : plan->m) * static_cast<int64_t>(size_of(plan->acc)));
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({2}));
