@@ -25,7 +25,6 @@
 #include <random>
 #include <string>
 #include <vector>
-#include <unistd.h>
 
 #include "common/measure.hpp"
 #include "common/pipeline_peer.hpp"
@@ -125,8 +124,6 @@ struct result {
   /// A decomposed strategy's own schedule with transfers off / GEMMs off
   /// (negative: not a ring schedule).
   double compute_only_ms = -1, comm_only_ms = -1;
-  /// CPU time the comm-only runs kept busy on rank 0's node, all cores, per call.
-  double comm_only_node_cpu_ms = -1;
 };
 
 /// The hand-written pipelines exist for the two most common layouts, in f32.
@@ -203,10 +200,7 @@ int run(const options& o) {
     if (s == "bulk") continue;
     result r = measure_checked(s, op(full, strategy_of(s)));
     r.compute_only_ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, strategy_of(s)));
-    const double busy0 = overlap::apps::node_busy_cpu_ms();
     r.comm_only_ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, strategy_of(s)));
-    const double busy1 = overlap::apps::node_busy_cpu_ms();
-    if (busy0 >= 0 && busy1 >= 0) r.comm_only_node_cpu_ms = (busy1 - busy0) / (o.warmup + o.iters);
     results.push_back(r);
   }
   const result& first = results.size() > 1 ? results[1] : results[0];
@@ -278,9 +272,7 @@ int run(const options& o) {
                          {"ratio_to_limit", r.time_ms / limit},
                          {"own_compute_only_ms", r.compute_only_ms >= 0 ? nlohmann::json(r.compute_only_ms) : nullptr},
                          {"own_comm_only_ms", r.comm_only_ms >= 0 ? nlohmann::json(r.comm_only_ms) : nullptr},
-                         {"comm_only_node_cpu_ms",
-                          r.comm_only_node_cpu_ms >= 0 ? nlohmann::json(r.comm_only_node_cpu_ms) : nullptr},
-                         {"node_cores", static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN))},
+
                          {"max_rel_err", r.err},
                          {"transport", transport},
                          {"backend", overlap::to_string(full.backend_for<T>())},

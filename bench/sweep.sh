@@ -20,9 +20,10 @@ mkdir -p "$out"
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 iters=7
 reps=9
-sizes="256 512 1024 2048 4096"
+p3_iters=5
+sizes="256 512 1024 2048 2560 4096"
 shm_sizes="1024 2048"
-[ "$quick" = --quick ] && sizes="256 2048" && shm_sizes=2048 && iters=3 && reps=3
+[ "$quick" = --quick ] && sizes="256 2048" && shm_sizes=2048 && iters=3 && reps=3 && p3_iters=2
 
 # sweep NAME SIZES LAUNCHER...: AG (lhs_rows) over N and RS (rows) over K,
 # M = 2048, with bulk, ring, bidirectional and the peers side by side.
@@ -70,9 +71,16 @@ if reason=$("$here/vcluster/vcluster" check 2>&1); then
   runs+=(star2)
   "$vc" up --nodes 4 --rate 1gbit --topology ring >&2 || exit 1
   OVERLAP_TRANSPORT="tcp, emulated 4-node ring, 1 Gbit/s per link" sweep ring4 "$sizes" "$vc" run -np 4 || exit 1
-  # The links' own two-way rate in raw MPI, for the bidirectional target.
-  echo "[ring4] raw MPI ring exchange, one way and both ways" >&2
-  "$vc" run -np 4 "$probe" --iters $reps --transport "tcp, emulated 4-node ring, 1 Gbit/s per link" \
+  # Bidirectional against one-way on a strongly comm-bound shape (32 MiB
+  # shards), and the links' own two-way rate in raw MPI for the same bytes.
+  rm -f "$out/ring4-p3.jsonl"
+  echo "[ring4] comm-bound: all_gather_matmul M=8192 K=4096 N=256, matmul_reduce_scatter M=8192 N=4096 K=256" >&2
+  OVERLAP_TRANSPORT="tcp, emulated 4-node ring, 1 Gbit/s per link" "$vc" run -np 4 "$bench" --op ag -m 8192 -k 4096 \
+    -n 256 --no-peers --iters $p3_iters --json "$out/ring4-p3.jsonl" > /dev/null || exit 1
+  OVERLAP_TRANSPORT="tcp, emulated 4-node ring, 1 Gbit/s per link" "$vc" run -np 4 "$bench" --op rs -m 8192 -n 4096 \
+    -k 256 --no-peers --iters $p3_iters --json "$out/ring4-p3.jsonl" > /dev/null || exit 1
+  echo "[ring4] raw MPI ring exchange of 32 MiB, one way and both ways" >&2
+  "$vc" run -np 4 "$probe" --bytes $((32 << 20)) --iters $reps --transport "tcp, emulated 4-node ring, 1 Gbit/s per link" \
     > "$out/ring4-link.jsonl" || exit 1
   runs+=(ring4)
   "$vc" down
