@@ -95,3 +95,28 @@ TEST(ring_engine, a_throwing_step_leaves_no_pending_request) {
 }
 
 }  // namespace
+
+// The plan's chunk choice (ops/common.hpp): configured counts win; one node
+// takes the minimum; otherwise 12+ pieces, at least `preferred` chunks, and
+// no piece below 128 rows or 512 KiB unless the minimum forces it.
+#include "overlap/ops/common.hpp"
+
+namespace {
+using overlap::detail::plan_chunks;
+
+TEST(plan_chunks, rules) {
+  // plan_chunks(configured, min, preferred, ranks, lanes, piece rows, bytes per row, one node)
+  const int64_t row = 2048 * 4;  // 8 KiB per row: 64 rows make 512 KiB
+  EXPECT_EQ(plan_chunks(5, 1, 2, 2, 1, 1024, row, false), 5);
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, true), 1);
+  EXPECT_EQ(plan_chunks(0, 2, 3, 2, 1, 1024, row, true), 2);
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, false), 6);    // 12 pieces of 170 rows
+  EXPECT_EQ(plan_chunks(0, 1, 2, 4, 1, 512, row, false), 3);     // 12 pieces of 170 rows
+  EXPECT_EQ(plan_chunks(0, 1, 2, 3, 2, 512, row, false), 2);     // two lanes: 12 pieces of 256 rows
+  EXPECT_EQ(plan_chunks(0, 1, 2, 16, 1, 128, row, false), 1);    // 128 rows cannot be halved
+  EXPECT_EQ(plan_chunks(0, 2, 3, 16, 1, 128, row, false), 2);    // reduce-scatter keeps 2
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, 1024, false), 2);   // 1 KiB rows: 512 KiB needs 512 rows
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 4096, 1024, false), 6);   // 682 rows of 1 KiB
+  EXPECT_EQ(plan_chunks(0, 2, 3, 8, 1, 1024, row, false), 3);    // preferred above 12 / 8
+}
+}  // namespace

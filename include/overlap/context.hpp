@@ -63,8 +63,12 @@ class context {
     }
     rank_ = comm_.rank();
     size_ = comm_.size();
+    // The same answer on every rank: all ranks see the whole communicator on
+    // their node, or none does.
+    one_node_ = comm_.ranks_on_my_node() == size_;
     if (cfg_.verbose && rank_ == 0)
-      std::fprintf(stderr, "overlap: context on %d ranks: %s\n", size_, describe(cfg_).c_str());
+      std::fprintf(stderr, "overlap: context on %d ranks%s: %s\n", size_, one_node_ ? " (all on one node)" : "",
+                   describe(cfg_).c_str());
   }
 
   context(context&&) noexcept = default;
@@ -77,6 +81,9 @@ class context {
   [[nodiscard]] const overlap::config& config() const noexcept { return cfg_; }
   /// Number of plans cached so far (one per distinct shape and options).
   [[nodiscard]] size_t cached_plans() const noexcept { return plans_.size(); }
+  /// True when every rank of the communicator shares one node (MPI moves data
+  /// through shared memory: copies done by the cores that also compute).
+  [[nodiscard]] bool one_node() const noexcept { return one_node_; }
   /// Number of plans built so far (a rebuild of a cached shape counts too).
   [[nodiscard]] size_t plans_built() const noexcept { return plans_built_; }
 
@@ -147,6 +154,7 @@ class context {
   mpi::communicator comm_;
   int rank_ = 0;
   int size_ = 1;
+  bool one_node_ = false;
   backend::eigen_backend eigen_;
   std::unique_ptr<backend::onednn_backend> onednn_;
   std::unique_ptr<engine::progress_thread> progress_;

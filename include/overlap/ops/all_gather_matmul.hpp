@@ -312,7 +312,7 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
 
   auto plan = std::make_unique<ag_plan<T>>();
   plan->geo = full;
-  plan->strategy = resolve_strategy(opt.strategy, R);
+  plan->strategy = resolve_strategy(opt.strategy, R, ctx.one_node());
   plan->lanes = plan->strategy == strategy::bidirectional ? 2 : 1;
   // Chunks split op(X)'s output dimension (rows of stored X when
   // stored_chunk_rows); the plan's choice depends on global sizes only.
@@ -320,7 +320,7 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   const int64_t chunk_extent = (cr_ ? full.stored_rows() : full.stored_cols()) / (sr == cr_ ? R : 1) / plan->lanes;
   const int64_t bytes_per_unit =
       (cr_ ? full.stored_cols() : full.stored_rows()) / (sr == cr_ ? 1 : R) * static_cast<int64_t>(sizeof(T));
-  const int used_chunks = plan_chunks(chunks, 1, 2, R, plan->lanes, chunk_extent, bytes_per_unit);
+  const int used_chunks = plan_chunks(chunks, 1, 2, R, plan->lanes, chunk_extent, bytes_per_unit, ctx.one_node());
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({1}));
   ag_build<T>(ctx, *plan, x, opt, used_chunks);

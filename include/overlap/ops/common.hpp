@@ -114,10 +114,12 @@ inline std::string list(const std::vector<int64_t>& v) {
 }
 
 /// The strategy a plan runs for the requested one on R ranks: automatic is
-/// ring; bidirectional needs two distinct neighbours (R >= 3), and at R <= 2
-/// the one-way ring already carries data both ways on the only link.
-inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks) {
-  if (s == strategy::automatic) return strategy::ring;
+/// bulk when all ranks share one node (shared-memory copies take the cores
+/// that compute, so there is nothing to hide) and ring otherwise;
+/// bidirectional needs two distinct neighbours (R >= 3), and at R <= 2 the
+/// one-way ring already carries data both ways on the only link.
+inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks, bool one_node) {
+  if (s == strategy::automatic) return one_node ? strategy::bulk : strategy::ring;
   if (s == strategy::bidirectional && ranks <= 2) return strategy::ring;
   return s;
 }
@@ -135,10 +137,14 @@ inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks) {
 /// in flight stalls TCP links, see docs/design.md). min_chunks is 2 for
 /// reduce-scatter, whose accumulator of one chunk travels while the next is
 /// computed. Inputs must be global sizes (the same on every rank) so that
-/// all ranks choose alike.
+/// all ranks choose alike. When all ranks share one node, MPI copies through
+/// shared memory with the cores that compute: there is nothing to overlap
+/// (comm only is 1-3% of compute there, docs/results.md), so the plan takes
+/// min_chunks, the fewest and largest GEMMs.
 inline int plan_chunks(int configured, int min_chunks, int preferred, int ranks, int lanes, int64_t piece_units,
-                       int64_t bytes_per_unit) {
+                       int64_t bytes_per_unit, bool one_node) {
   if (configured > 0) return configured;
+  if (one_node) return min_chunks;
   const int pieces = ranks * lanes;
   int c = std::max({min_chunks, preferred, (12 + pieces - 1) / pieces});
   while (c > min_chunks && (piece_units / c < 128 || piece_units / c * bytes_per_unit < (int64_t{512} << 10))) --c;

@@ -208,7 +208,7 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     sizes[static_cast<size_t>(r)] = at(r, rows ? cr : cc);
   }
   auto plan = std::make_unique<rs_plan<T>>();
-  plan->strategy = resolve_strategy(opt.strategy, R);
+  plan->strategy = resolve_strategy(opt.strategy, R, ctx.one_node());
   plan->lanes = plan->strategy == strategy::bidirectional ? 2 : 1;
   // bf16 accumulators only where asked for and possible: MPI cannot sum bf16.
   const bool bf16_acc = opt.bf16_transfers && plan->strategy != strategy::bulk;
@@ -224,7 +224,8 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
          std::to_string(want) + ")");
   // Chunks split the scattered dimension; the choice depends on global sizes only.
   const int used_chunks = plan_chunks(chunks, 2, 3, R, plan->lanes, want / R / plan->lanes,
-                                      (rows ? plan->n : plan->m) * static_cast<int64_t>(size_of(plan->acc)));
+                                      (rows ? plan->n : plan->m) * static_cast<int64_t>(size_of(plan->acc)),
+                                      ctx.one_node());
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({2}));
   rs_build<T>(ctx, *plan, x, opt, used_chunks);

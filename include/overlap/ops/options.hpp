@@ -17,7 +17,9 @@ enum class strategy {
   /// point to point, like a ring or torus). Any rank count; at 2 ranks it runs
   /// the ring schedule (a one-way ring already uses both directions there).
   bidirectional,
-  automatic,  ///< the library chooses (currently: ring; see docs/design.md)
+  /// the library chooses: bulk when all ranks share one node (nothing to
+  /// hide there), else ring (see docs/design.md)
+  automatic,
 };
 
 /// Which operand of all_gather_matmul is sharded, and along which dimension.
