@@ -2,6 +2,9 @@
 //   gemm/one           one GEMM of M x N x K
 //   gemm/ring_steps    the same work as the R * chunks row-block GEMMs a ring
 //                      step schedule runs (per-step efficiency vs one GEMM)
+//   gemm/ring_steps_progress_thread
+//                      the same pieces while a progress thread tests a pending
+//                      request, sleeping 100 / 1000 us or yielding (its cost)
 //   plan/lookup        per-call overhead of an op whose plan is cached (tiny shape)
 //   ag/{bulk,ring}     all_gather_matmul on MPI_COMM_WORLD, timed as the
 //                      slowest rank (run under mpirun; fixed iteration counts
@@ -48,6 +51,39 @@ void gemm_ring_steps(benchmark::State& st) {
       r0 += rows[static_cast<size_t>(q)];
     }
   }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m * n * k), benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+// The ring-step GEMMs of gemm/ring_steps while a progress thread tests a
+// pending request (a receive on MPI_COMM_SELF, matched after the loop), as it
+// does during a ring step: what the thread costs the GEMMs on this machine.
+// range(4): the thread's sleep in microseconds (0: yield).
+void gemm_steps_with_progress(benchmark::State& st) {
+  const int64_t m = st.range(0), n = st.range(1), k = st.range(2), pieces = st.range(3);
+  std::vector<float> a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f),
+      c(static_cast<size_t>(m * n));
+  std::vector<std::shared_ptr<const overlap::gemm_kernel>> kernels;
+  std::vector<int64_t> rows;
+  for (int64_t q = 0; q < pieces; ++q) {
+    rows.push_back(m / pieces + (q < m % pieces ? 1 : 0));
+    kernels.push_back(backend().make(overlap::gemm_desc{rows.back(), n, k, k, n, n}));
+  }
+  overlap::engine::progress_thread progress{std::chrono::microseconds(st.range(4))};
+  overlap::mpi::request_group group;
+  int in = 0, out = 1;
+  OVERLAP_MPI(MPI_Irecv, &in, 1, MPI_INT, 0, 99, MPI_COMM_SELF, group.add());
+  for (auto _ : st) {
+    overlap::engine::progress_scope scope(&progress, group);
+    int64_t r0 = 0;
+    for (int64_t q = 0; q < pieces; ++q) {
+      kernels[static_cast<size_t>(q)]->run(a.data() + r0 * k, b.data(), c.data() + r0 * n);
+      r0 += rows[static_cast<size_t>(q)];
+    }
+    scope.finish();
+  }
+  OVERLAP_MPI(MPI_Send, &out, 1, MPI_INT, 0, 99, MPI_COMM_SELF);
+  group.wait_all();
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m * n * k), benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1000);
 }
@@ -103,6 +139,12 @@ BENCHMARK(gemm_ring_steps)
     ->Args({2048, 2048, 1024, 12})
     ->Args({2048, 2048, 2048, 8})
     ->Args({2048, 2048, 2048, 16})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_steps_with_progress)
+    ->Name("gemm/ring_steps_progress_thread")
+    ->Args({2048, 2048, 2048, 12, 100})
+    ->Args({2048, 2048, 2048, 12, 1000})
+    ->Args({2048, 2048, 2048, 12, 0})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(plan_lookup)->Name("plan/lookup")->Iterations(2000)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(ag, bulk, overlap::strategy::bulk)

@@ -68,6 +68,15 @@ if reason=$("$here/vcluster/vcluster" check 2>&1); then
   export OVERLAP_TRANSPORT="tcp, emulated 2-node star, 1 Gbit/s"
   sweep star2 "$sizes" "$vc" run -np 2 || exit 1
   policies star2 "$vc" run -np 2 || exit 1
+  # Per-step trace of the balanced cases: how long GEMM steps take while
+  # transfers are outstanding against steps with none (the cores also move
+  # the data on this machine).
+  echo "[star2] per-step trace (OVERLAP_VERBOSE=2) of the balanced shapes" >&2
+  for op in "ag -m 2048 -k 2048 -n 2048" "rs -m 2048 -n 2048 -k 2048"; do
+    # shellcheck disable=SC2086
+    OVERLAP_VERBOSE=2 "$vc" run -np 2 "$bench" --op $op --strategies ring --no-peers --iters 3 2>&1 >/dev/null |
+      grep "^overlap: ring step" | sed "s/^/${op%% *} /"
+  done > "$out/star2-trace.txt" || exit 1
   runs+=(star2)
   "$vc" up --nodes 4 --rate 1gbit --topology ring >&2 || exit 1
   OVERLAP_TRANSPORT="tcp, emulated 4-node ring, 1 Gbit/s per link" sweep ring4 "$sizes" "$vc" run -np 4 || exit 1

@@ -143,6 +143,9 @@ TEST(context_errors, bad_environment_value) {
   setenv("OVERLAP_RS_CHUNKS", "1", 1);
   EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
   unsetenv("OVERLAP_RS_CHUNKS");
+  setenv("OVERLAP_VERBOSE", "2", 1);
+  EXPECT_EQ(overlap::config::from_env().verbose, 2);
+  unsetenv("OVERLAP_VERBOSE");
   setenv("OVERLAP_POLL_CHUNKS", "0", 1);
   EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
   unsetenv("OVERLAP_POLL_CHUNKS");

@@ -58,9 +58,11 @@ struct config {
   int rs_chunks = 0;
   /// Benchmarks only; see ring_phases.
   overlap::ring_phases phases = overlap::ring_phases::both;
-  /// Rank 0 prints the configuration when a context is created and every plan
-  /// when it is built (to stderr), in the spirit of ONEDNN_VERBOSE.
-  bool verbose = false;
+  /// 1: rank 0 prints the configuration when a context is created and every
+  /// plan when it is built (to stderr), in the spirit of ONEDNN_VERBOSE;
+  /// 2: also one line per ring step of every call (time waiting for its
+  /// transfers, time computing, transfers in flight while it computed).
+  int verbose = 0;
 
   /// The defaults above, overridden by the environment variables listed in
   /// env_help(). Throws std::invalid_argument on a malformed value.
@@ -75,7 +77,8 @@ struct config {
          "OVERLAP_POLL_CHUNKS=N                    (4) poll policy: GEMM row bands per ring step (>= 1)\n"
          "OVERLAP_AG_CHUNKS=N                      (0 = plan chooses) ring steps per all-gathered shard\n"
          "OVERLAP_RS_CHUNKS=N                      (0 = plan chooses) ring steps per reduce-scattered shard (>= 2)\n"
-         "OVERLAP_VERBOSE=0|1                      (0) rank 0 prints the configuration and each plan built\n";
+         "OVERLAP_VERBOSE=0|1|2                    (0) rank 0 prints the configuration and each plan built;\n"
+         "                                         2: also every ring step's wait and compute times\n";
 }
 
 namespace detail {
@@ -117,7 +120,7 @@ inline config config::from_env() {
   c.ag_chunks = static_cast<int>(detail::env_int("OVERLAP_AG_CHUNKS", c.ag_chunks, 0));
   c.rs_chunks = static_cast<int>(detail::env_int("OVERLAP_RS_CHUNKS", c.rs_chunks, 0));
   if (c.rs_chunks == 1) throw std::invalid_argument("overlap: OVERLAP_RS_CHUNKS='1' must be 0 (automatic) or >= 2");
-  c.verbose = detail::env_int("OVERLAP_VERBOSE", 0, 0) != 0;
+  c.verbose = static_cast<int>(detail::env_int("OVERLAP_VERBOSE", 0, 0));
   return c;
 }
 

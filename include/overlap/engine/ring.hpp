@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <cstdio>
 #include <exception>
 
 #include "overlap/config.hpp"
@@ -70,9 +71,14 @@ struct ring_window {
 ///   int steps() const; ring_window window() const;
 ///   transfer recv(int t, int lane) const; transfer send(int t, int lane) const;
 ///   void compute(int t);
+///
+/// With `trace`, prints one line per step to stderr: the time spent waiting
+/// for the step's transfers, the time computing it, and how many transfers
+/// were outstanding (posted, not yet completed by the engine) when it started
+/// computing (OVERLAP_VERBOSE=2 on rank 0).
 template <class Pattern>
 void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& requests,
-              progress_thread* progress, ring_phases phases = ring_phases::both) {
+              progress_thread* progress, ring_phases phases = ring_phases::both, bool trace = false) {
   const int steps = pattern.steps();
   const ring_window w = pattern.window();
   const bool transfers = phases != ring_phases::compute_only;
@@ -89,6 +95,7 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
     }
   } guard{requests};
   for (int t = 0; t < steps; ++t) {
+    const double t0 = trace ? MPI_Wtime() : 0.0;
     requests.wait_due(t);
     for (int l = 0; transfers && l < links.n_lanes; ++l) {
       const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
@@ -103,9 +110,14 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
                     requests.add(t + 1 + w.send_slack));
     }
     if (!compute) continue;
+    const double t1 = trace ? MPI_Wtime() : 0.0;
+    const int in_flight = requests.size();
     progress_scope scope(progress, requests);
     pattern.compute(t);
     scope.finish();
+    if (trace)
+      std::fprintf(stderr, "overlap: ring step %d/%d: waited %.3f ms, computed %.3f ms, %d transfers outstanding\n",
+                   t + 1, steps, (t1 - t0) * 1e3, (MPI_Wtime() - t1) * 1e3, in_flight);
   }
   requests.wait_all();
 }

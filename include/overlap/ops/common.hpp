@@ -174,7 +174,8 @@ void run_on_ring(context& ctx, Pattern& pattern, int tag, int lanes) {
   links.n_lanes = lanes;
   links.lanes[0] = {(p + 1) % R, (p + R - 1) % R, 2 * tag};
   links.lanes[1] = {(p + R - 1) % R, (p + 1) % R, 2 * tag + 1};
-  engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases);
+  engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases,
+                   ctx.config().verbose >= 2 && p == 0);
 }
 
 /// Collective: agree() on the cached plan for `key`, and on a miss anywhere
