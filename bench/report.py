@@ -81,6 +81,19 @@ def targets():
                 plan = "the balanced plans' pieces" if steps.endswith("/12") else "for comparison"
                 t.append(f"| P5 | 1 rank, {steps} vs {one} ({plan}; medians, interleaved) | {med[steps] / 1e9:.1f} vs "
                          f"{med[one] / 1e9:.1f} GFLOP/s = {100 * ratio:.1f}% | >= 95% | {verdict(ratio, 0.95, False)} |")
+    cost = [os.path.join(out_dir, f"engine-2ranks.{r}.json") for r in (0, 1)]
+    if all(os.path.exists(c) for c in cost):
+        for path in cost:
+            med = {b["run_name"]: b["GFLOP/s"] for b in json.load(open(path))["benchmarks"]
+                   if b.get("aggregate_name") == "median"}
+            base = med.get("gemm/ring_steps/2048/2048/2048/12")
+            for sleep, name in (("100", "sleeps 100 us"), ("1000", "sleeps 1000 us"), ("0", "yields")):
+                with_thread = med.get(f"gemm/ring_steps_progress_thread/2048/2048/2048/12/{sleep}")
+                if base and with_thread:
+                    t.append(f"| (P1) | progress thread cost, {os.path.basename(path)}: 12 ring-step GEMMs, 2 ranks on "
+                             f"{os.cpu_count()} cores, thread {name} testing a pending request | "
+                             f"{with_thread / 1e9:.1f} vs {base / 1e9:.1f} GFLOP/s without = "
+                             f"{100 * with_thread / base:.1f}% | | |")
     t.append("")
     return t
 

@@ -109,4 +109,12 @@ echo "[engine] per-step GEMMs against one GEMM" >&2
 OMP_NUM_THREADS=1 mpirun -np 1 "$engine" --benchmark_filter='gemm/(one|ring_steps)/2048/2048' \
   --benchmark_repetitions=$reps --benchmark_enable_random_interleaving=true \
   --benchmark_out="$out/engine.json" --benchmark_out_format=json > /dev/null || exit 1
+# The progress thread's cost: the same pieces with and without a thread
+# testing a pending request, two ranks at once so that the threads compete
+# with GEMMs for the cores as in a ring (each rank writes its own file).
+echo "[engine] progress thread cost, 2 ranks" >&2
+OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe --bind-to none sh -c 'exec "$0" \
+  --benchmark_filter="gemm/ring_steps(_progress_thread)?/2048/2048/2048/12" --benchmark_repetitions="$1" \
+  --benchmark_enable_random_interleaving=true --benchmark_out="$2.$OMPI_COMM_WORLD_RANK.json" \
+  --benchmark_out_format=json > /dev/null' "$engine" "$reps" "$out/engine-2ranks" || exit 1
 python3 "$here/report.py" "$out" "$root/docs/results.md" "${runs[@]}"
