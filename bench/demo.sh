@@ -7,7 +7,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: demo.sh BUILD_DIR}
 bench="$build/apps/overlap-bench"
-args=(--op ag --variant lhs_rows -m 2048 -n 2048 -k 2048 --iters 5 --no-peers)
+# Bulk against the ring (at 2 ranks bidirectional runs the same schedule).
+args=(--op ag --variant lhs_rows -m 2048 -n 2048 -k 2048 --iters 5 --no-peers --strategies ring)
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 if reason=$("$here/vcluster/vcluster" check 2>&1); then
