@@ -130,8 +130,9 @@ inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks, bool o
 /// 1 / (ranks * lanes * chunks) of the work, so the plan aims at 12 pieces or
 /// more in all, while keeping each piece's message >= 512 KiB (per-message
 /// latency; on TCP this size still streams at the link rate) and its product
-/// >= 128 rows of output (oneDNN on one core, 2048 x 2048 x 2048 as 8 / 11 /
-/// 16 row pieces: 102% / 98% / 92-95% of one GEMM's rate; bench/engine_bench).
+/// >= 128 rows of output (oneDNN on one core, 2048 x 2048 x 2048 as 8 / 12 /
+/// 16 row pieces: 100-102% / 92-95% / 90-96% of one GEMM's rate over several
+/// runs; bench/engine_bench.cpp, docs/results.md).
 /// It also starts from `preferred` chunks, which give the engine's window
 /// two messages in flight per lane (all-gather: 2, reduce-scatter: 3; one
 /// in flight stalls TCP links, see docs/design.md). min_chunks is 2 for
