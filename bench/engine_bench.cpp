@@ -34,25 +34,37 @@ void gemm_one(benchmark::State& st) {
                                               benchmark::Counter::kIs1000);
 }
 
-void gemm_ring_steps(benchmark::State& st) {
-  const int64_t m = st.range(0), n = st.range(1), k = st.range(2), pieces = st.range(3);
-  std::vector<float> a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f),
-      c(static_cast<size_t>(m * n));
+/// M x N x K as `pieces` row-block GEMMs, the way ring steps split a product.
+struct row_pieces {
+  int64_t m, n, k;
+  std::vector<float> a, b, c;
   std::vector<std::shared_ptr<const overlap::gemm_kernel>> kernels;
   std::vector<int64_t> rows;
-  for (int64_t q = 0; q < pieces; ++q) {
-    rows.push_back(m / pieces + (q < m % pieces ? 1 : 0));
-    kernels.push_back(backend().make(overlap::gemm_desc{rows.back(), n, k, k, n, n}));
-  }
-  for (auto _ : st) {
-    int64_t r0 = 0;
+  row_pieces(int64_t m_, int64_t n_, int64_t k_, int64_t pieces)
+      : m(m_), n(n_), k(k_), a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f),
+        c(static_cast<size_t>(m * n)) {
     for (int64_t q = 0; q < pieces; ++q) {
-      kernels[static_cast<size_t>(q)]->run(a.data() + r0 * k, b.data(), c.data() + r0 * n);
-      r0 += rows[static_cast<size_t>(q)];
+      rows.push_back(m / pieces + (q < m % pieces ? 1 : 0));
+      kernels.push_back(backend().make(overlap::gemm_desc{rows.back(), n, k, k, n, n}));
     }
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m * n * k), benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
+  void run() {
+    int64_t r0 = 0;
+    for (size_t q = 0; q < kernels.size(); ++q) {
+      kernels[q]->run(a.data() + r0 * k, b.data(), c.data() + r0 * n);
+      r0 += rows[q];
+    }
+  }
+  [[nodiscard]] benchmark::Counter rate() const {
+    return benchmark::Counter(2.0 * double(m * n * k), benchmark::Counter::kIsIterationInvariantRate,
+                              benchmark::Counter::kIs1000);
+  }
+};
+
+void gemm_ring_steps(benchmark::State& st) {
+  row_pieces work(st.range(0), st.range(1), st.range(2), st.range(3));
+  for (auto _ : st) work.run();
+  st.counters["GFLOP/s"] = work.rate();
 }
 
 // The ring-step GEMMs of gemm/ring_steps while a progress thread tests a
@@ -60,32 +72,19 @@ void gemm_ring_steps(benchmark::State& st) {
 // does during a ring step: what the thread costs the GEMMs on this machine.
 // range(4): the thread's sleep in microseconds (0: yield).
 void gemm_steps_with_progress(benchmark::State& st) {
-  const int64_t m = st.range(0), n = st.range(1), k = st.range(2), pieces = st.range(3);
-  std::vector<float> a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f),
-      c(static_cast<size_t>(m * n));
-  std::vector<std::shared_ptr<const overlap::gemm_kernel>> kernels;
-  std::vector<int64_t> rows;
-  for (int64_t q = 0; q < pieces; ++q) {
-    rows.push_back(m / pieces + (q < m % pieces ? 1 : 0));
-    kernels.push_back(backend().make(overlap::gemm_desc{rows.back(), n, k, k, n, n}));
-  }
+  row_pieces work(st.range(0), st.range(1), st.range(2), st.range(3));
   overlap::engine::progress_thread progress{std::chrono::microseconds(st.range(4))};
   overlap::mpi::request_group group;
   int in = 0, out = 1;
   OVERLAP_MPI(MPI_Irecv, &in, 1, MPI_INT, 0, 99, MPI_COMM_SELF, group.add());
   for (auto _ : st) {
     overlap::engine::progress_scope scope(&progress, group);
-    int64_t r0 = 0;
-    for (int64_t q = 0; q < pieces; ++q) {
-      kernels[static_cast<size_t>(q)]->run(a.data() + r0 * k, b.data(), c.data() + r0 * n);
-      r0 += rows[static_cast<size_t>(q)];
-    }
+    work.run();
     scope.finish();
   }
   OVERLAP_MPI(MPI_Send, &out, 1, MPI_INT, 0, 99, MPI_COMM_SELF);
   group.wait_all();
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m * n * k), benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
+  st.counters["GFLOP/s"] = work.rate();
 }
 
 void plan_lookup(benchmark::State& st) {
