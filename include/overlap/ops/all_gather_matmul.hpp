@@ -324,20 +324,14 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({1}));
   ag_build<T>(ctx, *plan, x, opt, used_chunks);
-  if (ctx.config().verbose && ctx.rank() == 0) {
-    std::string ring;
-    if (plan->strategy != strategy::bulk) {
-      const auto& st = plan->steps[0];
-      ring = ring_summary(opt.strategy, plan->strategy, plan->lanes, plan->n_steps, used_chunks, chunks == 0,
-                          plan->window, plan->slots.size() * sizeof(T)) +
-             ", rank 0's first piece " + std::to_string(st.nr) + " x " + std::to_string(st.nc) +
-             (plan->acc.size() ? ", fp32 accumulator" : "");
-    }
-    ctx.log_plan(checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
-                 to_string(plan->strategy) + ", sharded sizes [" + list(sizes) + "], op(X) " +
-                 std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols) + ring + ", progress " +
-                 describe_progress(ctx.config()) + ", backend " + to_string(ctx.backend_for<T>()));
-  }
+  if (ctx.config().verbose && ctx.rank() == 0)
+    log_built_plan(ctx,
+                   checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
+                       to_string(plan->strategy) + ", sharded sizes [" + list(sizes) + "], op(X) " +
+                       std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols),
+                   ring_summary(opt.strategy, *plan, used_chunks, chunks == 0, plan->slots.size() * sizeof(T)) +
+                       (plan->acc.size() ? ", fp32 accumulator" : ""),
+                   dtype_of<T>());
   return static_cast<ag_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
 }
 

@@ -152,16 +152,27 @@ inline int plan_chunks(int configured, int min_chunks, int preferred, int ranks,
   return c;
 }
 
-/// A ring plan's schedule, as verbose plans print it.
-inline std::string ring_summary(overlap::strategy asked, overlap::strategy runs, int lanes, int steps, int chunks,
-                                bool chosen, const engine::ring_window& w, size_t slot_bytes) {
+/// A ring plan's schedule, as verbose plans print it ("" for bulk). Plan:
+/// strategy, lanes, n_steps, window, and steps whose first has nr x nc.
+template <class Plan>
+std::string ring_summary(overlap::strategy asked, const Plan& plan, int chunks, bool chosen, size_t slot_bytes) {
+  if (plan.strategy == strategy::bulk) return "";
   std::string s;
-  if (asked != runs) s += " (" + std::string(to_string(asked)) + " asked)";
-  return s + ", " + std::to_string(lanes) + (lanes == 1 ? " lane, " : " lanes, ") + std::to_string(steps) +
-         " steps, " + std::to_string(chunks) + " chunks per shard" + (lanes == 2 ? " half" : "") +
-         (chosen ? " (plan's choice)" : " (configured)") + ", receives posted " + std::to_string(w.lead) +
-         " steps ahead, sends in flight up to " + std::to_string(w.send_slack + 1) + " steps, " +
-         std::to_string(slot_bytes) + " bytes of slots";
+  if (asked != plan.strategy) s += " (" + std::string(to_string(asked)) + " asked)";
+  const auto& first = plan.steps.front();
+  return s + ", " + std::to_string(plan.lanes) + (plan.lanes == 1 ? " lane, " : " lanes, ") +
+         std::to_string(plan.n_steps) + " steps, " + std::to_string(chunks) + " chunks per shard" +
+         (plan.lanes == 2 ? " half" : "") + (chosen ? " (plan's choice)" : " (configured)") + ", receives posted " +
+         std::to_string(plan.window.lead) + " steps ahead, sends in flight up to " +
+         std::to_string(plan.window.send_slack + 1) + " steps, " + std::to_string(slot_bytes) +
+         " bytes of slots, rank 0's first piece " + std::to_string(first.nr) + " x " + std::to_string(first.nc);
+}
+
+/// Prints a built plan on rank 0 when the config is verbose: the op's own
+/// description, its ring schedule, the progress policy and the backend.
+inline void log_built_plan(const context& ctx, const std::string& what, const std::string& ring, dtype t) {
+  ctx.log_plan(what + ring + ", progress " + describe_progress(ctx.config()) + ", backend " +
+               to_string(ctx.backend_for(t)));
 }
 
 /// Runs an op's ring pattern on the context's ring. Lane 0 carries data from

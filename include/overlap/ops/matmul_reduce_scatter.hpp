@@ -229,19 +229,13 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({2}));
   rs_build<T>(ctx, *plan, x, opt, used_chunks);
-  if (ctx.config().verbose && ctx.rank() == 0) {
-    std::string ring;
-    if (plan->strategy != strategy::bulk) {
-      const auto& st = plan->steps[0];
-      ring = ring_summary(opt.strategy, plan->strategy, plan->lanes, plan->n_steps, used_chunks, chunks == 0,
-                          plan->window, plan->slots.size()) +
-             ", rank 0's first piece " + std::to_string(st.nr) + " x " + std::to_string(st.nc);
-    }
-    ctx.log_plan(checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
-                 to_string(plan->strategy) + ", scattered sizes [" + list(sizes) + "], C " + std::to_string(plan->m) +
-                 " x " + std::to_string(plan->n) + ", accumulators " + to_string(plan->acc) + ring + ", progress " +
-                 describe_progress(ctx.config()) + ", backend " + to_string(ctx.backend_for<T>()));
-  }
+  if (ctx.config().verbose && ctx.rank() == 0)
+    log_built_plan(ctx,
+                   checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
+                       to_string(plan->strategy) + ", scattered sizes [" + list(sizes) + "], C " +
+                       std::to_string(plan->m) + " x " + std::to_string(plan->n) + ", accumulators " +
+                       to_string(plan->acc),
+                   ring_summary(opt.strategy, *plan, used_chunks, chunks == 0, plan->slots.size()), dtype_of<T>());
   return static_cast<rs_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
 }
 
