@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
+#include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -17,8 +20,10 @@
 #include "overlap/backend/onednn.hpp"
 #include "overlap/config.hpp"
 #include "overlap/engine/progress.hpp"
+#include "overlap/failure.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/mpi/request.hpp"
+#include "overlap/mpi/wait.hpp"
 
 namespace overlap {
 
@@ -29,8 +34,30 @@ struct plan_base {
   /// Hash of the global problem (every rank's sizes and the options) the plan
   /// was built for; ranks compare it to agree that their cached plans match.
   uint64_t fingerprint = 0;
+  /// The op, element type, strategy and global shape, for error reports.
+  std::string summary;
 };
 using plan_key = std::vector<int64_t>;
+
+/// Buffers of the agreement collectives, owned by the context so that a
+/// collective abandoned by the watchdog never writes into a dead stack frame.
+struct agreement_scratch {
+  int64_t in[8] = {}, out[8] = {};
+  int ints[4] = {};
+  std::vector<int64_t> mine, table;
+  std::string text;
+};
+
+/// Where a fatal error leaves what MPI may still use (requests given up on):
+/// never freed, so a late transfer never lands in freed memory.
+struct graveyard {
+  std::vector<std::unique_ptr<plan_base>> plans;
+  std::vector<std::unique_ptr<agreement_scratch>> scratch;
+};
+inline graveyard& leaked() {
+  static auto* g = new graveyard;  // intentionally never destroyed
+  return *g;
+}
 }  // namespace detail
 
 /// Owns a duplicate of the user's communicator (ring traffic never mixes with
@@ -39,53 +66,44 @@ using plan_key = std::vector<int64_t>;
 /// copyable; movable. Not thread-safe: one thread calls the ops of a context.
 class context {
  public:
-  /// Collective over comm. With progress_policy::thread, MPI must have been
-  /// initialised with MPI_THREAD_MULTIPLE; otherwise std::invalid_argument
-  /// (on every rank: the thread level is the same everywhere).
-  explicit context(MPI_Comm comm, overlap::config cfg = overlap::config::from_env())
-      : cfg_(cfg), comm_(mpi::communicator::borrow(comm).dup()) {
-    if (cfg_.ag_chunks < 0) throw std::invalid_argument("overlap::context: config.ag_chunks must be >= 0 (0: automatic)");
-    if (cfg_.rs_chunks < 0 || cfg_.rs_chunks == 1)
-      throw std::invalid_argument("overlap::context: config.rs_chunks must be 0 (automatic) or >= 2");
-    if (cfg_.poll_chunks < 1) throw std::invalid_argument("overlap::context: config.poll_chunks must be >= 1");
-    const auto policy = static_cast<int>(cfg_.progress);
-    if (policy < 0 || policy > 2)
-      throw std::invalid_argument("overlap::context: config.progress has an invalid value " + std::to_string(policy));
-    if (cfg_.progress == progress_policy::thread) {
-      int provided = MPI_THREAD_SINGLE;
-      OVERLAP_MPI(MPI_Query_thread, &provided);
-      if (provided < MPI_THREAD_MULTIPLE)
-        throw std::invalid_argument(
-            "overlap::context: the progress thread needs MPI_THREAD_MULTIPLE; initialise MPI with "
-            "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or use progress_policy::none "
-            "(OVERLAP_PROGRESS=none)");
-      progress_ = std::make_unique<engine::progress_thread>(cfg_.progress_interval);
-    }
-    rank_ = comm_.rank();
-    size_ = comm_.size();
-    // The same answer on every rank: all ranks see the whole communicator on
-    // their node, or none does.
-    one_node_ = comm_.ranks_on_my_node() == size_;
-    if (cfg_.verbose && rank_ == 0)
-      std::fprintf(stderr, "overlap: context on %d ranks%s: %s\n", size_, one_node_ ? " (all on one node)" : "",
-                   describe(cfg_).c_str());
-  }
+  /// Collective over comm, with the configuration from the OVERLAP_*
+  /// environment variables (config::from_env()). Whatever fails on one rank
+  /// only (a malformed variable, a missing thread level, no bf16 matmul when
+  /// OVERLAP_BF16_GEMM=native) raises the same std::invalid_argument on every
+  /// rank, naming the rank. comm must be an intra-communicator and MPI must be
+  /// initialised (with MPI_THREAD_MULTIPLE for progress_policy::thread) and
+  /// not finalised: otherwise std::invalid_argument / std::logic_error before
+  /// any communication.
+  explicit context(MPI_Comm comm) : context(comm, std::optional<overlap::config>{}) {}
+  /// As above with an explicit configuration (every rank's must be valid;
+  /// fields that change the schedule must agree, see overlap::config).
+  context(MPI_Comm comm, overlap::config cfg) : context(comm, std::optional<overlap::config>{cfg}) {}
 
   context(context&&) noexcept = default;
   context& operator=(context&&) noexcept = default;
+  ~context() = default;
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
   /// The context's own communicator (a duplicate; do not free it).
   [[nodiscard]] MPI_Comm comm() const noexcept { return comm_.get(); }
   [[nodiscard]] const overlap::config& config() const noexcept { return cfg_; }
-  /// Number of plans cached so far (one per distinct shape and options).
+  /// Number of plans cached now (at most config().plan_cache).
   [[nodiscard]] size_t cached_plans() const noexcept { return plans_.size(); }
+  /// Drops every cached plan (their buffers and primitives); the next call of
+  /// each shape builds its plan again. Local: other ranks notice the missing
+  /// plan at their next call and rebuild with this rank.
+  void clear_plans() {
+    index_.clear();
+    plans_.clear();
+  }
   /// True when every rank of the communicator shares one node (MPI moves data
   /// through shared memory: copies done by the cores that also compute).
   [[nodiscard]] bool one_node() const noexcept { return one_node_; }
   /// Number of plans built so far (a rebuild of a cached shape counts too).
   [[nodiscard]] size_t plans_built() const noexcept { return plans_built_; }
+  /// True after a fatal error under fatal_policy::throw_error: every op throws.
+  [[nodiscard]] bool failed() const noexcept { return !failure_.empty(); }
 
   /// The backend that multiplies operands of type t under this context's
   /// config; std::invalid_argument for a combination no backend has.
@@ -106,12 +124,24 @@ class context {
   [[nodiscard]] backend_kind backend_for() const {
     return backend_for(dtype_of<T>());
   }
+  /// How products of t are computed on this rank, e.g. "onednn bf16 (native,
+  /// avx512_core_bf16)" or "onednn f32 on widened bf16 pieces (...)"; the
+  /// benchmarks report it as gemm_path.
+  [[nodiscard]] std::string gemm_path(dtype t) const {
+    if (backend_for(t) == backend_kind::eigen) return std::string("eigen ") + to_string(t);
+    const std::string isa = backend::detail::effective_isa();
+    if (t != dtype::bf16) return std::string("onednn ") + to_string(t) + " (" + isa + ")";
+    if (!widen_bf16_) return "onednn bf16 (native, " + isa + ")";
+    return "onednn f32 on widened bf16 pieces (" +
+           std::string(cfg_.bf16 == bf16_gemm::widened ? "OVERLAP_BF16_GEMM=widened" : "no bf16 matmul") +
+           " at ISA " + isa + ")";
+  }
 
   // ---- for the ops (not part of the stable API) ----
   [[nodiscard]] std::shared_ptr<const gemm_kernel> make_kernel(const gemm_desc& d) {
     if (backend_for(d.in) == backend_kind::eigen) return eigen_.make(d);
     if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
-    return onednn_->make(d);
+    return onednn_->make(d, widen_bf16_);
   }
   /// The kernel of a ring step: under progress_policy::poll, poll_chunks row
   /// bands of C with an MPI_Testall of the outstanding requests between two
@@ -130,24 +160,224 @@ class context {
     // The group lives on the heap: its address survives moves of the context.
     return std::make_shared<banded_kernel>(d, std::move(parts), &context::poll, requests_.get());
   }
-  [[nodiscard]] detail::plan_base* find_plan(const detail::plan_key& key) const {
-    auto it = plans_.find(key);
-    return it == plans_.end() ? nullptr : it->second.get();
+  /// The cached plan for key (now the most recently used), or null.
+  [[nodiscard]] detail::plan_base* find_plan(const detail::plan_key& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    plans_.splice(plans_.begin(), plans_, it->second);
+    return it->second->second.get();
   }
   /// Prints a plan's description on rank 0 when the config is verbose.
   void log_plan(const std::string& what) const {
     if (cfg_.verbose && rank_ == 0) std::fprintf(stderr, "overlap: plan %s\n", what.c_str());
   }
+  /// Caches a plan, evicting the least recently used beyond config().plan_cache.
   detail::plan_base* store_plan(const detail::plan_key& key, std::unique_ptr<detail::plan_base> plan) {
-    auto& slot = plans_[key];
-    slot = std::move(plan);
+    if (auto it = index_.find(key); it != index_.end()) {
+      plans_.erase(it->second);
+      index_.erase(it);
+    }
+    plans_.emplace_front(key, std::move(plan));
+    index_.emplace(key, plans_.begin());
+    while (plans_.size() > static_cast<size_t>(cfg_.plan_cache)) {
+      index_.erase(plans_.back().first);
+      plans_.pop_back();
+    }
     ++plans_built_;
-    return slot.get();
+    return plans_.front().second.get();
   }
   [[nodiscard]] engine::progress_thread* progress() const noexcept { return progress_.get(); }
   [[nodiscard]] mpi::request_group& requests() noexcept { return *requests_; }
+  [[nodiscard]] detail::agreement_scratch& scratch() noexcept { return *scratch_; }
+
+  /// Throws (on this rank) when the context cannot run an op: MPI finalised,
+  /// or the context failed earlier under fatal_policy::throw_error.
+  void check_usable(const char* op) const {
+    detail::require_mpi_running(op);
+    if (!failure_.empty())
+      throw std::logic_error(std::string(op) + ": this context failed earlier and cannot be used (" + failure_ +
+                             "); end the job, or create a new context on all ranks");
+  }
+
+  /// Runs a collective of an op: `blocking` (returns an MPI code) when the
+  /// watchdog is off, else `start` (posts the non-blocking form into its
+  /// MPI_Request*) and a bounded wait. An MPI error or a timeout is fatal
+  /// (fatal()); describe() names what the call is for, e.g. the op and phase.
+  template <class Blocking, class Start, class Describe>
+  void collective(const char* call, Blocking&& blocking, Start&& start, Describe&& describe) {
+    int rc = MPI_SUCCESS;
+    if (cfg_.timeout_s <= 0) {
+      rc = blocking();
+    } else {
+      MPI_Request req = MPI_REQUEST_NULL;
+      rc = start(&req);
+      if (rc == MPI_SUCCESS) {
+        const bool done = mpi::poll_until(
+            [&] {
+              int flag = 0;
+              rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+              return rc != MPI_SUCCESS || flag != 0;
+            },
+            cfg_.timeout_s);
+        if (!done)
+          fatal("watchdog: " + describe() + ": waited more than " + std::to_string(cfg_.timeout_s) + " s in " + call +
+                    " for the other " + std::to_string(size_ - 1) + " ranks of the context",
+                call, 0, error_source::mpi);
+      }
+    }
+    if (rc != MPI_SUCCESS) fatal(describe() + ": " + detail::mpi_error_text(rc), call, rc, error_source::mpi);
+  }
+
+  /// Collective: every rank learns whether any rank's `mine` failed; if one
+  /// did, every rank throws the lowest failing rank's error (same type and
+  /// message, prefixed with `where` and that rank). Used wherever something
+  /// that can fail on one rank only (a check, an allocation, creating a
+  /// primitive) must end the same way everywhere before any transfer.
+  void agree_on(const detail::failure& mine, const std::string& where) {
+    detail::agreement_scratch& s = *scratch_;
+    s.ints[0] = mine.failed() ? 1 : 0;
+    collective(
+        "MPI_Allreduce", [&] { return MPI_Allreduce(s.ints, s.ints + 1, 1, MPI_INT, MPI_MAX, comm_.get()); },
+        [&](MPI_Request* r) { return MPI_Iallreduce(s.ints, s.ints + 1, 1, MPI_INT, MPI_MAX, comm_.get(), r); },
+        [&] { return where + " (agreeing on success)"; });
+    if (s.ints[1] != 0) broadcast_failure(mine, where);
+  }
+  /// Collective, after the ranks learnt that some rank failed: every rank
+  /// throws the lowest failing rank's error.
+  [[noreturn]] void broadcast_failure(const detail::failure& mine, const std::string& where) {
+    detail::agreement_scratch& s = *scratch_;
+    auto describe = [&] { return where + " (reporting a failure)"; };
+    s.ints[2] = mine.failed() ? rank_ : size_;
+    collective(
+        "MPI_Allreduce", [&] { return MPI_Allreduce(s.ints + 2, s.ints + 3, 1, MPI_INT, MPI_MIN, comm_.get()); },
+        [&](MPI_Request* r) { return MPI_Iallreduce(s.ints + 2, s.ints + 3, 1, MPI_INT, MPI_MIN, comm_.get(), r); },
+        describe);
+    const int root = s.ints[3];
+    s.text = rank_ == root ? mine.pack() : std::string();
+    s.ints[0] = static_cast<int>(s.text.size());
+    collective(
+        "MPI_Bcast", [&] { return MPI_Bcast(s.ints, 1, MPI_INT, root, comm_.get()); },
+        [&](MPI_Request* r) { return MPI_Ibcast(s.ints, 1, MPI_INT, root, comm_.get(), r); }, describe);
+    s.text.resize(static_cast<size_t>(s.ints[0]));
+    collective(
+        "MPI_Bcast", [&] { return MPI_Bcast(s.text.data(), s.ints[0], MPI_CHAR, root, comm_.get()); },
+        [&](MPI_Request* r) { return MPI_Ibcast(s.text.data(), s.ints[0], MPI_CHAR, root, comm_.get(), r); },
+        describe);
+    detail::failure::unpack(s.text).raise(where + ": on rank " + std::to_string(root));
+  }
+
+  /// A failure after the ranks agreed to run an op: peers may wait for this
+  /// rank, so it is fatal. Prints it (with this rank in the context and the
+  /// world) to stderr and applies config().on_fatal: MPI_Abort on the
+  /// context's communicator, or mark the context failed (its plans and
+  /// requests are given up on, not freed) and throw overlap::error.
+  [[noreturn]] void fatal(const std::string& what, const char* call, int code, error_source source) {
+    const bool abort = cfg_.on_fatal == fatal_policy::abort;
+    std::fprintf(stderr, "overlap: fatal error on rank %d of %d (world rank %d): %s; OVERLAP_ON_FATAL=%s: %s\n",
+                 rank_, size_, detail::world_rank(), what.c_str(), to_string(cfg_.on_fatal),
+                 abort ? "aborting the job (MPI_Abort)" : "throwing; this context is no longer usable");
+    std::fflush(stderr);
+    if (abort) {
+      MPI_Abort(comm_.get(), 70);
+      std::abort();  // MPI_Abort does not return; should it, never hang
+    }
+    failure_ = what;
+    requests_->leak();
+    auto& g = detail::leaked();
+    for (auto& entry : plans_) g.plans.push_back(std::move(entry.second));
+    g.scratch.push_back(std::move(scratch_));
+    scratch_ = std::make_unique<detail::agreement_scratch>();
+    clear_plans();
+    throw error(source, code, call, what);
+  }
 
  private:
+  context(MPI_Comm comm, std::optional<overlap::config> given) {
+    const std::string who = "overlap::context";
+    detail::require_mpi_running(who);
+    if (comm == MPI_COMM_NULL) throw std::invalid_argument(who + ": comm is MPI_COMM_NULL");
+    int inter = 0;
+    OVERLAP_MPI(MPI_Comm_test_inter, comm, &inter);
+    if (inter != 0)
+      throw std::invalid_argument(who + ": comm is an inter-communicator; a context needs an intra-communicator "
+                                        "(MPI_Intercomm_merge makes one)");
+    // Local steps that may fail on one rank only; their outcome is agreed
+    // below, once the duplicate communicator exists.
+    detail::failure local;
+    try {
+      cfg_ = given ? *given : config::from_env();
+      if (const std::string p = detail::config_problem(cfg_); !p.empty()) throw std::invalid_argument(p);
+    } catch (...) {
+      local = detail::failure::capture(std::current_exception());
+      cfg_ = overlap::config{};
+    }
+    comm_ = dup(comm, cfg_.timeout_s, who);
+    rank_ = comm_.rank();
+    size_ = comm_.size();
+    if (!local.failed()) {
+      try {
+        prepare_local();
+      } catch (...) {
+        local = detail::failure::capture(std::current_exception());
+      }
+    }
+    agree_on(local, who);
+    requests_->set_timeout(cfg_.timeout_s);
+    // The same answer on every rank: all ranks see the whole communicator on
+    // their node, or none does.
+    one_node_ = comm_.ranks_on_my_node() == size_;
+    if (cfg_.verbose && rank_ == 0)
+      std::fprintf(stderr, "overlap: context on %d ranks%s: %s; bf16 products: %s\n", size_,
+                   one_node_ ? " (all on one node)" : "", describe(cfg_).c_str(), gemm_path(dtype::bf16).c_str());
+  }
+
+  /// MPI_Comm_dup, bounded by the watchdog when it is on (MPI_Comm_idup).
+  [[nodiscard]] static mpi::communicator dup(MPI_Comm comm, int timeout_s, const std::string& who) {
+    if (timeout_s <= 0) return mpi::communicator::borrow(comm).dup();
+    MPI_Comm copy = MPI_COMM_NULL;
+    MPI_Request req = MPI_REQUEST_NULL;
+    OVERLAP_MPI(MPI_Comm_idup, comm, &copy, &req);
+    const bool done = mpi::poll_until(
+        [&] {
+          int flag = 0;
+          OVERLAP_MPI(MPI_Test, &req, &flag, MPI_STATUS_IGNORE);
+          return flag != 0;
+        },
+        timeout_s);
+    if (!done) {
+      const std::string what = "watchdog: " + who + ": waited more than " + std::to_string(timeout_s) +
+                               " s in MPI_Comm_idup for the other ranks of the communicator";
+      std::fprintf(stderr, "overlap: fatal error (world rank %d): %s\n", detail::world_rank(), what.c_str());
+      throw error(error_source::mpi, 0, "MPI_Comm_idup", what);
+    }
+    return mpi::communicator::adopt(copy);
+  }
+
+  /// What a context sets up on this rank alone.
+  void prepare_local() {
+    if (cfg_.progress == progress_policy::thread) {
+      int provided = MPI_THREAD_SINGLE;
+      OVERLAP_MPI(MPI_Query_thread, &provided);
+      if (provided < MPI_THREAD_MULTIPLE)
+        throw std::invalid_argument(
+            "the progress thread needs MPI_THREAD_MULTIPLE; initialise MPI with "
+            "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or use progress_policy::none "
+            "(OVERLAP_PROGRESS=none)");
+    }
+    if (cfg_.backend != backend_kind::eigen) {
+      const bool native = backend::detail::native_bf16();
+      if (cfg_.bf16 == bf16_gemm::native && !native)
+        throw std::invalid_argument(
+            std::string("bf16: OVERLAP_BF16_GEMM=native, but oneDNN has no bf16 matmul on this CPU (effective ISA ") +
+            backend::detail::effective_isa() +
+            "; oneDNN 2.6 needs AVX512_CORE, and AVX512_BF16 for full speed); use OVERLAP_BF16_GEMM=automatic or "
+            "widened (f32 products of widened pieces, bf16 transfers)");
+      widen_bf16_ = cfg_.bf16 == bf16_gemm::widened || !native;
+    }
+    if (cfg_.progress == progress_policy::thread)
+      progress_ = std::make_unique<engine::progress_thread>(cfg_.progress_interval);
+  }
+
   static void poll(void* group) { static_cast<mpi::request_group*>(group)->test_all(); }
 
   overlap::config cfg_;
@@ -155,12 +385,17 @@ class context {
   int rank_ = 0;
   int size_ = 1;
   bool one_node_ = false;
+  bool widen_bf16_ = false;
+  std::string failure_;  ///< the fatal error that ended this context (throw policy)
   backend::eigen_backend eigen_;
   std::unique_ptr<backend::onednn_backend> onednn_;
   std::unique_ptr<engine::progress_thread> progress_;
-  std::map<detail::plan_key, std::unique_ptr<detail::plan_base>> plans_;
+  /// The plan cache: most recently used first, and an index into it.
+  std::list<std::pair<detail::plan_key, std::unique_ptr<detail::plan_base>>> plans_;
+  std::map<detail::plan_key, decltype(plans_)::iterator> index_;
   size_t plans_built_ = 0;
   std::unique_ptr<mpi::request_group> requests_ = std::make_unique<mpi::request_group>();
+  std::unique_ptr<detail::agreement_scratch> scratch_ = std::make_unique<detail::agreement_scratch>();
 };
 
 }  // namespace overlap

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "overlap/backend/gemm.hpp"
 #include "overlap/error.hpp"
@@ -38,6 +39,57 @@ auto onednn_call(const char* call, F&& f) -> decltype(f()) {
 /// or stored as its transpose (cols x rows) with ld.
 inline dnnl::memory::dims strides(int64_t ld, bool transposed) {
   return transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1};
+}
+
+/// The instruction set oneDNN uses on this CPU (after ONEDNN_MAX_CPU_ISA).
+inline const char* effective_isa() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+  }
+}
+
+/// Whether oneDNN can create a bf16 matmul here (2.6 has none below
+/// AVX512_CORE). Probed once per process by creating a tiny primitive.
+inline bool native_bf16() {
+  static const bool ok = [] {
+    try {
+      const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      const dnnl::memory::desc md({2, 2}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
+      const dnnl::memory::desc out({2, 2}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+      (void)dnnl::matmul::primitive_desc(dnnl::matmul::desc(md, md, out), eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
+/// dst (rows x cols, ld_dst) = float(src) (ld_src): widens a bf16 block.
+inline void widen(const bfloat16* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const bfloat16* s = src + i * ld_src;
+    float* d = dst + i * ld_dst;
+    for (int64_t j = 0; j < cols; ++j) d[j] = static_cast<float>(s[j]);
+  }
+}
+/// dst (bf16, ld_dst) = round(src) (f32, ld_src).
+inline void narrow(const float* src, int64_t ld_src, bfloat16* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* s = src + i * ld_src;
+    bfloat16* d = dst + i * ld_dst;
+    for (int64_t j = 0; j < cols; ++j) d[j] = bfloat16(s[j]);
+  }
 }
 }  // namespace detail
 
@@ -116,7 +168,68 @@ class onednn_gemm final : public gemm_kernel {
   std::unordered_map<int, dnnl::memory> args_;  // built once: no allocation per call
 };
 
+/// A bf16 GEMM for CPUs whose oneDNN has no bf16 matmul: each call widens
+/// A, B (and a bf16 C to accumulate, addend, bias) into f32 buffers owned by
+/// the kernel (allocated once, when the plan is built), runs an f32 matmul
+/// with the same post-ops, and rounds the result to bf16 once. An f32 output
+/// (an fp32 accumulator) is written directly.
+class onednn_widened_gemm final : public gemm_kernel {
+ public:
+  onednn_widened_gemm(const std::shared_ptr<onednn_handles>& h, const gemm_desc& d) : d_(d) {
+    if (d.m == 0 || d.n == 0 || d.k == 0) return;  // handled by run_degenerate
+    // Stored shapes: A is m x k (k x m transposed), B is k x n (n x k transposed).
+    a_rows_ = d.trans_a ? d.k : d.m, a_cols_ = d.trans_a ? d.m : d.k;
+    b_rows_ = d.trans_b ? d.n : d.k, b_cols_ = d.trans_b ? d.k : d.n;
+    gemm_desc w = d;
+    w.in = dtype::f32;
+    w.out = dtype::f32;
+    w.lda = a_cols_;
+    w.ldb = b_cols_;
+    a_.resize(static_cast<size_t>(a_rows_ * a_cols_));
+    b_.resize(static_cast<size_t>(b_rows_ * b_cols_));
+    if (d.out == dtype::bf16) {
+      w.ldc = d.n;
+      c_.resize(static_cast<size_t>(d.m * d.n));
+      if (d.bias) bias_.resize(static_cast<size_t>(d.n));
+    }
+    if (d.addend && d.addend_type == dtype::bf16) {
+      w.addend_type = dtype::f32;
+      w.ld_addend = d.n;
+      addend_.resize(static_cast<size_t>(d.m * d.n));
+    }
+    f32_ = std::make_unique<onednn_gemm>(h, w);
+  }
+
+  void run(const void* a, const void* b, void* c, const void* bias, const void* addend) const override {
+    if (overlap::detail::run_degenerate(d_, c, bias, addend)) return;
+    detail::widen(static_cast<const bfloat16*>(a), d_.lda, a_.data(), a_cols_, a_rows_, a_cols_);
+    detail::widen(static_cast<const bfloat16*>(b), d_.ldb, b_.data(), b_cols_, b_rows_, b_cols_);
+    const void* add = addend;
+    if (!addend_.empty()) {
+      detail::widen(static_cast<const bfloat16*>(addend), d_.ld_addend, addend_.data(), d_.n, d_.m, d_.n);
+      add = addend_.data();
+    }
+    if (d_.out == dtype::f32) {
+      f32_->run(a_.data(), b_.data(), c, bias, add);
+      return;
+    }
+    auto* cb = static_cast<bfloat16*>(c);
+    if (d_.accumulate) detail::widen(cb, d_.ldc, c_.data(), d_.n, d_.m, d_.n);
+    if (d_.bias) detail::widen(static_cast<const bfloat16*>(bias), d_.n, bias_.data(), d_.n, 1, d_.n);
+    f32_->run(a_.data(), b_.data(), c_.data(), bias_.data(), add);
+    detail::narrow(c_.data(), d_.n, cb, d_.ldc, d_.m, d_.n);
+  }
+
+ private:
+  gemm_desc d_;
+  int64_t a_rows_ = 0, a_cols_ = 0, b_rows_ = 0, b_cols_ = 0;
+  std::unique_ptr<onednn_gemm> f32_;
+  mutable std::vector<float> a_, b_, c_, bias_, addend_;  // workspaces, sized once
+};
+
 /// Owns the oneDNN CPU engine and stream and a cache of kernels by gemm_desc.
+/// The cache holds weak references: a kernel lives as long as a plan uses it,
+/// and plans built at the same time share kernels of equal descriptions.
 class onednn_backend {
  public:
   onednn_backend()
@@ -127,17 +240,36 @@ class onednn_backend {
           return h;
         })) {}
 
-  [[nodiscard]] std::shared_ptr<const gemm_kernel> make(const gemm_desc& d) {
+  /// widen: a bf16 desc runs as onednn_widened_gemm.
+  [[nodiscard]] std::shared_ptr<const gemm_kernel> make(const gemm_desc& d, bool widen = false) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& slot = cache_[d];
-    if (!slot) slot = std::make_shared<onednn_gemm>(h_, d);
-    return slot;
+    widen = widen && d.in == dtype::bf16;
+    auto& slot = cache_[{d, widen}];
+    std::shared_ptr<const gemm_kernel> k = slot.lock();
+    if (!k) {
+      if (widen) k = std::make_shared<onednn_widened_gemm>(h_, d);
+      else k = std::make_shared<onednn_gemm>(h_, d);
+      slot = k;
+    }
+    if (++since_purge_ >= 256) purge();
+    return k;
+  }
+  /// Entries whose kernels are alive (for tests of the cache bound).
+  [[nodiscard]] size_t live_kernels() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    purge();
+    return cache_.size();
   }
 
  private:
+  void purge() {
+    since_purge_ = 0;
+    for (auto it = cache_.begin(); it != cache_.end();) it = it->second.expired() ? cache_.erase(it) : std::next(it);
+  }
   std::shared_ptr<onednn_handles> h_;
   std::mutex mutex_;
-  std::map<gemm_desc, std::shared_ptr<const gemm_kernel>> cache_;  // the desc includes the types
+  std::map<std::pair<gemm_desc, bool>, std::weak_ptr<const gemm_kernel>> cache_;  // the desc includes the types
+  int since_purge_ = 0;
 };
 
 }  // namespace overlap::backend

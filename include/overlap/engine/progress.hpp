@@ -65,10 +65,15 @@ class progress_thread {
         failure_ = std::current_exception();
         active_ = nullptr;
       }
-      lock.unlock();
-      if (interval_.count() > 0) std::this_thread::sleep_for(interval_);
-      else std::this_thread::yield();
-      lock.lock();
+      if (interval_.count() > 0) {
+        // Interruptible: the destructor (and a new watch) wake it at once,
+        // whatever the interval.
+        cv_.wait_for(lock, interval_, [this] { return stop_; });
+      } else {
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+      }
     }
   }
 

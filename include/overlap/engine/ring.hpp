@@ -83,15 +83,17 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
   const ring_window w = pattern.window();
   const bool transfers = phases != ring_phases::compute_only;
   const bool compute = phases != ring_phases::comm_only;
-  // If a step throws (an MPI or backend error), its requests are cancelled so
-  // the next call starts from an empty group. The peers of this rank cannot
-  // finish this call then: such errors are fatal to the collective, like any
-  // MPI error inside a collective.
-  struct cancel_on_throw {
+  // If a step throws (an MPI or backend error, or the watchdog), its requests
+  // are forgotten (freed, not waited for: a send to a peer that is gone may
+  // never complete) so the group is empty again. The peers of this rank
+  // cannot finish this call then: such errors are fatal to the collective,
+  // and the caller applies the context's fatal policy (ops/common.hpp). The
+  // buffers of the failed run must outlive whatever MPI still does with them.
+  struct leak_on_throw {
     mpi::request_group& g;
     int unwinding = std::uncaught_exceptions();
-    ~cancel_on_throw() {
-      if (std::uncaught_exceptions() > unwinding) g.cancel_all();
+    ~leak_on_throw() {
+      if (std::uncaught_exceptions() > unwinding) g.leak();
     }
   } guard{requests};
   for (int t = 0; t < steps; ++t) {
@@ -102,12 +104,13 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
       if (t + w.lead < steps) {
         const transfer in = pattern.recv(t + w.lead, l);
         if (in.active())
-          OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, lane.from, lane.tag, links.comm, requests.add(t + w.lead));
+          OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, lane.from, lane.tag, links.comm,
+                      requests.add(t + w.lead, {l, lane.from, in.type, false}));
       }
       const transfer out = pattern.send(t, l);
       if (out.active())
         OVERLAP_MPI(MPI_Isend, out.buf, 1, out.type, lane.to, lane.tag, links.comm,
-                    requests.add(t + 1 + w.send_slack));
+                    requests.add(t + 1 + w.send_slack, {l, lane.to, out.type, true}));
     }
     if (!compute) continue;
     const double t1 = trace ? MPI_Wtime() : 0.0;

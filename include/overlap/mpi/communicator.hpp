@@ -19,6 +19,14 @@ class communicator {
   /// Wraps a communicator the caller keeps ownership of.
   [[nodiscard]] static communicator borrow(MPI_Comm comm) { return communicator(comm, false); }
 
+  /// Takes ownership of a communicator the caller created (e.g. with
+  /// MPI_Comm_idup) and sets MPI_ERRORS_RETURN on it, as dup() does.
+  [[nodiscard]] static communicator adopt(MPI_Comm comm) {
+    communicator owned(comm, true);
+    OVERLAP_MPI(MPI_Comm_set_errhandler, comm, MPI_ERRORS_RETURN);
+    return owned;
+  }
+
   /// Collective over this communicator: MPI_Comm_dup, with MPI_ERRORS_RETURN set
   /// on the duplicate so every failure reaches the library's error path.
   [[nodiscard]] communicator dup() const {

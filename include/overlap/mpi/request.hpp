@@ -4,10 +4,12 @@
 
 #include <mpi.h>
 
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "overlap/error.hpp"
+#include "overlap/mpi/wait.hpp"
 
 namespace overlap::mpi {
 
@@ -19,21 +21,30 @@ namespace overlap::mpi {
 /// posted it.
 class request_group {
  public:
+  /// What a request moves, for the watchdog's report.
+  struct about {
+    int lane = 0;
+    int peer = MPI_PROC_NULL;
+    MPI_Datatype type = MPI_DATATYPE_NULL;  ///< count 1 of it
+    bool send = false;
+  };
+
   request_group() = default;
   request_group(const request_group&) = delete;
   request_group& operator=(const request_group&) = delete;
   request_group(request_group&& other) noexcept
-      : reqs_(std::move(other.reqs_)), due_(std::move(other.due_)) {
-    other.reqs_.clear();
-    other.due_.clear();
+      : reqs_(std::move(other.reqs_)), due_(std::move(other.due_)), about_(std::move(other.about_)),
+        timeout_s_(other.timeout_s_) {
+    other.clear();
   }
   request_group& operator=(request_group&& other) noexcept {
     if (this != &other) {
       abandon();
       reqs_ = std::move(other.reqs_);
       due_ = std::move(other.due_);
-      other.reqs_.clear();
-      other.due_.clear();
+      about_ = std::move(other.about_);
+      timeout_s_ = other.timeout_s_;
+      other.clear();
     }
     return *this;
   }
@@ -42,10 +53,15 @@ class request_group {
   /// A slot for MPI_Isend / MPI_Irecv to write the new request into; it must
   /// complete before step `deadline` (see wait_due). Storage grows to the
   /// largest window once and is reused, so the hot loop does not allocate.
-  [[nodiscard]] MPI_Request* add(int deadline = 0) {
+  [[nodiscard]] MPI_Request* add(int deadline = 0) { return add(deadline, about{}); }
+  [[nodiscard]] MPI_Request* add(int deadline, const about& what) {
     due_.push_back(deadline);
+    about_.push_back(what);
     return &reqs_.emplace_back(MPI_REQUEST_NULL);
   }
+  /// Watchdog: waits give up after this many seconds (0: unbounded) with
+  /// mpi::wait_timeout naming the requests still pending.
+  void set_timeout(double seconds) noexcept { timeout_s_ = seconds; }
   [[nodiscard]] bool empty() const noexcept { return reqs_.empty(); }
   [[nodiscard]] int size() const noexcept { return static_cast<int>(reqs_.size()); }
 
@@ -59,53 +75,95 @@ class request_group {
   /// Cancels and completes every pending request and empties the group (for
   /// error paths: a request must not outlive the step that posted it).
   void cancel_all() noexcept { abandon(); }
+  /// Forgets every request without cancelling or waiting (for a fatal error:
+  /// a send to a peer that is gone may never complete, and MPI_Cancel cannot
+  /// take back a send that was matched). Point-to-point requests are freed,
+  /// so MPI releases them whenever they complete.
+  void leak() noexcept {
+    for (auto& r : reqs_)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    clear();
+  }
 
   /// Blocks until every request has completed, then empties the group.
   void wait_all() {
     if (reqs_.empty()) return;
-    const int rc = MPI_Waitall(size(), reqs_.data(), MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      abandon();
-      detail::throw_mpi_error(rc, "MPI_Waitall");
+    if (timeout_s_ > 0) {
+      bounded_wait(reqs_.size(), "the end of the ring");
+    } else {
+      const int rc = MPI_Waitall(size(), reqs_.data(), MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) detail::throw_mpi_error(rc, "MPI_Waitall");
     }
-    reqs_.clear();
-    due_.clear();
+    clear();
   }
 
   /// Blocks until every request whose deadline is <= step has completed and
   /// drops those from the group; later ones stay outstanding.
   void wait_due(int step) {
-    size_t kept = 0;
-    for (size_t i = 0; i < reqs_.size(); ++i) {
+    // The due requests first, so one bounded wait covers exactly them.
+    size_t n_due = 0;
+    for (size_t i = 0; i < reqs_.size(); ++i)
       if (due_[i] <= step) {
-        const int rc = MPI_Wait(&reqs_[i], MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) {
-          abandon();
-          detail::throw_mpi_error(rc, "MPI_Wait");
-        }
-        continue;
+        std::swap(reqs_[i], reqs_[n_due]);
+        std::swap(due_[i], due_[n_due]);
+        std::swap(about_[i], about_[n_due]);
+        ++n_due;
       }
-      reqs_[kept] = reqs_[i];
-      due_[kept] = due_[i];
-      ++kept;
+    if (n_due == 0) return;
+    if (timeout_s_ > 0) {
+      bounded_wait(n_due, "step " + std::to_string(step + 1));
+    } else {
+      const int rc = MPI_Waitall(static_cast<int>(n_due), reqs_.data(), MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) detail::throw_mpi_error(rc, "MPI_Waitall");
     }
-    reqs_.resize(kept);
-    due_.resize(kept);
+    reqs_.erase(reqs_.begin(), reqs_.begin() + static_cast<std::ptrdiff_t>(n_due));
+    due_.erase(due_.begin(), due_.begin() + static_cast<std::ptrdiff_t>(n_due));
+    about_.erase(about_.begin(), about_.begin() + static_cast<std::ptrdiff_t>(n_due));
   }
 
  private:
+  void clear() noexcept {
+    reqs_.clear();
+    due_.clear();
+    about_.clear();
+  }
+  /// Waits for the first n requests under the watchdog.
+  void bounded_wait(size_t n, const std::string& before) {
+    const bool done = poll_until(
+        [&] {
+          int flag = 0;
+          const int rc = MPI_Testall(static_cast<int>(n), reqs_.data(), &flag, MPI_STATUSES_IGNORE);
+          if (rc != MPI_SUCCESS) detail::throw_mpi_error(rc, "MPI_Testall");
+          return flag != 0;
+        },
+        timeout_s_);
+    if (done) return;
+    std::string what = "waited more than " + std::to_string(static_cast<int>(timeout_s_)) + " s before " + before +
+                       " for";
+    for (size_t i = 0; i < n; ++i) {
+      if (reqs_[i] == MPI_REQUEST_NULL) continue;
+      int bytes = 0;
+      if (about_[i].type != MPI_DATATYPE_NULL) MPI_Type_size(about_[i].type, &bytes);
+      what += std::string(i ? ";" : "") + (about_[i].send ? " a send of " : " a receive of ") + std::to_string(bytes) +
+              " bytes " + (about_[i].send ? "to" : "from") + " rank " + std::to_string(about_[i].peer) + " on lane " +
+              std::to_string(about_[i].lane);
+    }
+    throw wait_timeout(what);
+  }
+
   void abandon() noexcept {
     for (auto& r : reqs_) {
       if (r == MPI_REQUEST_NULL) continue;
       MPI_Cancel(&r);
       MPI_Wait(&r, MPI_STATUS_IGNORE);
     }
-    reqs_.clear();
-    due_.clear();
+    clear();
   }
 
   std::vector<MPI_Request> reqs_;
   std::vector<int> due_;  ///< deadline step of each request
+  std::vector<about> about_;
+  double timeout_s_ = 0;
 };
 
 }  // namespace overlap::mpi

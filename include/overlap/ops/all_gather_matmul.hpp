@@ -212,7 +212,8 @@ void ag_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_opti
 template <class T>
 ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt) {
   const ag_geometry geo(opt);
-  arg_checks checks(std::string("overlap::all_gather_matmul(gathered=") + to_string(opt.gathered) + ")");
+  arg_checks checks(op_id::all_gather_matmul, dtype_of<T>(),
+                    std::string("overlap::all_gather_matmul(gathered=") + to_string(opt.gathered) + ")");
   const auto g = static_cast<int>(opt.gathered);
   checks.require(g >= 0 && g <= 3, "ag_options.gathered has an invalid value " + std::to_string(g));
   check_common_options(checks, "ag_options", opt.strategy, opt.epilogue);
@@ -220,6 +221,17 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   checks.view("b", x.b);
   checks.view("c", x.c);
   if (x.has_out) checks.view("gathered_out", x.out);
+  checks.disjoint("c", x.c, "a", x.a);
+  checks.disjoint("c", x.c, "b", x.b);
+  if (x.has_out) {
+    checks.disjoint("gathered_out", x.out, "a", x.a);
+    checks.disjoint("gathered_out", x.out, "b", x.b);
+    checks.disjoint("gathered_out", x.out, "c", x.c);
+  }
+  if (opt.epilogue.bias != nullptr) {
+    const matrix_view<const T> bias(static_cast<const T*>(opt.epilogue.bias), 1, x.c.cols);
+    checks.disjoint("c", x.c, "the epilogue's bias", bias);
+  }
   const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
   const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
   auto dim = [](const std::string& n, int64_t v) { return n + " (" + std::to_string(v) + ")"; };
@@ -257,7 +269,8 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols, x.has_out, x.out.rows, x.out.cols});
   plan_key key = mine;
   // The bias is this rank's own business (it touches only this rank's c).
-  key.insert(key.end(), {opt.epilogue.bias != nullptr, 1, backend, static_cast<int64_t>(sizeof(T)), x.a.ld, x.b.ld, x.c.ld, x.out.ld});
+  key.insert(key.end(), {opt.epilogue.bias != nullptr, static_cast<int64_t>(checks.id()), backend,
+                         static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld, x.out.ld});
   const agreement agreed_on = agree_or_exchange(ctx, checks, key, mine, options.size(), option_names);
   if (agreed_on.cached != nullptr) return static_cast<ag_plan<T>&>(*agreed_on.cached);
 
@@ -310,25 +323,33 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
            std::to_string(full.stored_cols()) + (geo.trans_x ? " (stored transposed)" : ""));
   }
 
-  auto plan = std::make_unique<ag_plan<T>>();
-  plan->geo = full;
-  plan->strategy = resolve_strategy(opt.strategy, R, ctx.one_node());
-  plan->lanes = plan->strategy == strategy::bidirectional ? 2 : 1;
+  const overlap::strategy chosen = resolve_strategy(opt.strategy, R, ctx.one_node());
+  const int lanes = chosen == strategy::bidirectional ? 2 : 1;
   // Chunks split op(X)'s output dimension (rows of stored X when
   // stored_chunk_rows); the plan's choice depends on global sizes only.
   const bool sr = full.stored_shard_rows(), cr_ = full.stored_chunk_rows();
-  const int64_t chunk_extent = (cr_ ? full.stored_rows() : full.stored_cols()) / (sr == cr_ ? R : 1) / plan->lanes;
+  const int64_t chunk_extent = (cr_ ? full.stored_rows() : full.stored_cols()) / (sr == cr_ ? R : 1) / lanes;
   const int64_t bytes_per_unit =
       (cr_ ? full.stored_cols() : full.stored_rows()) / (sr == cr_ ? 1 : R) * static_cast<int64_t>(sizeof(T));
-  const int used_chunks = plan_chunks(chunks, 1, 2, R, plan->lanes, chunk_extent, bytes_per_unit, ctx.one_node());
-  // The same on every rank: the exchanged table (which names the options) and the op.
-  plan->fingerprint = hash_values(all, hash_values({1}));
-  ag_build<T>(ctx, *plan, x, opt, used_chunks);
+  const int used_chunks = plan_chunks(chunks, 1, 2, R, lanes, chunk_extent, bytes_per_unit, ctx.one_node());
+  const std::string summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) +
+                              " ranks: " + to_string(chosen) + ", sharded sizes [" + list(sizes) + "], op(X) " +
+                              std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols);
+  // Buffers, datatypes and primitives may fail on one rank only: agreed
+  // before any transfer.
+  std::unique_ptr<ag_plan<T>> plan = build_agreed(ctx, checks.op(), [&] {
+    auto built = std::make_unique<ag_plan<T>>();
+    built->geo = full;
+    built->strategy = chosen;
+    built->lanes = lanes;
+    built->summary = summary;
+    // The same on every rank: the exchanged table (which names the options) and the op.
+    built->fingerprint = hash_values(all, hash_values({static_cast<int64_t>(checks.id())}));
+    ag_build<T>(ctx, *built, x, opt, used_chunks);
+    return built;
+  });
   if (ctx.config().verbose && ctx.rank() == 0)
-    log_built_plan(ctx,
-                   checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
-                       to_string(plan->strategy) + ", sharded sizes [" + list(sizes) + "], op(X) " +
-                       std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols),
+    log_built_plan(ctx, summary,
                    ring_summary(opt.strategy, *plan, used_chunks, chunks == 0, plan->slots.size() * sizeof(T)) +
                        (plan->acc.size() ? ", fp32 accumulator" : ""),
                    dtype_of<T>());
@@ -407,8 +428,17 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
   // 4.1's tuned MPI_Allgatherv hangs at odd rank counts when the send side is
   // a derived datatype (seen with doubles at 3 ranks), so none is used here.
   copy_block<T>(local, {dst + plan.displs[static_cast<size_t>(ctx.rank())], local.rows, local.cols});
-  OVERLAP_MPI(MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(),
-              mpi_type_of(dtype_of<T>()), ctx.comm());
+  const MPI_Datatype type = mpi_type_of(dtype_of<T>());
+  run_collective(
+      ctx, plan, "MPI_Allgatherv",
+      [&] {
+        return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
+                              ctx.comm());
+      },
+      [&](MPI_Request* r) {
+        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
+                               ctx.comm(), r);
+      });
   const matrix_view<T> xv = x.has_out ? x.out : matrix_view<T>(plan.gather_ws.data(), srows, scols);
   if (sr) {
     if (x.has_out && !plan.gather_into_out) copy_block<T>({dst, srows, scols}, x.out);
@@ -418,12 +448,15 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
       copy_block<T>({dst + off * srows, srows, len}, xv.block(0, off, srows, len));
     }
   }
-  if (geo.lhs) plan.bulk_kernel->run(xv.data, x.b.data, x.c.data, bias);
-  else plan.bulk_kernel->run(x.a.data, xv.data, x.c.data, bias);
+  run_local_step(ctx, plan, [&] {
+    if (geo.lhs) plan.bulk_kernel->run(xv.data, x.b.data, x.c.data, bias);
+    else plan.bulk_kernel->run(x.a.data, xv.data, x.c.data, bias);
+  });
 }
 
 template <class T>
 void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
+  ctx.check_usable("overlap::all_gather_matmul");
   ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
   const T* bias = static_cast<const T*>(opt.epilogue.bias);
   if (plan.strategy == strategy::bulk) {
@@ -437,7 +470,7 @@ void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options&
     copy_block<T>(l, geo.stored_shard_rows() ? x.out.block(off, 0, l.rows, l.cols) : x.out.block(0, off, l.rows, l.cols));
   }
   ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
-  run_on_ring(ctx, pattern, 1, plan.lanes);
+  run_on_ring(ctx, plan, pattern, 1, plan.lanes);
 }
 
 }  // namespace detail

@@ -169,25 +169,81 @@ std::string ring_summary(overlap::strategy asked, const Plan& plan, int chunks, 
 }
 
 /// Prints a built plan on rank 0 when the config is verbose: the op's own
-/// description, its ring schedule, the progress policy and the backend.
+/// description, its ring schedule, the progress policy and the GEMM path.
 inline void log_built_plan(const context& ctx, const std::string& what, const std::string& ring, dtype t) {
-  ctx.log_plan(what + ring + ", progress " + describe_progress(ctx.config()) + ", backend " +
-               to_string(ctx.backend_for(t)));
+  ctx.log_plan(what + ring + ", progress " + describe_progress(ctx.config()) + ", gemm " + ctx.gemm_path(t));
 }
+
+/// Test hook: the context rank `rank` fails (throws overlap::error from its
+/// GEMM) at ring step `step` of every ring it runs; -1: off. Tests of the
+/// fatal policy set it; nothing else should.
+struct fault_injection {
+  int rank = -1;
+  int step = -1;
+};
+inline fault_injection test_fault;
+
+/// A pattern whose step `step` fails, for fault_injection.
+template <class Pattern>
+struct faulty_pattern {
+  Pattern& p;
+  int step;
+  [[nodiscard]] int steps() const { return p.steps(); }
+  [[nodiscard]] engine::ring_window window() const { return p.window(); }
+  [[nodiscard]] engine::transfer recv(int t, int lane) const { return p.recv(t, lane); }
+  [[nodiscard]] engine::transfer send(int t, int lane) const { return p.send(t, lane); }
+  void compute(int t) {
+    if (t == step) throw error(error_source::backend, -1, "test fault", "injected at ring step " + std::to_string(t + 1));
+    p.compute(t);
+  }
+};
 
 /// Runs an op's ring pattern on the context's ring. Lane 0 carries data from
 /// rank p + 1 to p - 1, lane 1 (bidirectional) from p - 1 to p + 1; `tag`
-/// keeps the ops' messages apart, and each lane has its own.
+/// keeps the ops' messages apart, and each lane has its own. Any failure
+/// inside the ring (MPI, backend, the watchdog) is fatal: the peers are in
+/// the ring too (context::fatal applies the policy).
 template <class Pattern>
-void run_on_ring(context& ctx, Pattern& pattern, int tag, int lanes) {
+void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, int tag, int lanes) {
   const int R = ctx.size(), p = ctx.rank();
   engine::ring_links links;
   links.comm = ctx.comm();
   links.n_lanes = lanes;
   links.lanes[0] = {(p + 1) % R, (p + R - 1) % R, 2 * tag};
   links.lanes[1] = {(p + R - 1) % R, (p + 1) % R, 2 * tag + 1};
-  engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases,
-                   ctx.config().verbose >= 2 && p == 0);
+  const bool trace = ctx.config().verbose >= 2 && p == 0;
+  try {
+    if (test_fault.rank == p) {
+      faulty_pattern<Pattern> faulty{pattern, test_fault.step};
+      engine::run_ring(links, faulty, ctx.requests(), ctx.progress(), ctx.config().phases, trace);
+    } else {
+      engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases, trace);
+    }
+  } catch (const mpi::wait_timeout& e) {
+    ctx.fatal("watchdog: " + plan.summary + ": " + e.what(), "ring wait", 0, error_source::mpi);
+  } catch (const error& e) {
+    ctx.fatal(plan.summary + ": " + e.what(), e.call().c_str(), e.code(), e.source());
+  } catch (const std::exception& e) {
+    ctx.fatal(plan.summary + ": " + e.what(), "ring step", 0, error_source::backend);
+  }
+}
+
+/// Runs a bulk collective of a plan (blocking, or bounded by the watchdog).
+template <class Blocking, class Start>
+void run_collective(context& ctx, const plan_base& plan, const char* call, Blocking&& blocking, Start&& start) {
+  ctx.collective(call, blocking, start, [&] { return plan.summary; });
+}
+
+/// Runs a local step of a bulk op (a GEMM) between its collectives: a failure
+/// there is fatal like one in a ring, since the peers go on to the next
+/// collective.
+template <class F>
+void run_local_step(context& ctx, const plan_base& plan, F&& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    ctx.fatal(plan.summary + ": " + e.what(), e.call().c_str(), e.code(), e.source());
+  }
 }
 
 /// Collective: agree() on the cached plan for `key`, and on a miss anywhere
@@ -198,7 +254,7 @@ inline agreement agree_or_exchange(context& ctx, const arg_checks& checks, const
                                    const char* const* option_names) {
   plan_base* cached = checks.failed() ? nullptr : ctx.find_plan(key);
   if (agree(ctx, checks, cached)) return {cached, {}};
-  agreement a{nullptr, allgather_values(ctx, mine)};
+  agreement a{nullptr, allgather_values(ctx, mine, checks.op())};
   require_same_options(a.table, mine.size(), ctx.size(), n_options, option_names, checks.op());
   return a;
 }

@@ -158,13 +158,20 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
 
 template <class T>
 rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  arg_checks checks(std::string("overlap::matmul_reduce_scatter(scattered=") + to_string(opt.scattered) + ")");
+  arg_checks checks(op_id::matmul_reduce_scatter, dtype_of<T>(),
+                    std::string("overlap::matmul_reduce_scatter(scattered=") + to_string(opt.scattered) + ")");
   const auto sc = static_cast<int>(opt.scattered);
   checks.require(sc >= 0 && sc <= 1, "rs_options.scattered has an invalid value " + std::to_string(sc));
   check_common_options(checks, "rs_options", opt.strategy, opt.epilogue);
   checks.view("a", x.a);
   checks.view("b", x.b);
   checks.view("c", x.c);
+  checks.disjoint("c", x.c, "a", x.a);
+  checks.disjoint("c", x.c, "b", x.b);
+  if (opt.epilogue.bias != nullptr) {
+    const matrix_view<const T> bias(static_cast<const T*>(opt.epilogue.bias), 1, x.c.cols);
+    checks.disjoint("c", x.c, "the epilogue's bias", bias);
+  }
   const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
   const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
   auto dim = [](const std::string& n, int64_t v) { return n + " (" + std::to_string(v) + ")"; };
@@ -187,7 +194,8 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols});
   plan_key key = mine;
   // The bias is this rank's own business (it touches only this rank's c).
-  key.insert(key.end(), {opt.epilogue.bias != nullptr, 2, backend, static_cast<int64_t>(sizeof(T)), x.a.ld, x.b.ld, x.c.ld});
+  key.insert(key.end(), {opt.epilogue.bias != nullptr, static_cast<int64_t>(checks.id()), backend,
+                         static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld});
   const agreement agreed_on = agree_or_exchange(ctx, checks, key, mine, options.size(), option_names);
   if (agreed_on.cached != nullptr) return static_cast<rs_plan<T>&>(*agreed_on.cached);
 
@@ -227,14 +235,18 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
                                       (rows ? plan->n : plan->m) * static_cast<int64_t>(size_of(plan->acc)),
                                       ctx.one_node());
   // The same on every rank: the exchanged table (which names the options) and the op.
-  plan->fingerprint = hash_values(all, hash_values({2}));
-  rs_build<T>(ctx, *plan, x, opt, used_chunks);
+  plan->fingerprint = hash_values(all, hash_values({static_cast<int64_t>(checks.id())}));
+  plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
+                  to_string(plan->strategy) + ", scattered sizes [" + list(sizes) + "], C " + std::to_string(plan->m) +
+                  " x " + std::to_string(plan->n) + ", accumulators " + to_string(plan->acc);
+  // Buffers, datatypes and primitives may fail on one rank only: agreed
+  // before any transfer.
+  build_agreed(ctx, checks.op(), [&] {
+    rs_build<T>(ctx, *plan, x, opt, used_chunks);
+    return 0;
+  });
   if (ctx.config().verbose && ctx.rank() == 0)
-    log_built_plan(ctx,
-                   checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
-                       to_string(plan->strategy) + ", scattered sizes [" + list(sizes) + "], C " +
-                       std::to_string(plan->m) + " x " + std::to_string(plan->n) + ", accumulators " +
-                       to_string(plan->acc),
+    log_built_plan(ctx, plan->summary,
                    ring_summary(opt.strategy, *plan, used_chunks, chunks == 0, plan->slots.size()), dtype_of<T>());
   return static_cast<rs_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
 }
@@ -291,24 +303,31 @@ template <class T>
 void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias) {
   std::byte* ws = plan.product_ws.data();
   const auto acc_size = static_cast<int64_t>(size_of(plan.acc));
-  if (plan.rows) {
-    plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
-  } else {
-    for (int r = 0; r < ctx.size(); ++r) {
-      const int64_t off = plan.layout.offset(r);
-      const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
-      plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
+  run_local_step(ctx, plan, [&] {
+    if (plan.rows) {
+      plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
+    } else {
+      for (int r = 0; r < ctx.size(); ++r) {
+        const int64_t off = plan.layout.offset(r);
+        const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
+        plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
+      }
     }
-  }
+  });
   const bool via_ws = plan.finish.addend;
   void* dst = via_ws ? static_cast<void*>(plan.result_ws.data()) : static_cast<void*>(x.c.data);
-  OVERLAP_MPI(MPI_Reduce_scatter, ws, dst, plan.counts.data(), mpi_type_of(plan.acc), MPI_SUM, ctx.comm());
+  const MPI_Datatype type = mpi_type_of(plan.acc);
+  run_collective(
+      ctx, plan, "MPI_Reduce_scatter",
+      [&] { return MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm()); },
+      [&](MPI_Request* r) { return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r); });
   // c = act(reduced + bias) (the pass also converts an fp32 result to bf16).
   run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data());
 }
 
 template <class T>
 void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
+  ctx.check_usable("overlap::matmul_reduce_scatter");
   rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
   const T* bias = static_cast<const T*>(opt.epilogue.bias);
   if (plan.strategy == strategy::bulk) {
@@ -316,7 +335,7 @@ void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_opti
     return;
   }
   rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
-  run_on_ring(ctx, pattern, 2, plan.lanes);
+  run_on_ring(ctx, plan, pattern, 2, plan.lanes);
 }
 
 }  // namespace detail
