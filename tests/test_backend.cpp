@@ -68,44 +68,78 @@ TEST(backend, onednn_caches_kernels_by_shape) {
   EXPECT_EQ(be.make(d).get(), be.make(d).get());
   overlap::gemm_desc other = d;
   other.in = overlap::dtype::bf16;
-  EXPECT_NE(be.make(d).get(), be.make(other).get());
+  const bool widen = !overlap::backend::detail::native_bf16();
+  EXPECT_NE(be.make(d).get(), be.make(other, widen).get());
 }
 
-// bf16 operands with fp32 accumulation: into an fp32 C, and into a bf16 C
-// with an fp32 addend, bias and activation fused (the last ring step).
-TEST(backend, onednn_bf16) {
+// The cache does not keep kernels alive: a plan's kernels go when the plan goes.
+TEST(backend, onednn_cache_holds_no_unused_kernel) {
+  overlap::backend::onednn_backend be;
+  {
+    auto k1 = be.make({8, 8, 8, 8, 8, 8});
+    auto k2 = be.make({4, 8, 8, 8, 8, 8});
+    EXPECT_EQ(be.live_kernels(), 2u);
+  }
+  EXPECT_EQ(be.live_kernels(), 0u);
+}
+
+// bf16 operands with fp32 accumulation, through a kernel made with `widen`:
+// into an fp32 C, and into a bf16 C (optionally accumulating) with an addend
+// (fp32, or bf16 as with bf16 transfers), bias and activation fused (the last
+// ring step), plain and transposed.
+void check_bf16(bool widen) {
   overlap::backend::onednn_backend be;
   using overlap::bfloat16;
   const int64_t m = 9, n = 13, k = 70;
-  const auto A = random_matrix<bfloat16>(m, k, 1), B = random_matrix<bfloat16>(k, n, 2);
-  const auto D = random_matrix<float>(m, n, 3, 1);
   std::vector<bfloat16> bias(static_cast<size_t>(n));
   std::vector<double> bias_ref;
   for (int64_t j = 0; j < n; ++j) bias_ref.push_back(double(float(bias[j] = bfloat16(0.5f - 0.125f * float(j % 4)))));
-  for (bool to_bf16 : {false, true}) {
-    overlap::gemm_desc d{m, n, k, A.ld, B.ld, n};
-    d.in = overlap::dtype::bf16;
-    d.out = to_bf16 ? overlap::dtype::bf16 : overlap::dtype::f32;
-    auto ref = naive_matmul(A, B);
-    if (to_bf16) {
-      d.addend = true, d.ld_addend = D.ld, d.addend_type = overlap::dtype::f32;
-      d.bias = true, d.act = overlap::activation::gelu;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          ref.value(i, j) += D(i, j);
-          ref.magnitude(i, j) += std::abs(double(D(i, j)));
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int mode = 0; mode < 4; ++mode) {  // f32 out; bf16 out + f32 addend; + accumulate; bf16 addend
+        const auto LA = random_matrix<bfloat16>(m, k, 1), LB = random_matrix<bfloat16>(k, n, 2);
+        const auto A = ta ? transposed(LA) : LA;  // as stored
+        const auto B = tb ? transposed(LB) : LB;
+        auto ref = naive_matmul(LA, LB);
+        overlap::gemm_desc d{m, n, k, A.ld, B.ld, n, ta, tb};
+        d.in = overlap::dtype::bf16;
+        const std::string what = std::string(widen ? "widened" : "native") + " mode " + std::to_string(mode) +
+                                 " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb);
+        if (mode == 0) {
+          d.out = overlap::dtype::f32;
+          matrix<float> C(m, n);
+          be.make(d, widen)->run(A.data.data(), B.data.data(), C.data.data());
+          expect_near_block(C, ref, 0, 0, k, what);
+          continue;
         }
-      reference_epilogue(ref, bias_ref, d.act);
-      matrix<bfloat16> C(m, n);
-      be.make(d)->run(A.data.data(), B.data.data(), C.data.data(), bias.data(), D.data.data());
-      expect_near_block(C, ref, 0, 0, k + 1, "bf16 -> bf16 + addend + bias + gelu");
-    } else {
-      matrix<float> C(m, n);
-      be.make(d)->run(A.data.data(), B.data.data(), C.data.data());
-      expect_near_block(C, ref, 0, 0, k, "bf16 -> f32");
-    }
-  }
+        d.out = overlap::dtype::bf16;
+        d.accumulate = mode == 2;
+        const auto Df = random_matrix<float>(m, n, 3, 1);
+        const auto Db = random_matrix<bfloat16>(m, n, 4, 1);
+        d.addend = true, d.ld_addend = Df.ld;  // Db has the same padding
+        d.addend_type = mode == 3 ? overlap::dtype::bf16 : overlap::dtype::f32;
+        d.bias = true, d.act = overlap::activation::gelu;
+        matrix<bfloat16> C = random_matrix<bfloat16>(m, n, 5);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const double add = mode == 3 ? double(float(Db(i, j))) : double(Df(i, j));
+            ref.value(i, j) += add + (d.accumulate ? double(float(C(i, j))) : 0.0);
+            ref.magnitude(i, j) += std::abs(add) + (d.accumulate ? std::abs(double(float(C(i, j)))) : 0.0);
+          }
+        reference_epilogue(ref, bias_ref, d.act);
+        const void* addend = mode == 3 ? static_cast<const void*>(Db.data.data()) : Df.data.data();
+        be.make(d, widen)->run(A.data.data(), B.data.data(), C.data.data(), bias.data(), addend);
+        expect_near_block(C, ref, 0, 0, k + 2, what);
+      }
 }
+
+TEST(backend, onednn_bf16_native) {
+  if (!overlap::backend::detail::native_bf16())
+    GTEST_SKIP() << "oneDNN has no bf16 matmul at ISA " << overlap::backend::detail::effective_isa()
+                 << " (2.6 needs AVX512_CORE); the widened path is tested below";
+  check_bf16(false);
+}
+TEST(backend, onednn_bf16_widened) { check_bf16(true); }
 
 TEST(backend, unsupported_types_are_rejected) {
   overlap::backend::onednn_backend onednn;
