@@ -222,7 +222,7 @@ class context {
         if (!done)
           fatal("watchdog: " + describe() + ": waited more than " + std::to_string(cfg_.timeout_s) + " s in " + call +
                     " for the other " + std::to_string(size_ - 1) + " ranks of the context",
-                call, 0, error_source::mpi);
+                call, 0, error_source::watchdog);
       }
     }
     if (rc != MPI_SUCCESS) fatal(describe() + ": " + detail::mpi_error_text(rc), call, rc, error_source::mpi);
@@ -348,7 +348,7 @@ class context {
       const std::string what = "watchdog: " + who + ": waited more than " + std::to_string(timeout_s) +
                                " s in MPI_Comm_idup for the other ranks of the communicator";
       std::fprintf(stderr, "overlap: fatal error (world rank %d): %s\n", detail::world_rank(), what.c_str());
-      throw error(error_source::mpi, 0, "MPI_Comm_idup", what);
+      throw error(error_source::watchdog, 0, "MPI_Comm_idup", what);
     }
     return mpi::communicator::adopt(copy);
   }

@@ -11,7 +11,11 @@
 namespace overlap {
 
 /// Where a failing status code came from.
-enum class error_source { mpi, backend };
+enum class error_source {
+  mpi,      ///< an MPI call returned an error code
+  backend,  ///< the GEMM library failed
+  watchdog, ///< a wait outlasted config::timeout_s (OVERLAP_TIMEOUT_S)
+};
 
 /// A failed MPI or backend call. Invalid arguments are reported as
 /// std::invalid_argument instead, on every rank of the communicator.
@@ -42,8 +46,8 @@ class error : public std::runtime_error {
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       msg += " on world rank " + std::to_string(rank);
     }
-    msg += source == error_source::mpi ? " (MPI error " : " (backend status ";
-    msg += std::to_string(code) + ")";
+    if (source == error_source::watchdog) msg += " (timeout)";
+    else msg += (source == error_source::mpi ? " (MPI error " : " (backend status ") + std::to_string(code) + ")";
     if (!detail.empty()) msg += ": " + detail;
     return msg;
   }

@@ -76,9 +76,11 @@ struct ring_window {
 /// for the step's transfers, the time computing it, and how many transfers
 /// were outstanding (posted, not yet completed by the engine) when it started
 /// computing (OVERLAP_VERBOSE=2 on rank 0).
+/// `at`, when given, holds the step being run (for error reports).
 template <class Pattern>
 void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& requests,
-              progress_thread* progress, ring_phases phases = ring_phases::both, bool trace = false) {
+              progress_thread* progress, ring_phases phases = ring_phases::both, bool trace = false,
+              int* at = nullptr) {
   const int steps = pattern.steps();
   const ring_window w = pattern.window();
   const bool transfers = phases != ring_phases::compute_only;
@@ -97,6 +99,7 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
     }
   } guard{requests};
   for (int t = 0; t < steps; ++t) {
+    if (at != nullptr) *at = t;
     const double t0 = trace ? MPI_Wtime() : 0.0;
     requests.wait_due(t);
     for (int l = 0; transfers && l < links.n_lanes; ++l) {
@@ -122,6 +125,7 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
       std::fprintf(stderr, "overlap: ring step %d/%d: waited %.3f ms, computed %.3f ms, %d transfers outstanding\n",
                    t + 1, steps, (t1 - t0) * 1e3, (MPI_Wtime() - t1) * 1e3, in_flight);
   }
+  if (at != nullptr) *at = steps;
   requests.wait_all();
 }
 

@@ -212,19 +212,27 @@ void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, int tag,
   links.lanes[0] = {(p + 1) % R, (p + R - 1) % R, 2 * tag};
   links.lanes[1] = {(p + R - 1) % R, (p + 1) % R, 2 * tag + 1};
   const bool trace = ctx.config().verbose >= 2 && p == 0;
+  int step = 0;
+  // Where the failure happened: the plan, the step, and the ring neighbours.
+  auto where = [&] {
+    std::string s = plan.summary + ", at ring step " + std::to_string(step + 1) + " of " +
+                    std::to_string(pattern.steps()) + " (lane 0 receives from rank " + std::to_string(links.lanes[0].from) +
+                    " and sends to rank " + std::to_string(links.lanes[0].to);
+    return s + (lanes == 2 ? "; lane 1 the other way)" : ")");
+  };
   try {
     if (test_fault.rank == p) {
       faulty_pattern<Pattern> faulty{pattern, test_fault.step};
-      engine::run_ring(links, faulty, ctx.requests(), ctx.progress(), ctx.config().phases, trace);
+      engine::run_ring(links, faulty, ctx.requests(), ctx.progress(), ctx.config().phases, trace, &step);
     } else {
-      engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases, trace);
+      engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases, trace, &step);
     }
   } catch (const mpi::wait_timeout& e) {
-    ctx.fatal("watchdog: " + plan.summary + ": " + e.what(), "ring wait", 0, error_source::mpi);
+    ctx.fatal("watchdog: " + plan.summary + ": " + e.what(), "ring wait", 0, error_source::watchdog);
   } catch (const error& e) {
-    ctx.fatal(plan.summary + ": " + e.what(), e.call().c_str(), e.code(), e.source());
+    ctx.fatal(where() + ": " + e.what(), e.call().c_str(), e.code(), e.source());
   } catch (const std::exception& e) {
-    ctx.fatal(plan.summary + ": " + e.what(), "ring step", 0, error_source::backend);
+    ctx.fatal(where() + ": " + e.what(), "ring step", 0, error_source::backend);
   }
 }
 

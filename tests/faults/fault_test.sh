@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# A failure must end an MPI job quickly and everywhere (tests/faults/fault_driver.cpp):
+#  1. a GEMM failing inside a ring on the last rank, OVERLAP_ON_FATAL=abort
+#     (the default), at 2-5 ranks: the job exits non-zero within 10 s and the
+#     message names the op, the step and the ring neighbours;
+#  2. the same under OVERLAP_ON_FATAL=throw with the watchdog at 2 s: every
+#     rank catches an overlap::error (the failing one its own, the others the
+#     watchdog's) within timeout + 10 s;
+#  3. a rank that never calls, watchdog at 2 s, abort policy, at 2 and 3
+#     ranks: the others report what they waited for and the job ends within
+#     timeout + 10 s;
+#  4. a rank killed with SIGKILL mid-run at 3 ranks: mpirun exits non-zero
+#     within 30 s and no rank process is left.
+# Usage: fault_test.sh FAULT_DRIVER
+set -uo pipefail
+driver=$1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpi=(mpirun --oversubscribe --bind-to none)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+fail=0
+failed() { echo "FAIL: $*"; fail=1; }
+now() { date +%s.%N; }
+elapsed() { echo "$(now) - $1" | bc; }
+
+# run LIMIT NAME ARGS...: runs mpirun with a hard limit; sets rc and secs.
+run() {
+  local limit=$1 name=$2; shift 2
+  local t0; t0=$(now)
+  timeout -k 5 "$limit" "${mpi[@]}" "$@" >"$out/$name.out" 2>"$out/$name.err"
+  rc=$?
+  secs=$(elapsed "$t0")
+}
+
+for n in 2 3 4 5; do
+  run 60 "abort$n" -np "$n" "$driver" ring-fault 1
+  grep -q "fatal error on rank $((n - 1)) of $n.*at ring step 2 of .*receives from rank .*sends to rank .*injected at ring step 2; OVERLAP_ON_FATAL=abort" \
+    "$out/abort$n.err" || failed "abort at $n ranks: message missing: $(head -c 600 "$out/abort$n.err")"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || failed "abort at $n ranks: exit code $rc"
+  (($(echo "$secs < 10" | bc))) || failed "abort at $n ranks took $secs s"
+  echo "ring fault, abort policy, $n ranks: exit $rc after $secs s"
+done
+
+run 60 throw3 -np 3 -x OVERLAP_ON_FATAL=throw -x OVERLAP_TIMEOUT_S=2 -x FAULT_LINGER_S=8 "$driver" ring-fault 1
+for r in 0 1 2; do grep -q "^rank $r caught: overlap: " "$out/throw3.out" || failed "throw: rank $r did not catch: $(cat "$out/throw3.out")"; done
+grep -q "^rank 2 caught: .*injected at ring step 2" "$out/throw3.out" || failed "throw: the failing rank's error"
+[ "$(grep -c "caught: .*watchdog" "$out/throw3.out")" -eq 2 ] || failed "throw: peers did not report the watchdog"
+(($(echo "$secs < 2 + 10 + 8" | bc))) || failed "throw took $secs s"
+echo "ring fault, throw policy + 2 s watchdog, 3 ranks: every rank caught its error; job ended after $secs s"
+sed 's/^/  /' "$out/throw3.out"
+
+for n in 2 3; do
+  run 60 "absent$n" -np "$n" -x OVERLAP_TIMEOUT_S=2 "$driver" absent 40
+  grep -q "watchdog: overlap::all_gather_matmul.*waited more than 2 s" "$out/absent$n.err" ||
+    failed "absent rank at $n ranks: no watchdog message: $(head -c 600 "$out/absent$n.err")"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || failed "absent rank at $n ranks: exit code $rc"
+  (($(echo "$secs < 2 + 10" | bc))) || failed "absent rank at $n ranks took $secs s"
+  echo "absent rank, 2 s watchdog, $n ranks: exit $rc after $secs s; message:"
+  grep -m1 "watchdog" "$out/absent$n.err" | sed 's/^/  /'
+done
+
+# SIGKILL one rank of three mid-run.
+"${mpi[@]}" -np 3 "$driver" loop 60 >"$out/kill.out" 2>"$out/kill.err" &
+launcher=$!
+for _ in $(seq 100); do [ "$(grep -c running "$out/kill.out")" -eq 3 ] && break; sleep 0.1; done
+pids=$(awk '/running/ {print $4}' "$out/kill.out")
+victim=$(awk '/^rank 1 pid/ {print $4}' "$out/kill.out")
+if [ -z "$victim" ]; then
+  failed "kill: ranks did not start"
+  kill "$launcher" 2>/dev/null
+else
+  sleep 1
+  t0=$(now)
+  kill -9 "$victim"
+  for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  secs=$(elapsed "$t0")
+  if kill -0 "$launcher" 2>/dev/null; then failed "kill: mpirun still running after 30 s"; kill "$launcher"; fi
+  wait "$launcher"; rc=$?
+  [ "$rc" -ne 0 ] || failed "kill: mpirun exited 0"
+  # The other ranks are ended by mpirun's daemon; give them until 30 s after
+  # the kill to be gone (zombies awaiting their parent count as gone).
+  alive() {
+    local l=""
+    for p in $pids; do
+      st=$(ps -o stat= -p "$p" 2>/dev/null) && [ "${st:0:1}" != Z ] && l="$l $p"
+    done
+    echo "$l"
+  }
+  for _ in $(seq 300); do [ -z "$(alive)" ] && break; (($(echo "$(elapsed "$t0") > 30" | bc))) && break; sleep 0.1; done
+  gone=$(elapsed "$t0")
+  left=$(alive)
+  [ -z "$left" ] || { failed "kill: rank processes left behind 30 s after the kill:$left"; kill -9 $left; }
+  echo "SIGKILL of rank 1 of 3: mpirun exited $rc after $secs s; every rank process gone after $gone s"
+fi
+
+[ "$fail" -eq 0 ] && echo "fault tests: all passed"
+exit "$fail"
