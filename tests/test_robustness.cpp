@@ -276,6 +276,9 @@ TEST(aliasing, exact_overlap_of_strided_blocks) {
 // ---- the bf16 path ----
 
 TEST(bf16_path, native_is_used_or_refused_clearly) {
+  if (world_rank() == 0)
+    std::printf("oneDNN ISA here: %s; bf16 matmul: %s\n", overlap::backend::detail::effective_isa(),
+                overlap::backend::detail::native_bf16() ? "native" : "none (widened path)");
   overlap::config cfg;
   cfg.bf16 = overlap::bf16_gemm::native;
   if (overlap::backend::detail::native_bf16()) {

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <stdexcept>
@@ -19,7 +20,9 @@ namespace overlap::mpi {
 class datatype {
  public:
   datatype() = default;
-  explicit datatype(MPI_Datatype committed) : type_(committed) {}
+  explicit datatype(MPI_Datatype committed) : type_(committed) {
+    if (type_ != MPI_DATATYPE_NULL) ++live_count();
+  }
   datatype(const datatype&) = delete;
   datatype& operator=(const datatype&) = delete;
   datatype(datatype&& o) noexcept : type_(std::exchange(o.type_, MPI_DATATYPE_NULL)) {}
@@ -32,13 +35,21 @@ class datatype {
   }
   ~datatype() { release(); }
   [[nodiscard]] MPI_Datatype get() const noexcept { return type_; }
+  /// Datatypes the library holds now, in this process (for leak tests).
+  [[nodiscard]] static long live() noexcept { return live_count().load(); }
 
  private:
+  static std::atomic<long>& live_count() noexcept {
+    static std::atomic<long> n{0};
+    return n;
+  }
   void release() noexcept {
+    if (type_ == MPI_DATATYPE_NULL) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (type_ != MPI_DATATYPE_NULL && !finalized) MPI_Type_free(&type_);
+    if (!finalized) MPI_Type_free(&type_);
     type_ = MPI_DATATYPE_NULL;
+    --live_count();
   }
   MPI_Datatype type_ = MPI_DATATYPE_NULL;
 };
