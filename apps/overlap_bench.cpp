@@ -240,6 +240,7 @@ int run(const options& o) {
     const double flops = 2.0 * double(o.m) * double(o.n) * double(o.k);
     fmt::print("overlap-bench: {} {} {} M={} N={} K={} ranks={} transport: {}\n", o.op, o.variant, o.dtype, o.m, o.n,
                o.k, R, transport);
+    fmt::print("gemm path (rank 0): {}\n", full.gemm_path(overlap::dtype_of<T>()));
     fmt::print("median of {} iterations of the slowest rank; limit = max(compute only, comm only)\n\n", o.iters);
     fmt::print("{:<22}{:>10}{:>10}{:>10}{:>10}{:>13}\n", "variant", "ms", "GFLOP/s", "x bulk", "/ limit", "max rel err");
     fmt::print("{:<22}{:>10.2f}{:>10.1f}\n", "compute only", compute_only, flops / compute_only / 1e6);
@@ -276,6 +277,7 @@ int run(const options& o) {
                          {"max_rel_err", r.err},
                          {"transport", transport},
                          {"backend", overlap::to_string(full.backend_for<T>())},
+                         {"gemm_path", full.gemm_path(overlap::dtype_of<T>())},
                          {"progress", overlap::to_string(full.config().progress)},
                          {"progress_setting", overlap::describe_progress(full.config())},
                          {"threads", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "default"},

@@ -3,6 +3,7 @@
 one gnuplot plot (SVG) per run and op, time against the swept size for every
 strategy and peer, with the limit max(compute only, comm only) drawn."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -120,6 +121,36 @@ def trace_note(op):
             f"share this machine's {os.cpu_count()} cores")
 
 
+def gemm_path_table():
+    """f32 and bf16 through the same plan, per GEMM path (bench/gemm_paths.sh)."""
+    rows = load("gemm-paths.jsonl")
+    if not rows:
+        return []
+    r0 = rows[0]
+    out = ["### GEMM paths: bf16 on every CPU", "",
+           f"all_gather_matmul {r0['variant']} M=N=K={r0['m']}, {r0['ranks']} ranks computing at once "
+           f"({r0['transport']}), compute only of the plan's GEMMs (median of the slowest rank). The ISA is "
+           "oneDNN's (capped with ONEDNN_MAX_CPU_ISA for the AVX2 rows); the rate is of the whole product.", "",
+           "| GEMM path | dtype | compute only ms | GFLOP/s | x f32 at this ISA | ring ms | max rel err |",
+           "|---|---|---|---|---|---|---|"]
+    seen = set()
+    for r in rows:
+        if r["strategy"] != "ring":
+            continue
+        key = (r["gemm_path"], r["dtype"])
+        if key in seen:
+            continue
+        seen.add(key)
+        isa = re.search(r"([a-z0-9_]+)\)$", r["gemm_path"]).group(1)
+        f32 = next((x for x in rows if x["dtype"] == "f32" and x["gemm_path"].endswith(isa + ")")), None)
+        flops = 2.0 * r["m"] * r["n"] * r["k"]
+        ratio = f32["compute_only_ms"] / r["compute_only_ms"] if f32 else float("nan")
+        out.append(f"| {r['gemm_path']} | {r['dtype']} | {r['compute_only_ms']:.1f} | "
+                   f"{flops / r['compute_only_ms'] / 1e6:.0f} | {ratio:.2f} | {r['time_ms']:.1f} | "
+                   f"{r['max_rel_err']:.1e} |")
+    return out + [""]
+
+
 def policy_tables():
     t = []
     for run in runs:
@@ -150,6 +181,7 @@ lines = ["# Results", "",
          ""]
 lines += targets()
 lines += policy_tables()
+lines += gemm_path_table()
 for run in runs:
     rows = [json.loads(l) for l in open(os.path.join(out_dir, run + ".jsonl"))]
     if not rows:

@@ -103,6 +103,8 @@ shm=(mpirun -np 2 --oversubscribe --bind-to none)
 sweep shm2 "$shm_sizes" "${shm[@]}" || exit 1
 policies shm2 "${shm[@]}" || exit 1
 runs+=(shm2)
+# f32 and bf16 GEMM paths (native, widened) at this ISA and capped at AVX2.
+bash "$here/gemm_paths.sh" "$bench" "$out/gemm-paths.jsonl" $iters || exit 1
 # Per-step GEMM efficiency: one GEMM against the same work as the pieces of
 # the balanced plans, interleaved at random, medians of the repetitions.
 echo "[engine] per-step GEMMs against one GEMM" >&2

@@ -11,6 +11,11 @@
 # sleeps between tests, so it needs no core of its own on most nodes.
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
 export OMP_PROC_BIND=${OMP_PROC_BIND:-close} OMP_PLACES=${OMP_PLACES:-cores}
+# A rank that never arrives (a bug, a node that hangs) ends the job after
+# 10 minutes with a report of what the others waited for, instead of holding
+# the allocation until its time limit. Raise it if your program keeps its
+# peers waiting longer between two calls (e.g. rank 0 writing a checkpoint).
+export OVERLAP_TIMEOUT_S=${OVERLAP_TIMEOUT_S:-600}
 
 # launch PROGRAM ARGS...: one rank per task of the allocation, each bound to
 # its --cpus-per-task cores.

@@ -15,7 +15,8 @@ run 2 --op rs --variant cols --dtype f64
 python3 - "$json" <<'PY'
 import json, sys
 fields = ["op", "variant", "strategy", "dtype", "ranks", "m", "n", "k", "time_ms", "compute_only_ms",
-          "comm_only_ms", "bulk_ms", "speedup_vs_bulk", "max_rel_err", "limit_ms", "ratio_to_limit", "transport"]
+          "comm_only_ms", "bulk_ms", "speedup_vs_bulk", "max_rel_err", "limit_ms", "ratio_to_limit", "transport",
+          "gemm_path"]
 rows = [json.loads(line) for line in open(sys.argv[1])]
 strategies = {(r["op"], r["variant"], r["dtype"], r["strategy"]) for r in rows}
 ring = ("bulk", "ring", "bidirectional")
@@ -31,6 +32,8 @@ for r in rows:
     assert not missing, f"missing {missing} in {r}"
     assert r["time_ms"] > 0 and r["limit_ms"] > 0 and r["m"] == 33 and r["n"] == 20 and r["k"] == 17
     assert r["max_rel_err"] < (2e-2 if r["dtype"] == "bf16" else 1e-4), r
+    # The GEMM path names the element type it multiplies in (bf16: native or widened f32).
+    assert r["dtype"] in r["gemm_path"] or "widened bf16" in r["gemm_path"], r
     # Decomposed strategies report their own schedule's compute-only and comm-only times.
     own = r["own_comm_only_ms"] is not None and r["own_compute_only_ms"] is not None
     assert own == (r["strategy"] in ("ring", "bidirectional")), r

@@ -5,6 +5,8 @@
 //
 //   fault_driver ring-fault STEP   the last rank's GEMM fails at ring step STEP
 //   fault_driver absent SECONDS    the last rank sleeps instead of calling
+//   fault_driver ring-stall STEP SECONDS   the last rank sleeps at ring step STEP
+//   fault_driver bulk-stall SECONDS        the last rank sleeps before the bulk all-gather
 //   fault_driver loop SECONDS      every rank calls ops until SECONDS pass (for kill tests)
 //
 // Under OVERLAP_ON_FATAL=throw each rank prints "rank R caught: MESSAGE" for
@@ -24,12 +26,12 @@
 #include "overlap/overlap.hpp"
 
 namespace {
-void one_call(overlap::context& ctx, int64_t m_r) {
+void one_call(overlap::context& ctx, int64_t m_r, overlap::strategy s = overlap::strategy::ring) {
   const int64_t k = 256, n = 256;
   std::vector<float> a(static_cast<size_t>(m_r * k), 1.0f), b(static_cast<size_t>(k * n), 0.5f);
   std::vector<float> c(static_cast<size_t>(m_r * ctx.size() * n));
   overlap::ag_options opt;
-  opt.strategy = overlap::strategy::ring;
+  opt.strategy = s;
   overlap::all_gather_matmul<float>(ctx, {a.data(), m_r, k}, {b.data(), k, n}, {c.data(), m_r * ctx.size(), n}, opt);
 }
 }  // namespace
@@ -46,6 +48,13 @@ int main(int argc, char** argv) {
     if (mode == "ring-fault") {
       overlap::detail::test_fault = {size - 1, static_cast<int>(arg)};
       for (int i = 0; i < 3; ++i) one_call(ctx, 64);
+    } else if (mode == "ring-stall") {
+      overlap::detail::test_fault = {size - 1, static_cast<int>(arg), argc > 3 ? std::atof(argv[3]) : 0};
+      one_call(ctx, 64);
+    } else if (mode == "bulk-stall") {
+      one_call(ctx, 64, overlap::strategy::bulk);  // the plan exists: the next call goes straight to the collective
+      overlap::detail::test_fault = {size - 1, -1, arg};
+      one_call(ctx, 64, overlap::strategy::bulk);
     } else if (mode == "absent") {
       one_call(ctx, 64);  // everybody there once
       if (rank == size - 1) std::this_thread::sleep_for(std::chrono::duration<double>(arg));
@@ -56,7 +65,9 @@ int main(int argc, char** argv) {
       const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(arg);
       while (std::chrono::steady_clock::now() < end) one_call(ctx, 128);
     } else {
-      std::fprintf(stderr, "usage: fault_driver ring-fault STEP | absent SECONDS | loop SECONDS\n");
+      std::fprintf(stderr,
+                   "usage: fault_driver ring-fault STEP | ring-stall STEP SECONDS | bulk-stall SECONDS | "
+                   "absent SECONDS | loop SECONDS\n");
       return 2;
     }
   } catch (const std::exception& e) {

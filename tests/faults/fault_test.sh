@@ -9,7 +9,10 @@
 #  3. a rank that never calls, watchdog at 2 s, abort policy, at 2 and 3
 #     ranks: the others report what they waited for and the job ends within
 #     timeout + 10 s;
-#  4. a rank killed with SIGKILL mid-run at 3 ranks: mpirun exits non-zero
+#  4. a rank stalling inside a ring (progress thread, poll, none) or before
+#     a bulk collective, watchdog at 2 s: the others name what they waited
+#     for and the job ends within timeout + 10 s;
+#  5. a rank killed with SIGKILL mid-run at 3 ranks: mpirun exits non-zero
 #     within 30 s and no rank process is left.
 # Usage: fault_test.sh FAULT_DRIVER
 set -uo pipefail
@@ -58,6 +61,27 @@ for n in 2 3; do
   echo "absent rank, 2 s watchdog, $n ranks: exit $rc after $secs s; message:"
   grep -m1 "watchdog" "$out/absent$n.err" | sed 's/^/  /'
 done
+
+# A rank stalling inside a ring (every progress policy) or before a bulk
+# collective: the others' watchdog names what they waited for. The stall is
+# in the first step's GEMM, before the rank forwards anything: a later stall
+# need not hold its peers up, since the progress thread moves the transfers
+# it posted before it stalled.
+for policy in thread poll none; do
+  run 60 "stall-$policy" -np 3 -x OVERLAP_TIMEOUT_S=2 -x OVERLAP_PROGRESS=$policy "$driver" ring-stall 0 40
+  grep -q "watchdog: overlap::all_gather_matmul.*ring.*waited more than 2 s before step [0-9]* for .*bytes .* rank [0-9] on lane 0" \
+    "$out/stall-$policy.err" || failed "ring stall ($policy): no watchdog message: $(head -c 800 "$out/stall-$policy.err")"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || failed "ring stall ($policy): exit code $rc"
+  (($(echo "$secs < 2 + 10" | bc))) || failed "ring stall ($policy) took $secs s"
+  echo "rank stalled in a ring, progress $policy, 2 s watchdog, 3 ranks: exit $rc after $secs s"
+done
+grep -m1 "watchdog" "$out/stall-thread.err" | sed 's/^/  /'
+run 60 bulk-stall -np 3 -x OVERLAP_TIMEOUT_S=2 "$driver" bulk-stall 40
+grep -q "watchdog: overlap::all_gather_matmul.*bulk.*waited more than 2 s in MPI_Allgatherv" "$out/bulk-stall.err" ||
+  failed "bulk stall: no watchdog message: $(head -c 800 "$out/bulk-stall.err")"
+(($(echo "$secs < 2 + 10" | bc))) || failed "bulk stall took $secs s"
+echo "rank stalled before a bulk all-gather, 2 s watchdog, 3 ranks: exit $rc after $secs s"
+grep -m1 "watchdog" "$out/bulk-stall.err" | sed 's/^/  /'
 
 # SIGKILL one rank of three mid-run.
 "${mpi[@]}" -np 3 "$driver" loop 60 >"$out/kill.out" 2>"$out/kill.err" &

@@ -5,9 +5,11 @@
 /// checks of options every op has.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "overlap/context.hpp"
@@ -175,13 +177,22 @@ inline void log_built_plan(const context& ctx, const std::string& what, const st
 }
 
 /// Test hook: the context rank `rank` fails (throws overlap::error from its
-/// GEMM) at ring step `step` of every ring it runs; -1: off. Tests of the
-/// fatal policy set it; nothing else should.
+/// GEMM) at ring step `step` of every ring it runs, or, with stall_s > 0,
+/// sleeps that long there (and before a bulk op's collective) instead;
+/// rank -1: off. Tests of the fatal policy and the watchdog set it; nothing
+/// else should.
 struct fault_injection {
   int rank = -1;
   int step = -1;
+  double stall_s = 0;
 };
 inline fault_injection test_fault;
+
+/// The stall of test_fault, on its rank.
+inline void maybe_stall(int rank) {
+  if (test_fault.rank == rank && test_fault.stall_s > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(test_fault.stall_s));
+}
 
 /// A pattern whose step `step` fails, for fault_injection.
 template <class Pattern>
@@ -193,7 +204,8 @@ struct faulty_pattern {
   [[nodiscard]] engine::transfer recv(int t, int lane) const { return p.recv(t, lane); }
   [[nodiscard]] engine::transfer send(int t, int lane) const { return p.send(t, lane); }
   void compute(int t) {
-    if (t == step) throw error(error_source::backend, -1, "test fault", "injected at ring step " + std::to_string(t + 1));
+    if (t == step && test_fault.stall_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(test_fault.stall_s));
+    else if (t == step) throw error(error_source::backend, -1, "test fault", "injected at ring step " + std::to_string(t + 1));
     p.compute(t);
   }
 };
@@ -239,6 +251,7 @@ void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, int tag,
 /// Runs a bulk collective of a plan (blocking, or bounded by the watchdog).
 template <class Blocking, class Start>
 void run_collective(context& ctx, const plan_base& plan, const char* call, Blocking&& blocking, Start&& start) {
+  maybe_stall(ctx.rank());
   ctx.collective(call, blocking, start, [&] { return plan.summary; });
 }
 
