@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 
 DEPS := cmake make g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-icd-opencl-dev \
         opencl-headers googletest libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev \
-        pkg-config python3 iproute2
+        pkg-config python3 iproute2 procps
 
 # mpirun refuses root unless told; CI and the emulated cluster run as root.
 export OMPI_ALLOW_RUN_AS_ROOT := 1

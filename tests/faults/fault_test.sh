@@ -3,9 +3,9 @@
 #  1. a GEMM failing inside a ring on the last rank, OVERLAP_ON_FATAL=abort
 #     (the default), at 2-5 ranks: the job exits non-zero within 10 s and the
 #     message names the op, the step and the ring neighbours;
-#  2. the same under OVERLAP_ON_FATAL=throw with the watchdog at 2 s: every
-#     rank catches an overlap::error (the failing one its own, the others the
-#     watchdog's) within timeout + 10 s;
+#  2. the same under OVERLAP_ON_FATAL=throw with the watchdog at 2 s, at 2-5
+#     ranks: every rank catches an overlap::error (the failing one its own,
+#     the others the watchdog's) within timeout + 10 s;
 #  3. a rank that never calls, watchdog at 2 s, abort policy, at 2 and 3
 #     ranks: the others report what they waited for and the job ends within
 #     timeout + 10 s;
@@ -23,16 +23,19 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail=0
 failed() { echo "FAIL: $*"; fail=1; }
-now() { date +%s.%N; }
-elapsed() { echo "$(now) - $1" | bc; }
+now() { date +%s%3N; }  # milliseconds
+# elapsed T0: milliseconds since T0; secs_of MS: "S.mmm"
+elapsed() { echo $(($(now) - $1)); }
+secs_of() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
 
-# run LIMIT NAME ARGS...: runs mpirun with a hard limit; sets rc and secs.
+# run LIMIT NAME ARGS...: runs mpirun with a hard limit; sets rc, ms and secs.
 run() {
   local limit=$1 name=$2; shift 2
   local t0; t0=$(now)
   timeout -k 5 "$limit" "${mpi[@]}" "$@" >"$out/$name.out" 2>"$out/$name.err"
   rc=$?
-  secs=$(elapsed "$t0")
+  ms=$(elapsed "$t0")
+  secs=$(secs_of "$ms")
 }
 
 for n in 2 3 4 5; do
@@ -40,16 +43,22 @@ for n in 2 3 4 5; do
   grep -q "fatal error on rank $((n - 1)) of $n.*at ring step 2 of .*receives from rank .*sends to rank .*injected at ring step 2; OVERLAP_ON_FATAL=abort" \
     "$out/abort$n.err" || failed "abort at $n ranks: message missing: $(head -c 600 "$out/abort$n.err")"
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || failed "abort at $n ranks: exit code $rc"
-  (($(echo "$secs < 10" | bc))) || failed "abort at $n ranks took $secs s"
+  ((ms < (10) * 1000)) || failed "abort at $n ranks took $secs s"
   echo "ring fault, abort policy, $n ranks: exit $rc after $secs s"
 done
 
-run 60 throw3 -np 3 -x OVERLAP_ON_FATAL=throw -x OVERLAP_TIMEOUT_S=2 -x FAULT_LINGER_S=8 "$driver" ring-fault 1
-for r in 0 1 2; do grep -q "^rank $r caught: overlap: " "$out/throw3.out" || failed "throw: rank $r did not catch: $(cat "$out/throw3.out")"; done
-grep -q "^rank 2 caught: .*injected at ring step 2" "$out/throw3.out" || failed "throw: the failing rank's error"
-[ "$(grep -c "caught: .*watchdog" "$out/throw3.out")" -eq 2 ] || failed "throw: peers did not report the watchdog"
-(($(echo "$secs < 2 + 10 + 8" | bc))) || failed "throw took $secs s"
-echo "ring fault, throw policy + 2 s watchdog, 3 ranks: every rank caught its error; job ended after $secs s"
+for n in 2 3 4 5; do
+  run 60 "throw$n" -np "$n" -x OVERLAP_ON_FATAL=throw -x OVERLAP_TIMEOUT_S=2 -x FAULT_LINGER_S=5 "$driver" ring-fault 1
+  for ((r = 0; r < n; ++r)); do
+    grep -q "^rank $r caught: overlap: " "$out/throw$n.out" || failed "throw at $n ranks: rank $r did not catch: $(cat "$out/throw$n.out")"
+  done
+  grep -q "^rank $((n - 1)) caught: .*injected at ring step 2" "$out/throw$n.out" ||
+    failed "throw at $n ranks: the failing rank's error"
+  [ "$(grep -c "caught: .*watchdog" "$out/throw$n.out")" -eq $((n - 1)) ] ||
+    failed "throw at $n ranks: not every peer reported the watchdog"
+  ((ms < (2 + 10 + 5) * 1000)) || failed "throw at $n ranks took $secs s"
+  echo "ring fault, throw policy + 2 s watchdog, $n ranks: every rank caught its error; job ended after $secs s"
+done
 sed 's/^/  /' "$out/throw3.out"
 
 for n in 2 3; do
@@ -57,7 +66,7 @@ for n in 2 3; do
   grep -q "watchdog: overlap::all_gather_matmul.*waited more than 2 s" "$out/absent$n.err" ||
     failed "absent rank at $n ranks: no watchdog message: $(head -c 600 "$out/absent$n.err")"
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || failed "absent rank at $n ranks: exit code $rc"
-  (($(echo "$secs < 2 + 10" | bc))) || failed "absent rank at $n ranks took $secs s"
+  ((ms < (2 + 10) * 1000)) || failed "absent rank at $n ranks took $secs s"
   echo "absent rank, 2 s watchdog, $n ranks: exit $rc after $secs s; message:"
   grep -m1 "watchdog" "$out/absent$n.err" | sed 's/^/  /'
 done
@@ -72,14 +81,14 @@ for policy in thread poll none; do
   grep -q "watchdog: overlap::all_gather_matmul.*ring.*waited more than 2 s before step [0-9]* for .*bytes .* rank [0-9] on lane 0" \
     "$out/stall-$policy.err" || failed "ring stall ($policy): no watchdog message: $(head -c 800 "$out/stall-$policy.err")"
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || failed "ring stall ($policy): exit code $rc"
-  (($(echo "$secs < 2 + 10" | bc))) || failed "ring stall ($policy) took $secs s"
+  ((ms < (2 + 10) * 1000)) || failed "ring stall ($policy) took $secs s"
   echo "rank stalled in a ring, progress $policy, 2 s watchdog, 3 ranks: exit $rc after $secs s"
 done
 grep -m1 "watchdog" "$out/stall-thread.err" | sed 's/^/  /'
 run 60 bulk-stall -np 3 -x OVERLAP_TIMEOUT_S=2 "$driver" bulk-stall 40
 grep -q "watchdog: overlap::all_gather_matmul.*bulk.*waited more than 2 s in MPI_Allgatherv" "$out/bulk-stall.err" ||
   failed "bulk stall: no watchdog message: $(head -c 800 "$out/bulk-stall.err")"
-(($(echo "$secs < 2 + 10" | bc))) || failed "bulk stall took $secs s"
+((ms < (2 + 10) * 1000)) || failed "bulk stall took $secs s"
 echo "rank stalled before a bulk all-gather, 2 s watchdog, 3 ranks: exit $rc after $secs s"
 grep -m1 "watchdog" "$out/bulk-stall.err" | sed 's/^/  /'
 
@@ -97,7 +106,7 @@ else
   t0=$(now)
   kill -9 "$victim"
   for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
-  secs=$(elapsed "$t0")
+  secs=$(secs_of "$(elapsed "$t0")")
   if kill -0 "$launcher" 2>/dev/null; then failed "kill: mpirun still running after 30 s"; kill "$launcher"; fi
   wait "$launcher"; rc=$?
   [ "$rc" -ne 0 ] || failed "kill: mpirun exited 0"
@@ -110,8 +119,8 @@ else
     done
     echo "$l"
   }
-  for _ in $(seq 300); do [ -z "$(alive)" ] && break; (($(echo "$(elapsed "$t0") > 30" | bc))) && break; sleep 0.1; done
-  gone=$(elapsed "$t0")
+  for _ in $(seq 300); do [ -z "$(alive)" ] && break; (($(elapsed "$t0") > 30000)) && break; sleep 0.1; done
+  gone=$(secs_of "$(elapsed "$t0")")
   left=$(alive)
   [ -z "$left" ] || { failed "kill: rank processes left behind 30 s after the kill:$left"; kill -9 $left; }
   echo "SIGKILL of rank 1 of 3: mpirun exited $rc after $secs s; every rank process gone after $gone s"
