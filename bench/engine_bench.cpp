@@ -1,7 +1,13 @@
 // Google Benchmark suite for engine pieces on one machine:
-//   gemm/one           one GEMM of M x N x K
-//   gemm/ring_steps    the same work as the R * chunks row-block GEMMs a ring
-//                      step schedule runs (per-step efficiency vs one GEMM)
+//   gemm/pieces/M/N/K/P/packed
+//                      M x N x K as P row-block GEMMs, the way a ring step
+//                      schedule splits a product (P = 1: one GEMM), reading
+//                      B as stored (packed = 0) or packed once per iteration
+//                      (1: what the plans do where oneDNN has a packed layout)
+//   gemm_bf16/pieces/...  the same in bf16 (native or widened, as a context
+//                      would choose on this CPU)
+// Every GEMM benchmark is labelled with the kernel oneDNN runs. Run it
+// under `mpirun -np <cores>` to measure with every core computing at once.
 //   gemm/ring_steps_progress_thread
 //                      the same pieces while a progress thread tests a pending
 //                      request, sleeping 100 / 1000 us or yielding (its cost)
@@ -13,6 +19,8 @@
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
+#include <cstddef>
+#include <string>
 #include <vector>
 
 #include "overlap/overlap.hpp"
@@ -24,36 +32,45 @@ overlap::backend::onednn_backend& backend() {
   return be;
 }
 
-void gemm_one(benchmark::State& st) {
-  const int64_t m = st.range(0), n = st.range(1), k = st.range(2);
-  std::vector<float> a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f),
-      c(static_cast<size_t>(m * n));
-  auto kernel = backend().make(overlap::gemm_desc{m, n, k, k, n, n});
-  for (auto _ : st) kernel->run(a.data(), b.data(), c.data());
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(m * n * k), benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
-}
-
-/// M x N x K as `pieces` row-block GEMMs, the way ring steps split a product.
+/// M x N x K as `pieces` row-block GEMMs, the way ring steps split a product
+/// (one piece: one GEMM), in f32 or bf16 (fp32 output), B read as stored or
+/// packed once per run.
 struct row_pieces {
   int64_t m, n, k;
-  std::vector<float> a, b, c;
+  overlap::dtype in;
+  std::vector<std::byte> a, b, packed;
+  std::vector<float> c;
   std::vector<std::shared_ptr<const overlap::gemm_kernel>> kernels;
   std::vector<int64_t> rows;
-  row_pieces(int64_t m_, int64_t n_, int64_t k_, int64_t pieces)
-      : m(m_), n(n_), k(k_), a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 1.0f),
+  bool pack = false;
+  row_pieces(int64_t m_, int64_t n_, int64_t k_, int64_t pieces, overlap::dtype t = overlap::dtype::f32,
+             bool pack_b = false)
+      : m(m_), n(n_), k(k_), in(t), a(static_cast<size_t>(m * k) * size_of(t)), b(static_cast<size_t>(k * n) * size_of(t)),
         c(static_cast<size_t>(m * n)) {
+    for (int64_t i = 0; i < m * k; ++i) overlap::store(t, a.data(), i, 1.0);
+    for (int64_t i = 0; i < k * n; ++i) overlap::store(t, b.data(), i, 1.0);
+    const bool widen = t == overlap::dtype::bf16 && !overlap::backend::detail::native_bf16();
     for (int64_t q = 0; q < pieces; ++q) {
       rows.push_back(m / pieces + (q < m % pieces ? 1 : 0));
-      kernels.push_back(backend().make(overlap::gemm_desc{rows.back(), n, k, k, n, n}));
+      overlap::gemm_desc d{rows.back(), n, k, k, n, n};
+      d.in = t;
+      d.pack_b = pack_b;
+      kernels.push_back(backend().make(d, widen));
     }
+    pack = pack_b && kernels.front()->packed_b_bytes() > 0;
+    if (pack) packed.resize(kernels.front()->packed_b_bytes());
   }
   void run() {
+    if (pack) kernels.front()->pack_b(b.data(), packed.data());
     int64_t r0 = 0;
+    const auto es = static_cast<int64_t>(size_of(in));
     for (size_t q = 0; q < kernels.size(); ++q) {
-      kernels[q]->run(a.data() + r0 * k, b.data(), c.data() + r0 * n);
+      kernels[q]->run(a.data() + r0 * k * es, pack ? packed.data() : b.data(), c.data() + r0 * n);
       r0 += rows[q];
     }
+  }
+  [[nodiscard]] std::string label() const {
+    return kernels.front()->name() + (pack && kernels.front()->name().find("once") == std::string::npos ? ", B packed once" : "");
   }
   [[nodiscard]] benchmark::Counter rate() const {
     return benchmark::Counter(2.0 * double(m * n * k), benchmark::Counter::kIsIterationInvariantRate,
@@ -61,13 +78,15 @@ struct row_pieces {
   }
 };
 
-void gemm_ring_steps(benchmark::State& st) {
-  row_pieces work(st.range(0), st.range(1), st.range(2), st.range(3));
+/// range(3) pieces (1: one GEMM); range(4): B packed once per run.
+void gemm_pieces(benchmark::State& st, overlap::dtype t) {
+  row_pieces work(st.range(0), st.range(1), st.range(2), st.range(3), t, st.range(4) != 0);
   for (auto _ : st) work.run();
   st.counters["GFLOP/s"] = work.rate();
+  st.SetLabel(work.label());
 }
 
-// The ring-step GEMMs of gemm/ring_steps while a progress thread tests a
+// The 12 pieces of gemm/pieces while a progress thread tests a
 // pending request (a receive on MPI_COMM_SELF, matched after the loop), as it
 // does during a ring step: what the thread costs the GEMMs on this machine.
 // range(4): the thread's sleep in microseconds (0: yield).
@@ -117,28 +136,20 @@ void ag(benchmark::State& st, overlap::strategy s) {
 
 }  // namespace
 
-BENCHMARK(gemm_one)
-    ->Name("gemm/one")
-    ->Args({2048, 1024, 2048})
-    ->Args({1024, 1024, 1024})
-    ->Args({2048, 2048, 2048})
-    ->Args({2048, 2048, 1024})
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_ring_steps)
-    ->Name("gemm/ring_steps")
-    ->Args({2048, 1024, 2048, 2})
-    ->Args({2048, 1024, 2048, 4})
-    ->Args({2048, 1024, 2048, 8})
-    ->Args({1024, 1024, 1024, 8})
-    // The pieces of the balanced plans `make bench` reports at 2 ranks:
-    // all-gather lhs_rows M = N = K = 2048 and reduce-scatter rows
-    // M = N = K = 2048 (K_r = 1024), 12 pieces each (6 chunks per shard, the
-    // plan's choice), and 8 and 16 pieces around them.
-    ->Args({2048, 2048, 2048, 12})
-    ->Args({2048, 2048, 1024, 12})
-    ->Args({2048, 2048, 2048, 8})
-    ->Args({2048, 2048, 2048, 16})
-    ->Unit(benchmark::kMillisecond);
+// One GEMM, and the pieces of the balanced plans `make bench` reports at 2
+// ranks: all-gather lhs_rows M = N = K = 2048 and reduce-scatter rows
+// M = N = K = 2048 (K_r = 1024), 12 pieces each (6 chunks per shard, the
+// plan's choice), 8 and 16 around them, as stored and packed.
+void gemm_args(benchmark::internal::Benchmark* b) {
+  for (int64_t k : {2048, 1024}) b->Args({2048, 2048, k, 1, 0});
+  for (int64_t k : {2048, 1024})
+    for (int64_t pack : {0, 1}) b->Args({2048, 2048, k, 12, pack});
+  for (int64_t pieces : {8, 16})
+    for (int64_t pack : {0, 1}) b->Args({2048, 2048, 2048, pieces, pack});
+  b->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_CAPTURE(gemm_pieces, f32, overlap::dtype::f32)->Name("gemm/pieces")->Apply(gemm_args);
+BENCHMARK_CAPTURE(gemm_pieces, bf16, overlap::dtype::bf16)->Name("gemm_bf16/pieces")->Apply(gemm_args);
 BENCHMARK(gemm_steps_with_progress)
     ->Name("gemm/ring_steps_progress_thread")
     ->Args({2048, 2048, 2048, 12, 100})

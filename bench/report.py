@@ -2,6 +2,7 @@
 """Writes docs/results.md from the JSON lines of bench/sweep.sh: one table and
 one gnuplot plot (SVG) per run and op, time against the swept size for every
 strategy and peer, with the limit max(compute only, comm only) drawn."""
+import glob
 import json
 import re
 import os
@@ -69,25 +70,14 @@ def targets():
             ratio = r["time_ms"] / r["bulk_ms"]
             t.append(f"| P4 | shared memory, 2 ranks, {op}, M={r['m']} N={r['n']} K={r['k']} | ring / bulk = "
                      f"{ratio:.3f} ({r['time_ms']:.1f} / {r['bulk_ms']:.1f} ms) | <= 1.02 | {verdict(ratio, 1.02)} |")
-    eng = os.path.join(out_dir, "engine.json")
-    if os.path.exists(eng):
-        med = {b["run_name"]: b["GFLOP/s"] for b in json.load(open(eng))["benchmarks"]
-               if b.get("aggregate_name") == "median"}
-        for one, steps in (("gemm/one/2048/2048/2048", "gemm/ring_steps/2048/2048/2048/12"),
-                           ("gemm/one/2048/2048/1024", "gemm/ring_steps/2048/2048/1024/12"),
-                           ("gemm/one/2048/2048/2048", "gemm/ring_steps/2048/2048/2048/8"),
-                           ("gemm/one/2048/2048/2048", "gemm/ring_steps/2048/2048/2048/16")):
-            if one in med and steps in med:
-                ratio = med[steps] / med[one]
-                plan = "the balanced plans' pieces" if steps.endswith("/12") else "for comparison"
-                t.append(f"| P5 | 1 rank, {steps} vs {one} ({plan}; medians, interleaved) | {med[steps] / 1e9:.1f} vs "
-                         f"{med[one] / 1e9:.1f} GFLOP/s = {100 * ratio:.1f}% | >= 95% | {verdict(ratio, 0.95, False)} |")
+    t += p5_rows()
     cost = [os.path.join(out_dir, f"engine-2ranks.{r}.json") for r in (0, 1)]
     if all(os.path.exists(c) for c in cost):
         for path in cost:
             med = {b["run_name"]: b["GFLOP/s"] for b in json.load(open(path))["benchmarks"]
                    if b.get("aggregate_name") == "median"}
-            base = med.get("gemm/ring_steps/2048/2048/2048/12")
+            # (files from before the pieces were renamed call them ring_steps)
+            base = med.get("gemm/pieces/2048/2048/2048/12/0") or med.get("gemm/ring_steps/2048/2048/2048/12")
             for sleep, name in (("100", "sleeps 100 us"), ("1000", "sleeps 1000 us"), ("0", "yields")):
                 with_thread = med.get(f"gemm/ring_steps_progress_thread/2048/2048/2048/12/{sleep}")
                 if base and with_thread:
@@ -119,6 +109,37 @@ def trace_note(op):
             f"were outstanding against {i:.1f} ms with none ({b / i:.2f}x): moving the data (the progress thread's "
             f"MPI calls, the kernel's TCP work) takes time from the cores that compute, since both emulated nodes "
             f"share this machine's {os.cpu_count()} cores")
+
+
+def p5_rows():
+    """P5 from bench/pieces.sh: 12 pieces against one GEMM, per ISA and rank count; with several ranks
+    computing at once each rank's own ratio is taken and the worst rank reported."""
+    rows = []
+    for isa in ("native", "AVX2"):
+        for path_0 in sorted(glob.glob(os.path.join(out_dir, f"engine-{isa}-*ranks.0.json"))):
+            n = int(re.search(r"-(\d+)ranks\.0\.json$", path_0).group(1))
+            ranks = [json.load(open(path_0.replace(".0.json", f".{r}.json")))["benchmarks"] for r in range(n)]
+            meds = [{b["run_name"]: b for b in bs if b.get("aggregate_name") == "median"} for bs in ranks]
+            for dt in ("gemm", "gemm_bf16"):
+                for k in (2048, 1024):
+                    one = f"{dt}/pieces/2048/2048/{k}/1/0"
+                    for packed in (0, 1):
+                        name = f"{dt}/pieces/2048/2048/{k}/12/{packed}"
+                        if not all(one in m and name in m for m in meds):
+                            continue
+                        ratios = [m[name]["GFLOP/s"] / m[one]["GFLOP/s"] for m in meds]
+                        worst = min(range(n), key=lambda r: ratios[r])
+                        m = meds[worst]
+                        who = "1 rank alone" if n == 1 else f"{n} ranks computing at once (worst rank)"
+                        kernel = m[name].get("label", "?")
+                        if packed and "once" not in kernel:
+                            continue  # no packed layout at this ISA: the same pieces as above
+                        rows.append(f"| P5 | {who}, ISA {isa}, {'bf16' if dt.endswith('bf16') else 'f32'}, "
+                                    f"2048 x 2048 x {k} as 12 pieces, {kernel} | "
+                                    f"{m[name]['GFLOP/s'] / 1e9:.1f} vs {m[one]['GFLOP/s'] / 1e9:.1f} GFLOP/s "
+                                    f"(one GEMM, B as stored) = {100 * ratios[worst]:.1f}% | >= 90% | "
+                                    f"{verdict(ratios[worst], 0.90, False)} |")
+    return rows
 
 
 def gemm_path_table():

@@ -105,18 +105,16 @@ policies shm2 "${shm[@]}" || exit 1
 runs+=(shm2)
 # f32 and bf16 GEMM paths (native, widened) at this ISA and capped at AVX2.
 bash "$here/gemm_paths.sh" "$bench" "$out/gemm-paths.jsonl" $iters || exit 1
-# Per-step GEMM efficiency: one GEMM against the same work as the pieces of
-# the balanced plans, interleaved at random, medians of the repetitions.
-echo "[engine] per-step GEMMs against one GEMM" >&2
-OMP_NUM_THREADS=1 mpirun -np 1 "$engine" --benchmark_filter='gemm/(one|ring_steps)/2048/2048' \
-  --benchmark_repetitions=$reps --benchmark_enable_random_interleaving=true \
-  --benchmark_out="$out/engine.json" --benchmark_out_format=json > /dev/null || exit 1
+# P5: ring pieces against one GEMM, alone and with every core computing, at
+# this ISA and capped at AVX2, B as stored and packed once per call.
+bash "$here/pieces.sh" "$engine" "$out" $reps || exit 1
 # The progress thread's cost: the same pieces with and without a thread
 # testing a pending request, two ranks at once so that the threads compete
 # with GEMMs for the cores as in a ring (each rank writes its own file).
 echo "[engine] progress thread cost, 2 ranks" >&2
 OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe --bind-to none sh -c 'exec "$0" \
-  --benchmark_filter="gemm/ring_steps(_progress_thread)?/2048/2048/2048/12" --benchmark_repetitions="$1" \
+  --benchmark_filter="gemm/(pieces/2048/2048/2048/12/0|ring_steps_progress_thread/2048/2048/2048/12/)" \
+  --benchmark_repetitions="$1" \
   --benchmark_enable_random_interleaving=true --benchmark_out="$2.$OMPI_COMM_WORLD_RANK.json" \
   --benchmark_out_format=json > /dev/null' "$engine" "$reps" "$out/engine-2ranks" || exit 1
 python3 "$here/report.py" "$out" "$root/docs/results.md" "${runs[@]}"

@@ -141,6 +141,37 @@ TEST(backend, onednn_bf16_native) {
 }
 TEST(backend, onednn_bf16_widened) { check_bf16(true); }
 
+// A kernel made with pack_b reads B from the copy its pack_b() makes (where the
+// backend has a packed layout here; otherwise B as stored): same results.
+TEST(backend, packed_b_gives_the_same_product) {
+  overlap::backend::onednn_backend be;
+  using overlap::bfloat16;
+  const int64_t m = 37, n = 70, k = 45;
+  for (bool widen : {false, true})
+    for (bool tb : {false, true}) {
+      const auto LA = random_matrix<bfloat16>(m, k, 7), LB = random_matrix<bfloat16>(k, n, 8);
+      const auto B = tb ? transposed(LB) : LB;
+      const auto Af = random_matrix<float>(m, k, 7), LBf = random_matrix<float>(k, n, 8);
+      const auto Bf = tb ? transposed(LBf) : LBf;
+      overlap::gemm_desc d{m, n, k, k, B.ld, n, false, tb};
+      d.pack_b = true;
+      d.in = widen ? overlap::dtype::bf16 : overlap::dtype::f32;
+      if (widen || overlap::backend::detail::native_bf16() || d.in == overlap::dtype::f32) {
+        auto kernel = be.make(d, widen);
+        const void* b = widen ? static_cast<const void*>(B.data.data()) : Bf.data.data();
+        std::vector<std::byte> packed(kernel->packed_b_bytes());
+        if (!packed.empty()) kernel->pack_b(b, packed.data());
+        matrix<float> C(m, n);
+        kernel->run(widen ? static_cast<const void*>(LA.data.data()) : Af.data.data(),
+                    packed.empty() ? b : packed.data(), C.data.data());
+        const auto ref = widen ? naive_matmul(LA, LB) : naive_matmul(Af, LBf);
+        expect_near_block(C, ref, 0, 0, k + 1,
+                          std::string(widen ? "widened bf16" : "f32") + (tb ? " b^T" : "") + " via " + kernel->name() +
+                              (packed.empty() ? " (B as stored)" : " (B packed)"));
+      }
+    }
+}
+
 TEST(backend, unsupported_types_are_rejected) {
   overlap::backend::onednn_backend onednn;
   overlap::backend::eigen_backend eigen;

@@ -155,6 +155,7 @@ class context {
       const int64_t r1 = d.m / bands * (i + 1) + std::min(i + 1, d.m % bands);
       gemm_desc sub = d;
       sub.m = r1 - r0;
+      sub.pack_b = false;  // a banded kernel reads B as stored
       parts.push_back({r0, make_kernel(sub)});
     }
     // The group lives on the heap: its address survives moves of the context.

@@ -65,11 +65,15 @@ struct gemm_desc {
   bool addend = false;
   int64_t ld_addend = 0;
   overlap::dtype addend_type = overlap::dtype::f32;
+  /// B may be read from a packed copy (the layout the backend's kernel wants,
+  /// made once by pack_b() and shared by every piece of a plan) instead of
+  /// being repacked by every call; see gemm_kernel::packed_b_bytes().
+  bool pack_b = false;
 
   [[nodiscard]] bool has_epilogue() const noexcept { return bias || act != overlap::activation::none; }
   [[nodiscard]] auto tie() const {
     return std::tie(m, n, k, lda, ldb, ldc, trans_a, trans_b, accumulate, bias, act, in, out, addend, ld_addend,
-                    addend_type);
+                    addend_type, pack_b);
   }
   bool operator<(const gemm_desc& o) const { return tie() < o.tie(); }
   bool operator==(const gemm_desc& o) const { return tie() == o.tie(); }
@@ -81,8 +85,19 @@ class gemm_kernel {
  public:
   virtual ~gemm_kernel() = default;
   /// bias: n values when the desc has a bias; addend: when the desc has one.
+  /// b is the packed copy when packed_b_bytes() > 0.
   virtual void run(const void* a, const void* b, void* c, const void* bias = nullptr,
                    const void* addend = nullptr) const = 0;
+  /// Bytes of the packed copy of B this kernel reads, or 0 when it reads B as
+  /// stored (the desc did not ask for packing, or the backend has no packed
+  /// layout on this CPU: oneDNN 2.6 has one from AVX512_CORE on).
+  [[nodiscard]] virtual size_t packed_b_bytes() const { return 0; }
+  /// Identifies the packed layout: kernels with equal ids share one packed B.
+  [[nodiscard]] virtual uint64_t packed_b_layout() const { return 0; }
+  /// Writes the packed copy of B (stored as the desc says) to dst.
+  virtual void pack_b(const void* /*b*/, void* /*dst*/) const {}
+  /// The implementation that runs, e.g. oneDNN's "brg:avx512_core".
+  [[nodiscard]] virtual std::string name() const { return "?"; }
 };
 
 /// A GEMM run as row bands of C, one kernel per band, with a hook called

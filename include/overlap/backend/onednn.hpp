@@ -41,6 +41,14 @@ inline dnnl::memory::dims strides(int64_t ld, bool transposed) {
   return transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1};
 }
 
+/// A hash of a memory descriptor's bytes: equal layouts, equal hashes.
+inline uint64_t hash_desc(const dnnl::memory::desc& md) {
+  const auto* p = reinterpret_cast<const unsigned char*>(&md.data);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof md.data; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h | 1u;  // never 0 (0: not packed)
+}
+
 /// The instruction set oneDNN uses on this CPU (after ONEDNN_MAX_CPU_ISA).
 inline const char* effective_isa() {
   switch (dnnl::get_effective_cpu_isa()) {
@@ -106,7 +114,11 @@ class onednn_gemm final : public gemm_kernel {
       using dims = dnnl::memory::dims;
       const auto dt = detail::onednn_type(d.in), dt_out = detail::onednn_type(d.out);
       const dnnl::memory::desc a_md(dims{d.m, d.k}, dt, detail::strides(d.lda, d.trans_a));
-      const dnnl::memory::desc b_md(dims{d.k, d.n}, dt, detail::strides(d.ldb, d.trans_b));
+      const dnnl::memory::desc b_stored(dims{d.k, d.n}, dt, detail::strides(d.ldb, d.trans_b));
+      // pack_b: let oneDNN choose B's layout (`any`); where it picks a blocked
+      // one (brgemm kernels), B is reordered once per plan call, not per piece.
+      const dnnl::memory::desc b_md = d.pack_b ? dnnl::memory::desc(dims{d.k, d.n}, dt, dnnl::memory::format_tag::any)
+                                               : b_stored;
       const dnnl::memory::desc c_md(dims{d.m, d.n}, dt_out, dims{d.ldc, 1});
       // Post-ops run in this order on the fp32 result: + C (beta = 1), + D,
       // + bias, activation; then one rounding to the output type.
@@ -128,8 +140,17 @@ class onednn_gemm final : public gemm_kernel {
       attr.set_post_ops(ops);
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, h_->engine);
       prim_ = dnnl::matmul(pd);
+      name_ = pd.impl_info_str();
+      const dnnl::memory::desc b_used = pd.weights_desc();
+      if (d.pack_b && b_used != b_stored) {
+        packed_bytes_ = b_used.get_size();
+        packed_layout_ = detail::hash_desc(b_used);
+        pack_ = dnnl::reorder(dnnl::reorder::primitive_desc(h_->engine, b_stored, h_->engine, b_used));
+        pack_src_ = dnnl::memory(b_stored, h_->engine, DNNL_MEMORY_NONE);
+        pack_dst_ = dnnl::memory(b_used, h_->engine, DNNL_MEMORY_NONE);
+      }
       a_mem_ = dnnl::memory(a_md, h_->engine, DNNL_MEMORY_NONE);
-      b_mem_ = dnnl::memory(b_md, h_->engine, DNNL_MEMORY_NONE);
+      b_mem_ = dnnl::memory(b_used, h_->engine, DNNL_MEMORY_NONE);
       c_mem_ = dnnl::memory(c_md, h_->engine, DNNL_MEMORY_NONE);
       args_ = {{DNNL_ARG_SRC, a_mem_}, {DNNL_ARG_WEIGHTS, b_mem_}, {DNNL_ARG_DST, c_mem_}};
       if (d.bias) {
@@ -157,11 +178,29 @@ class onednn_gemm final : public gemm_kernel {
       return 0;
     });
   }
+  [[nodiscard]] size_t packed_b_bytes() const override { return packed_bytes_; }
+  [[nodiscard]] uint64_t packed_b_layout() const override { return packed_layout_; }
+  void pack_b(const void* b, void* dst) const override {
+    if (packed_bytes_ == 0) return;
+    detail::onednn_call("dnnl::reorder::execute", [&] {
+      pack_src_.set_data_handle(const_cast<void*>(b));
+      pack_dst_.set_data_handle(dst);
+      pack_.execute(h_->stream, pack_src_, pack_dst_);
+      h_->stream.wait();
+      return 0;
+    });
+  }
+  [[nodiscard]] std::string name() const override { return name_; }
 
  private:
   std::shared_ptr<onednn_handles> h_;
   gemm_desc d_;
   dnnl::matmul prim_;
+  std::string name_ = "none (empty product)";
+  size_t packed_bytes_ = 0;
+  uint64_t packed_layout_ = 0;
+  dnnl::reorder pack_;
+  mutable dnnl::memory pack_src_, pack_dst_;
   dnnl::memory::desc bias_md_, addend_md_;
   int bias_arg_ = 0, addend_arg_ = 0;
   mutable dnnl::memory a_mem_, b_mem_, c_mem_, bias_mem_, addend_mem_;
@@ -181,12 +220,13 @@ class onednn_widened_gemm final : public gemm_kernel {
     a_rows_ = d.trans_a ? d.k : d.m, a_cols_ = d.trans_a ? d.m : d.k;
     b_rows_ = d.trans_b ? d.n : d.k, b_cols_ = d.trans_b ? d.k : d.n;
     gemm_desc w = d;
+    w.pack_b = false;  // B is widened per call anyway
     w.in = dtype::f32;
     w.out = dtype::f32;
     w.lda = a_cols_;
     w.ldb = b_cols_;
     a_.resize(static_cast<size_t>(a_rows_ * a_cols_));
-    b_.resize(static_cast<size_t>(b_rows_ * b_cols_));
+    if (!d.pack_b) b_.resize(static_cast<size_t>(b_rows_ * b_cols_));
     if (d.out == dtype::bf16) {
       w.ldc = d.n;
       c_.resize(static_cast<size_t>(d.m * d.n));
@@ -203,21 +243,42 @@ class onednn_widened_gemm final : public gemm_kernel {
   void run(const void* a, const void* b, void* c, const void* bias, const void* addend) const override {
     if (overlap::detail::run_degenerate(d_, c, bias, addend)) return;
     detail::widen(static_cast<const bfloat16*>(a), d_.lda, a_.data(), a_cols_, a_rows_, a_cols_);
-    detail::widen(static_cast<const bfloat16*>(b), d_.ldb, b_.data(), b_cols_, b_rows_, b_cols_);
+    // pack_b: b is already the widened copy (pack_b() made it once per call).
+    const float* wb = static_cast<const float*>(b);
+    if (!d_.pack_b) {
+      detail::widen(static_cast<const bfloat16*>(b), d_.ldb, b_.data(), b_cols_, b_rows_, b_cols_);
+      wb = b_.data();
+    }
     const void* add = addend;
     if (!addend_.empty()) {
       detail::widen(static_cast<const bfloat16*>(addend), d_.ld_addend, addend_.data(), d_.n, d_.m, d_.n);
       add = addend_.data();
     }
     if (d_.out == dtype::f32) {
-      f32_->run(a_.data(), b_.data(), c, bias, add);
+      f32_->run(a_.data(), wb, c, bias, add);
       return;
     }
     auto* cb = static_cast<bfloat16*>(c);
     if (d_.accumulate) detail::widen(cb, d_.ldc, c_.data(), d_.n, d_.m, d_.n);
     if (d_.bias) detail::widen(static_cast<const bfloat16*>(bias), d_.n, bias_.data(), d_.n, 1, d_.n);
-    f32_->run(a_.data(), b_.data(), c_.data(), bias_.data(), add);
+    f32_->run(a_.data(), wb, c_.data(), bias_.data(), add);
     detail::narrow(c_.data(), d_.n, cb, d_.ldc, d_.m, d_.n);
+  }
+  /// With pack_b, B is widened once per plan call (dense, as stored) instead
+  /// of by every piece.
+  [[nodiscard]] size_t packed_b_bytes() const override {
+    return d_.pack_b && f32_ ? static_cast<size_t>(b_rows_ * b_cols_) * sizeof(float) : 0;
+  }
+  [[nodiscard]] uint64_t packed_b_layout() const override {
+    return packed_b_bytes() == 0 ? 0 : (static_cast<uint64_t>(b_rows_) << 32 ^ static_cast<uint64_t>(b_cols_)) | 1u;
+  }
+  void pack_b(const void* b, void* dst) const override {
+    if (packed_b_bytes() == 0) return;
+    detail::widen(static_cast<const bfloat16*>(b), d_.ldb, static_cast<float*>(dst), b_cols_, b_rows_, b_cols_);
+  }
+  [[nodiscard]] std::string name() const override {
+    return "widened bf16 -> " + (f32_ ? f32_->name() : std::string("none (empty product)")) +
+           (d_.pack_b ? ", B widened once per call" : "");
   }
 
  private:

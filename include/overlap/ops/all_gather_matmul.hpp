@@ -61,7 +61,9 @@ struct ag_step {
   bool recv = false;                       ///< arrives from the next rank
   bool into_acc = false;                   ///< writes the fp32 accumulator (bf16 products)
   bool add_acc = false;                    ///< adds the fp32 accumulator into c (its last step)
+  gemm_desc desc;                          ///< what `kernel` computes
   std::shared_ptr<const gemm_kernel> kernel;
+  [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
 };
 
 template <class T>
@@ -78,6 +80,7 @@ struct ag_plan final : plan_base {
   /// bf16 with a contracting shard: partial sums stay in fp32 (c-shaped) and
   /// reach c, rounded once, with the last contribution.
   engine::buffer<float> acc;
+  b_packing pack;  ///< lhs_rows: every piece reads all of b (packed once per call where the backend can)
   // bulk
   engine::buffer<T> gather_ws, blocks_ws;
   std::vector<int> counts, displs;
@@ -196,12 +199,14 @@ void ag_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_opti
         st.into_acc = fp32_acc && !last;
         st.add_acc = fp32_acc && last;
         const bool accumulate = geo.contracting && i > 0 && !st.add_acc;
-        st.kernel =
-            ctx.make_step_kernel(ag_gemm(geo, x, opt, lnr, lnc, st.ld, accumulate, last, st.into_acc, st.add_acc));
+        st.desc = ag_gemm(geo, x, opt, lnr, lnc, st.ld, accumulate, last, st.into_acc, st.add_acc);
+        st.desc.pack_b = geo.lhs && geo.shard_rows;  // the pieces of lhs_rows read all of b
+        st.kernel = ctx.make_step_kernel(st.desc);
         plan.steps.push_back(std::move(st));
       }
     }
   }
+  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
   for (auto& st : plan.steps)
     if (st.home == piece_home::slot) st.slot_offset *= slot_elems;
   plan.slots = engine::buffer<T>(static_cast<size_t>(slot_elems * slots * L));
@@ -393,7 +398,7 @@ class ag_ring_pattern {
     const void* addend = st.add_acc ? acc : nullptr;
     if (g.lhs) {  // rows lc0.. of op(b): columns of b when it is stored transposed
       const T* b = x_.b.data + (g.trans_o ? st.lc0 : st.lc0 * x_.b.ld);
-      st.kernel->run(piece(st), b, dst, bias_, addend);
+      st.kernel->run(piece(st), st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias_, addend);
     } else {      // columns lr0.. of op(a): rows of a when it is stored transposed
       const T* a = x_.a.data + (g.trans_o ? st.lr0 * x_.a.ld : st.lr0);
       st.kernel->run(a, piece(st), dst, bias_ == nullptr ? nullptr : bias_ + st.lc0, addend);
@@ -469,6 +474,7 @@ void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options&
     const auto& l = x.local(geo);
     copy_block<T>(l, geo.stored_shard_rows() ? x.out.block(off, 0, l.rows, l.cols) : x.out.block(0, off, l.rows, l.cols));
   }
+  run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
   run_on_ring(ctx, plan, pattern, 1, plan.lanes);
 }

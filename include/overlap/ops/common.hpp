@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstddef>
 #include <map>
 #include <string>
 #include <thread>
 #include <tuple>
 
 #include "overlap/context.hpp"
+#include "overlap/engine/buffer.hpp"
 #include "overlap/engine/ring.hpp"
 #include "overlap/matrix.hpp"
 #include "overlap/mpi/datatype.hpp"
@@ -65,6 +67,43 @@ class block_types {
  private:
   MPI_Datatype base_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, mpi::datatype> types_;
+};
+
+/// Packs the stationary operand B once per call for every ring piece that
+/// reads all of it (docs/design.md, "Pieces"): the step kernels are made with
+/// gemm_desc::pack_b, and if every non-empty piece's kernel reads the same
+/// packed layout, one of them packs B into a plan-owned buffer before the
+/// ring; otherwise (no packed layout on this CPU, or layouts that differ
+/// between piece shapes) the steps are rebuilt to read B as stored.
+struct b_packing {
+  std::shared_ptr<const gemm_kernel> packer;  ///< null: B is read as stored
+  engine::buffer<std::byte> packed;
+
+  /// Steps: a range of {desc, kernel, nonempty()}; rebuild(desc) makes a kernel.
+  template <class Steps, class Rebuild>
+  void choose(Steps& steps, Rebuild&& rebuild) {
+    uint64_t layout = 0;
+    bool same = true;
+    for (const auto& st : steps) {
+      if (!st.nonempty() || !st.desc.pack_b) continue;
+      const uint64_t l = st.kernel->packed_b_layout();
+      if (layout == 0 && packer == nullptr) layout = l, packer = st.kernel;
+      same = same && l == layout;
+    }
+    if (same && layout != 0) {
+      packed = engine::buffer<std::byte>(packer->packed_b_bytes());
+      return;
+    }
+    packer = nullptr;
+    for (auto& st : steps)
+      if (st.desc.pack_b) st.desc.pack_b = false, st.kernel = rebuild(st.desc);
+  }
+  /// Before the ring: packs B (as stored) for this call.
+  void pack(const void* b) const {
+    if (packer != nullptr) packer->pack_b(b, packed.data());
+  }
+  /// The B a piece reads: the packed copy, or `stored`.
+  [[nodiscard]] const void* b(const void* stored) const { return packer != nullptr ? packed.data() : stored; }
 };
 
 /// Checks the options all ops share; returns their values for the agreement table.
@@ -162,6 +201,11 @@ std::string ring_summary(overlap::strategy asked, const Plan& plan, int chunks, 
   std::string s;
   if (asked != plan.strategy) s += " (" + std::string(to_string(asked)) + " asked)";
   const auto& first = plan.steps.front();
+  const auto busiest = std::max_element(plan.steps.begin(), plan.steps.end(),
+                                        [](const auto& x, const auto& y) { return x.nr * x.nc < y.nr * y.nc; });
+  s += ", piece kernel " + busiest->kernel->name() +
+       (plan.pack.packer ? " reading b packed once per call (" + std::to_string(plan.pack.packed.size()) + " bytes)"
+                         : std::string(""));
   return s + ", " + std::to_string(plan.lanes) + (plan.lanes == 1 ? " lane, " : " lanes, ") +
          std::to_string(plan.n_steps) + " steps, " + std::to_string(chunks) + " chunks per shard" +
          (plan.lanes == 2 ? " half" : "") + (chosen ? " (plan's choice)" : " (configured)") + ", receives posted " +

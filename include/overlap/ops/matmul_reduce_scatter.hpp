@@ -29,7 +29,9 @@ struct rs_step {
   bool recv = false;     ///< its accumulator arrives from the next rank before this step
   bool forward = false;  ///< its result goes to the previous rank at the next step
   bool add_slot = false; ///< c = product + the fp32 accumulator in the slot (bf16, final step)
+  gemm_desc desc;        ///< what `kernel` computes
   std::shared_ptr<const gemm_kernel> kernel;
+  [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
 };
 
 template <class T>
@@ -46,6 +48,7 @@ struct rs_plan final : plan_base {
   engine::ring_window window;
   engine::buffer<std::byte> slots;
   block_types types;
+  b_packing pack;  ///< scattered by rows: every piece reads all of b (packed once per call where the backend can)
   // bulk
   engine::buffer<std::byte> product_ws, result_ws;
   std::vector<int> counts;
@@ -67,14 +70,13 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
   const dtype t = dtype_of<T>(), acc = plan.acc;
   plan.types = block_types(acc);
   // A product into an accumulator (type acc) or, on the last step, into c.
-  auto product = [&](int64_t nr, int64_t nc, int64_t ld, bool accumulate, bool last, bool add_slot = false,
-                     bool ring = true) {
+  auto describe = [&](int64_t nr, int64_t nc, int64_t ld, bool accumulate, bool last, bool add_slot = false) {
     gemm_desc d{nr, nc, k, x.a.ld, x.b.ld, ld, opt.transpose_a, opt.transpose_b, accumulate};
     d.in = t;
     d.out = last ? t : acc;
     if (add_slot) d.addend = true, d.ld_addend = nc, d.addend_type = acc;
     if (last) d.bias = has_bias, d.act = opt.epilogue.activation;
-    return ring ? ctx.make_step_kernel(d) : ctx.make_kernel(d);
+    return d;
   };
   auto block = [&](int shard) {  // output shard `shard` as row and column ranges of C
     range rows{0, plan.m}, cols{0, plan.n};
@@ -92,7 +94,7 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
       plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(rows.len * cols.len, "reduce-scatter count");
       if (!plan.rows || r == 0) {
         const int64_t nr = plan.rows ? plan.m : rows.len, nc = plan.rows ? plan.n : cols.len;
-        plan.bulk_kernels.push_back(product(nr, nc, nc, false, false, false, false));
+        plan.bulk_kernels.push_back(ctx.make_kernel(describe(nr, nc, nc, false, false)));
       }
     }
     // The reduced block lands in c when c is dense and of the accumulator's
@@ -146,11 +148,14 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
         st.forward = nonempty && i < R - 1;
         if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld);
         const int64_t ldc = st.dst_c ? x.c.ld : st.ld;
-        st.kernel = product(st.nr, st.nc, ldc, i > 0 && !st.add_slot, st.dst_c, st.add_slot);
+        st.desc = describe(st.nr, st.nc, ldc, i > 0 && !st.add_slot, st.dst_c, st.add_slot);
+        st.desc.pack_b = plan.rows;  // pieces of a row-scattered output read all of b
+        st.kernel = ctx.make_step_kernel(st.desc);
         plan.steps.push_back(std::move(st));
       }
     }
   }
+  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
   for (auto& st : plan.steps)
     if (!st.acc_in_c) st.slot_offset *= slot_elems * static_cast<int64_t>(size_of(acc));
   plan.slots = engine::buffer<std::byte>(static_cast<size_t>(slot_elems * slots * L) * size_of(acc));
@@ -282,7 +287,7 @@ class rs_ring_pattern {
     const T* b = x_.b.data + (opt_.transpose_b ? st.c0 * x_.b.ld : st.c0);
     const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.rows ? st.c0 : st.c0 - own_);
     void* dst = st.dst_c ? static_cast<void*>(in_c(st)) : piece(st);
-    st.kernel->run(a, b, dst, bias, st.add_slot ? piece(st) : nullptr);
+    st.kernel->run(a, st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias, st.add_slot ? piece(st) : nullptr);
   }
 
   /// The step's accumulator: in c, or in its slot.
@@ -334,6 +339,7 @@ void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_opti
     rs_bulk(ctx, plan, x, opt, bias);
     return;
   }
+  run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
   run_on_ring(ctx, plan, pattern, 2, plan.lanes);
 }
