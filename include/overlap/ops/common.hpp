@@ -248,8 +248,11 @@ struct faulty_pattern {
   [[nodiscard]] engine::transfer recv(int t, int lane) const { return p.recv(t, lane); }
   [[nodiscard]] engine::transfer send(int t, int lane) const { return p.send(t, lane); }
   void compute(int t) {
-    if (t == step && test_fault.stall_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(test_fault.stall_s));
-    else if (t == step) throw error(error_source::backend, -1, "test fault", "injected at ring step " + std::to_string(t + 1));
+    if (t == step) {
+      if (test_fault.stall_s <= 0)
+        throw error(error_source::backend, -1, "test fault", "injected at ring step " + std::to_string(t + 1));
+      maybe_stall(test_fault.rank);
+    }
     p.compute(t);
   }
 };
