@@ -1,7 +1,8 @@
 // Google Benchmark suite for engine pieces on one machine:
 //   gemm/pieces/M/N/K/P/packed
 //                      M x N x K as P row-block GEMMs, the way a ring step
-//                      schedule splits a product (P = 1: one GEMM), reading
+//                      schedule splits a product (P = 1: one GEMM; counter
+//                      plan_choice = 1: the plans' own P for that shape), reading
 //                      B as stored (packed = 0) or packed once per iteration
 //                      (1: what the plans do where oneDNN has a packed layout)
 //   gemm_bf16/pieces/...  the same in bf16 (native or widened, as a context
@@ -78,15 +79,7 @@ struct row_pieces {
   }
 };
 
-/// range(3) pieces (1: one GEMM); range(4): B packed once per run.
-void gemm_pieces(benchmark::State& st, overlap::dtype t) {
-  row_pieces work(st.range(0), st.range(1), st.range(2), st.range(3), t, st.range(4) != 0);
-  for (auto _ : st) work.run();
-  st.counters["GFLOP/s"] = work.rate();
-  st.SetLabel(work.label());
-}
-
-// The 12 pieces of gemm/pieces while a progress thread tests a
+// 12 pieces of the all-gather shape of gemm/pieces while a progress thread tests a
 // pending request (a receive on MPI_COMM_SELF, matched after the loop), as it
 // does during a ring step: what the thread costs the GEMMs on this machine.
 // range(4): the thread's sleep in microseconds (0: yield).
@@ -134,27 +127,71 @@ void ag(benchmark::State& st, overlap::strategy s) {
                                                    benchmark::Counter::kIs1000);
 }
 
-}  // namespace
+// The pieces of the balanced plans `make bench` reports at 2 ranks on a
+// cluster, as each rank computes them: all-gather lhs_rows M = N = K = 2048
+// (B and C column-sharded: 2048 gathered rows x N_r = 1024 x K = 2048) and
+// reduce-scatter rows M = N = K = 2048 (2048 rows x N = 2048 x K_r = 1024),
+// each as P row pieces with P = 2 x the chunks per shard the op's plan
+// chooses (ops/common.hpp plan_chunks, with this CPU's rate knee).
+struct plan_shape {
+  int64_t m, n, k;
+  bool reduce_scatter;
+};
+constexpr plan_shape ag_shape{2048, 1024, 2048, false}, rs_shape{2048, 2048, 1024, true};
 
-// One GEMM, and the pieces of the balanced plans `make bench` reports at 2
-// ranks: all-gather lhs_rows M = N = K = 2048 and reduce-scatter rows
-// M = N = K = 2048 (K_r = 1024), 12 pieces each (6 chunks per shard, the
-// plan's choice), 8 and 16 around them, as stored and packed.
-void gemm_args(benchmark::internal::Benchmark* b) {
-  for (int64_t k : {2048, 1024}) b->Args({2048, 2048, k, 1, 0});
-  for (int64_t k : {2048, 1024})
-    for (int64_t pack : {0, 1}) b->Args({2048, 2048, k, 12, pack});
-  for (int64_t pieces : {8, 16})
-    for (int64_t pack : {0, 1}) b->Args({2048, 2048, 2048, pieces, pack});
+int64_t plan_pieces(const plan_shape& s, bool f32_gemm) {
+  const int64_t knee = overlap::backend::detail::gemm_jit_knee(f32_gemm, s.n);
+  const int64_t shard = s.m / 2, row_bytes = (s.reduce_scatter ? s.n : s.k) * 4;
+  const int chunks = s.reduce_scatter ? overlap::detail::plan_chunks(0, 2, 3, 2, 1, shard, row_bytes, false, knee)
+                                      : overlap::detail::plan_chunks(0, 1, 2, 2, 1, shard, row_bytes, false, knee);
+  return 2 * int64_t{chunks};
+}
+
+bool f32_gemm(overlap::dtype t) {
+  return t == overlap::dtype::f32 || !overlap::backend::detail::native_bf16();
+}
+
+/// range(3) pieces (1: one GEMM); range(4): B packed once per run. Counter
+/// plan_choice: 1 where P is what the plan of that shape uses on this CPU.
+void gemm_pieces(benchmark::State& st, overlap::dtype t) {
+  row_pieces work(st.range(0), st.range(1), st.range(2), st.range(3), t, st.range(4) != 0);
+  for (auto _ : st) work.run();
+  st.counters["GFLOP/s"] = work.rate();
+  const plan_shape& shape = st.range(1) == ag_shape.n && st.range(2) == ag_shape.k ? ag_shape : rs_shape;
+  st.counters["plan_choice"] = st.range(3) == plan_pieces(shape, f32_gemm(t)) ? 1 : 0;
+  st.SetLabel(work.label());
+}
+
+// Per shape: one GEMM; the plan's pieces and 12 pieces (the plans' count
+// where no knee applies), as stored and packed. On the all-gather shape also
+// 4 / 6 / 8 / 16 pieces: the rate as a function of the piece's rows.
+void gemm_args(benchmark::internal::Benchmark* b, overlap::dtype t) {
+  for (const plan_shape& s : {ag_shape, rs_shape}) {
+    b->Args({s.m, s.n, s.k, 1, 0});
+    const int64_t plan = plan_pieces(s, f32_gemm(t));
+    std::vector<int64_t> counts{12};
+    if (plan != 12) counts.push_back(plan);
+    for (int64_t pieces : counts)
+      for (int64_t pack : {0, 1}) b->Args({s.m, s.n, s.k, pieces, pack});
+  }
+  for (int64_t pieces : {4, 6, 8, 16})
+    if (pieces != plan_pieces(ag_shape, f32_gemm(t))) b->Args({ag_shape.m, ag_shape.n, ag_shape.k, pieces, 0});
   b->Unit(benchmark::kMillisecond);
 }
-BENCHMARK_CAPTURE(gemm_pieces, f32, overlap::dtype::f32)->Name("gemm/pieces")->Apply(gemm_args);
-BENCHMARK_CAPTURE(gemm_pieces, bf16, overlap::dtype::bf16)->Name("gemm_bf16/pieces")->Apply(gemm_args);
+
+}  // namespace
+
+BENCHMARK_CAPTURE(gemm_pieces, f32, overlap::dtype::f32)->Name("gemm/pieces")->Apply([](auto* b) {
+  gemm_args(b, overlap::dtype::f32);
+});
+BENCHMARK_CAPTURE(gemm_pieces, bf16, overlap::dtype::bf16)->Name("gemm_bf16/pieces")->Apply([](auto* b) {
+  gemm_args(b, overlap::dtype::bf16);
+});
 BENCHMARK(gemm_steps_with_progress)
     ->Name("gemm/ring_steps_progress_thread")
-    ->Args({2048, 2048, 2048, 12, 100})
-    ->Args({2048, 2048, 2048, 12, 1000})
-    ->Args({2048, 2048, 2048, 12, 0})
+    ->Args({2048, 1024, 2048, 12, 100})
+    ->Args({2048, 1024, 2048, 12, 1000})
+    ->Args({2048, 1024, 2048, 12, 0})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(plan_lookup)->Name("plan/lookup")->Iterations(2000)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(ag, bulk, overlap::strategy::bulk)

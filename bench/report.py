@@ -77,9 +77,9 @@ def targets():
             med = {b["run_name"]: b["GFLOP/s"] for b in json.load(open(path))["benchmarks"]
                    if b.get("aggregate_name") == "median"}
             # (files from before the pieces were renamed call them ring_steps)
-            base = med.get("gemm/pieces/2048/2048/2048/12/0") or med.get("gemm/ring_steps/2048/2048/2048/12")
+            base = med.get("gemm/pieces/2048/1024/2048/12/0")
             for sleep, name in (("100", "sleeps 100 us"), ("1000", "sleeps 1000 us"), ("0", "yields")):
-                with_thread = med.get(f"gemm/ring_steps_progress_thread/2048/2048/2048/12/{sleep}")
+                with_thread = med.get(f"gemm/ring_steps_progress_thread/2048/1024/2048/12/{sleep}")
                 if base and with_thread:
                     t.append(f"| (P1) | progress thread cost, {os.path.basename(path)}: 12 ring-step GEMMs, 2 ranks on "
                              f"{os.cpu_count()} cores, thread {name} testing a pending request | "
@@ -111,35 +111,76 @@ def trace_note(op):
             f"share this machine's {os.cpu_count()} cores")
 
 
-def p5_rows():
-    """P5 from bench/pieces.sh: 12 pieces against one GEMM, per ISA and rank count; with several ranks
-    computing at once each rank's own ratio is taken and the worst rank reported."""
-    rows = []
+def pieces_medians():
+    """bench/pieces.sh output: (isa, ranks, [per-rank {run_name: median}]) per file set."""
     for isa in ("native", "AVX2"):
         for path_0 in sorted(glob.glob(os.path.join(out_dir, f"engine-{isa}-*ranks.0.json"))):
             n = int(re.search(r"-(\d+)ranks\.0\.json$", path_0).group(1))
             ranks = [json.load(open(path_0.replace(".0.json", f".{r}.json")))["benchmarks"] for r in range(n)]
-            meds = [{b["run_name"]: b for b in bs if b.get("aggregate_name") == "median"} for bs in ranks]
-            for dt in ("gemm", "gemm_bf16"):
-                for k in (2048, 1024):
-                    one = f"{dt}/pieces/2048/2048/{k}/1/0"
-                    for packed in (0, 1):
-                        name = f"{dt}/pieces/2048/2048/{k}/12/{packed}"
-                        if not all(one in m and name in m for m in meds):
-                            continue
-                        ratios = [m[name]["GFLOP/s"] / m[one]["GFLOP/s"] for m in meds]
-                        worst = min(range(n), key=lambda r: ratios[r])
-                        m = meds[worst]
-                        who = "1 rank alone" if n == 1 else f"{n} ranks computing at once (worst rank)"
-                        kernel = m[name].get("label", "?")
-                        if packed and "once" not in kernel:
-                            continue  # no packed layout at this ISA: the same pieces as above
-                        rows.append(f"| P5 | {who}, ISA {isa}, {'bf16' if dt.endswith('bf16') else 'f32'}, "
-                                    f"2048 x 2048 x {k} as 12 pieces, {kernel} | "
-                                    f"{m[name]['GFLOP/s'] / 1e9:.1f} vs {m[one]['GFLOP/s'] / 1e9:.1f} GFLOP/s "
-                                    f"(one GEMM, B as stored) = {100 * ratios[worst]:.1f}% | >= 90% | "
-                                    f"{verdict(ratios[worst], 0.90, False)} |")
+            yield isa, n, [{b["run_name"]: b for b in bs if b.get("aggregate_name") == "median"} for bs in ranks]
+
+
+def p5_rows():
+    """P5 from bench/pieces.sh: the plans' pieces (plan_choice = 1) against one GEMM, per ISA and rank count,
+    and 12 pieces where the plan chooses otherwise; with several ranks computing at once each rank's own
+    ratio is taken and the worst rank reported."""
+    rows = []
+    for isa, n, meds in pieces_medians():
+        for dt in ("gemm", "gemm_bf16"):
+            for shape in ("2048/1024/2048", "2048/2048/1024"):
+                one = f"{dt}/pieces/{shape}/1/0"
+                names = sorted((nm for nm in meds[0] if re.fullmatch(rf"{dt}/pieces/{shape}/\d+/[01]", nm)
+                                and not nm.endswith("/1/0")), key=lambda nm: [int(x) for x in nm.split("/")[-2:]])
+                for name in names:
+                    if not all(one in m and name in m for m in meds):
+                        continue
+                    pieces, packed = (int(x) for x in name.split("/")[-2:])
+                    plan = meds[0][name].get("plan_choice", 0) == 1
+                    if not plan and pieces != 12:
+                        continue  # the sweep's rows: pieces_sweep()
+                    ratios = [m[name]["GFLOP/s"] / m[one]["GFLOP/s"] for m in meds]
+                    worst = min(range(n), key=lambda r: ratios[r])
+                    m = meds[worst]
+                    who = "1 rank alone" if n == 1 else f"{n} ranks computing at once (worst rank)"
+                    kernel = m[name].get("label", "?")
+                    if packed and "once" not in kernel:
+                        continue  # no packed layout at this ISA: the same pieces as above
+                    what = "the plan's" if plan else "not the plan's count here"
+                    op = "all-gather" if shape == "2048/1024/2048" else "reduce-scatter"
+                    rows.append(f"| P5 | {who}, ISA {isa}, {'bf16' if dt.endswith('bf16') else 'f32'}, {op} pieces: "
+                                f"{shape.replace('/', ' x ')} as {pieces} pieces ({what}), {kernel} | "
+                                f"{m[name]['GFLOP/s'] / 1e9:.1f} vs {m[one]['GFLOP/s'] / 1e9:.1f} GFLOP/s "
+                                f"(one GEMM, B as stored) = {100 * ratios[worst]:.1f}% | >= 90% | "
+                                f"{verdict(ratios[worst], 0.90, False) if plan else 'for reference'} |")
     return rows
+
+
+def pieces_sweep():
+    """The pieces' rate as a function of their rows (f32, 2048 x 2048 x 2048, B as stored), worst rank."""
+    out = []
+    for isa, n, meds in pieces_medians():
+        one = "gemm/pieces/2048/1024/2048/1/0"
+        if not all(one in m for m in meds):
+            continue
+        cells = []
+        for pieces in (4, 6, 8, 12, 16):
+            name = f"gemm/pieces/2048/1024/2048/{pieces}/0"
+            if all(name in m for m in meds):
+                worst = min(m[name]["GFLOP/s"] / m[one]["GFLOP/s"] for m in meds)
+                cells.append(f"{2048 // pieces} rows: {100 * worst:.0f}%")
+        who = "1 rank alone" if n == 1 else f"{n} ranks at once"
+        kernel = meds[0][one].get("label", "?")
+        out.append(f"| {isa} ({kernel}) | {who} | " + " | ".join(cells) + " |")
+    if not out:
+        return []
+    return (["### Piece rate against piece rows", "",
+             "f32 2048 x 1024 x 2048 (the all-gather pieces at 2 ranks: N_r = 1024) as P row pieces, B as "
+             "stored, rate of the pieces over one GEMM's (worst rank, medians; bench/engine_bench.cpp "
+             "gemm/pieces). Below AVX-512 oneDNN's sgemm switches to its no-copy kernels when "
+             "1/rows + 1/N >= 0.0038, here under 355 rows (backend/onednn.hpp gemm_jit_knee); the plans keep "
+             "pieces above that knee.", "",
+             "| ISA (kernel) | ranks | 4 pieces | 6 | 8 | 12 | 16 |", "|---|---|---|---|---|---|---|"]
+            + out + [""])
 
 
 def gemm_path_table():
@@ -203,6 +244,7 @@ lines = ["# Results", "",
 lines += targets()
 lines += policy_tables()
 lines += gemm_path_table()
+lines += pieces_sweep()
 for run in runs:
     rows = [json.loads(l) for l in open(os.path.join(out_dir, run + ".jsonl"))]
     if not rows:

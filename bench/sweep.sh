@@ -113,7 +113,7 @@ bash "$here/pieces.sh" "$engine" "$out" $reps || exit 1
 # with GEMMs for the cores as in a ring (each rank writes its own file).
 echo "[engine] progress thread cost, 2 ranks" >&2
 OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe --bind-to none sh -c 'exec "$0" \
-  --benchmark_filter="gemm/(pieces/2048/2048/2048/12/0|ring_steps_progress_thread/2048/2048/2048/12/)" \
+  --benchmark_filter="gemm/(pieces/2048/1024/2048/12/0|ring_steps_progress_thread/2048/1024/2048/12/)" \
   --benchmark_repetitions="$1" \
   --benchmark_enable_random_interleaving=true --benchmark_out="$2.$OMPI_COMM_WORLD_RANK.json" \
   --benchmark_out_format=json > /dev/null' "$engine" "$reps" "$out/engine-2ranks" || exit 1

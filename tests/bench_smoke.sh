@@ -16,7 +16,8 @@ python3 - "$json" <<'PY'
 import json, sys
 fields = ["op", "variant", "strategy", "dtype", "ranks", "m", "n", "k", "time_ms", "compute_only_ms",
           "comm_only_ms", "bulk_ms", "speedup_vs_bulk", "max_rel_err", "limit_ms", "ratio_to_limit", "transport",
-          "gemm_path"]
+          "gemm_path", "one_gemm_ms", "bulk_comm_only_ms", "stable_limit_ms", "ratio_to_stable_limit",
+          "decomposition_overhead"]
 rows = [json.loads(line) for line in open(sys.argv[1])]
 strategies = {(r["op"], r["variant"], r["dtype"], r["strategy"]) for r in rows}
 ring = ("bulk", "ring", "bidirectional")
@@ -37,5 +38,11 @@ for r in rows:
     # Decomposed strategies report their own schedule's compute-only and comm-only times.
     own = r["own_comm_only_ms"] is not None and r["own_compute_only_ms"] is not None
     assert own == (r["strategy"] in ("ring", "bidirectional")), r
+    # The stable limit: one GEMM of the whole work (bulk's, alone) against the schedule's transfers.
+    assert r["one_gemm_ms"] > 0 and r["bulk_comm_only_ms"] > 0, r
+    assert r["stable_limit_ms"] == max(r["one_gemm_ms"], r["comm_only_ms"]), r
+    assert (r["decomposition_overhead"] is not None) == own, r
+    if own:
+        assert abs(r["decomposition_overhead"] - r["own_compute_only_ms"] / r["one_gemm_ms"]) < 1e-9, r
 print(f"overlap-bench smoke test: {len(rows)} cases, all fields present, results verified")
 PY

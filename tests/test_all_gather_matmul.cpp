@@ -108,4 +108,38 @@ TEST(ag_double, matches_reference) {
       run_ag_case<double>(ctx, {variant, strat, 13, 7, 11, split::skewed, 1, true, seed++});
 }
 
+// Benchmark phases (config.phases), bulk and ring alike, lhs_rows with
+// uneven shards: comm only leaves C as it was and still gathers A into
+// gathered_out; compute only skips every transfer, so a rank's own rows of C
+// (its shard times B) are right and nothing else is promised.
+TEST(ag_phases, each_half_alone) {
+  const int R = world_size(), p = world_rank();
+  const int64_t n = 9, k = 11;
+  const std::vector<int64_t> rows = shard_sizes(5 * R + 3, R, split::skewed);
+  const int64_t m = offset_of(rows, R), mine = rows[static_cast<size_t>(p)], r0 = offset_of(rows, p);
+  const matrix<float> a = random_matrix<float>(m, k, 1), b = random_matrix<float>(k, n, 2);
+  const matrix<float> ap = slice(a, r0, 0, mine, k);
+  const reference ref = naive_matmul(a, b);
+  for (const auto strat : {strategy::bulk, strategy::ring})
+    for (const auto ph : {overlap::ring_phases::comm_only, overlap::ring_phases::compute_only}) {
+      SCOPED_TRACE(std::string(overlap::to_string(strat)) +
+                   (ph == overlap::ring_phases::comm_only ? " comm only" : " compute only"));
+      overlap::config cfg;
+      cfg.phases = ph;
+      overlap::context ctx(MPI_COMM_WORLD, cfg);
+      matrix<float> c(m, n), out(m, k);
+      for (auto& v : c.data) v = -7.0f;
+      overlap::ag_options opt;
+      opt.strategy = strat;
+      overlap::all_gather_matmul<float>(ctx, ap.cview(), b.cview(), c.view(), out.view(), opt);
+      if (ph == overlap::ring_phases::comm_only) {
+        for (float v : c.data) ASSERT_EQ(v, -7.0f);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < k; ++j) ASSERT_EQ(out(i, j), a(i, j)) << i << "," << j;
+      } else {
+        expect_near_block(slice(c, r0, 0, mine, n), ref, r0, 0, k, "own rows");
+      }
+    }
+}
+
 }  // namespace

@@ -118,5 +118,35 @@ TEST(plan_chunks, rules) {
   EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, 1024, false), 2);   // 1 KiB rows: 512 KiB needs 512 rows
   EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 4096, 1024, false), 6);   // 682 rows of 1 KiB
   EXPECT_EQ(plan_chunks(0, 2, 3, 8, 1, 1024, row, false), 3);    // preferred above 12 / 8
+  // A kernel's rate knee raises the 128-row floor: 1024 rows as 3 chunks of 341.
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, false, 302), 3);
+  EXPECT_EQ(plan_chunks(0, 2, 3, 2, 1, 1024, row, false, 302), 3);
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, false, 600), 1);  // one 1024-row piece per shard
+  EXPECT_EQ(plan_chunks(0, 2, 3, 2, 1, 1024, row, false, 600), 2);  // reduce-scatter's minimum wins
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, false, 100), 6);  // below 128: no change
+  EXPECT_EQ(plan_chunks(4, 1, 2, 2, 1, 1024, row, false, 600), 4);  // configured counts still win
+}
+
+// oneDNN 2.6's sgemm below AVX-512 reads B in place ("no copy") when
+// 1/m + 1/n >= 0.0038; the knee is the smallest extent on the copy side,
+// checked here against that rule by brute force. Elsewhere there is none.
+TEST(gemm_jit_knee, smallest_extent_on_the_copy_side) {
+  using overlap::backend::detail::gemm_jit_knee;
+  const auto isa = dnnl::get_effective_cpu_isa();
+  const bool applies = isa == dnnl::cpu_isa::avx || isa == dnnl::cpu_isa::avx2 || isa == dnnl::cpu_isa::avx2_vnni;
+  for (int64_t other : {1, 100, 263, 264, 300, 512, 1000, 2048, 4096, 1 << 20}) {
+    const int64_t knee = gemm_jit_knee(true, other);
+    EXPECT_EQ(gemm_jit_knee(false, other), 0) << other;  // bf16 kernels have no such switch
+    if (!applies || 1.0 / double(other) >= 0.0038) {
+      EXPECT_EQ(knee, 0) << other;
+      continue;
+    }
+    auto nocopy = [&](int64_t m) { return 1.0 / double(m) + 1.0 / double(other) >= 0.0038; };
+    EXPECT_FALSE(nocopy(knee)) << other;
+    EXPECT_TRUE(nocopy(knee - 1)) << other;
+  }
+  if (applies) {
+    EXPECT_EQ(gemm_jit_knee(true, 2048), 302);
+  }
 }
 }  // namespace

@@ -66,9 +66,10 @@ enum class bf16_gemm {
   return "?";
 }
 
-/// Which halves of a ring schedule run. Anything but `both` gives wrong
-/// results: it exists so benchmarks can time the same schedule's GEMMs alone
-/// and transfers alone (the two sides of the limit max(compute, comm)).
+/// Which halves of a schedule run. Anything but `both` gives wrong results:
+/// it exists so benchmarks can time a ring schedule's GEMMs alone and its
+/// transfers alone (the two sides of the limit max(compute, comm)), and the
+/// bulk strategy's one GEMM alone and its one collective alone.
 enum class ring_phases { both, compute_only, comm_only };
 
 /// Settings of a context. Every field that changes the communication schedule
@@ -83,7 +84,9 @@ struct config {
   /// yield instead (a busy thread: only sensible with a spare core).
   std::chrono::microseconds progress_interval{100};
   /// progress_policy::poll: row bands each ring GEMM is split into (>= 1);
-  /// the requests are tested between two bands.
+  /// the requests are tested between two bands. Fewer where a band would be
+  /// thinner than the GEMM path's rate knee (below AVX-512, about 300 rows
+  /// for oneDNN; see docs/design.md).
   int poll_chunks = 4;
   /// Chunks each all-gathered shard is split into (ring steps per shard), >= 1;
   /// 0: the plan chooses (see docs/design.md).
@@ -130,7 +133,7 @@ struct setting {
       {"OVERLAP_BACKEND", "automatic|onednn|eigen", "automatic", "GEMM library (automatic: oneDNN for f32/bf16, Eigen for f64)"},
       {"OVERLAP_PROGRESS", "thread|poll|none", "thread", "progress policy of the ring engine"},
       {"OVERLAP_PROGRESS_INTERVAL_US", "0..1000000", "100", "progress thread sleep between tests; 0 = yield"},
-      {"OVERLAP_POLL_CHUNKS", "1..1024", "4", "poll policy: GEMM row bands per ring step"},
+      {"OVERLAP_POLL_CHUNKS", "1..1024", "4", "poll policy: GEMM row bands per ring step (fewer below the GEMM rate knee)"},
       {"OVERLAP_AG_CHUNKS", "0..1024", "0", "ring steps per all-gathered shard (0: the plan chooses)"},
       {"OVERLAP_RS_CHUNKS", "0|2..1024", "0", "ring steps per reduce-scattered shard (0: the plan chooses)"},
       {"OVERLAP_BF16_GEMM", "automatic|native|widened", "automatic",

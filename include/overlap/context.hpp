@@ -138,6 +138,14 @@ class context {
   }
 
   // ---- for the ops (not part of the stable API) ----
+  /// Fewest output rows (or columns) a ring piece of t should have when its
+  /// other output extent is `other`, for this rank's GEMM path to keep one
+  /// GEMM's rate (backend::detail::gemm_jit_knee; 0: no knee). Local: callers
+  /// pass a global `other` so that every rank on the same ISA agrees.
+  [[nodiscard]] int64_t piece_knee(dtype t, int64_t other) const {
+    if (backend_for(t) == backend_kind::eigen) return 0;
+    return backend::detail::gemm_jit_knee(t == dtype::f32 || (t == dtype::bf16 && widen_bf16_), other);
+  }
   [[nodiscard]] std::shared_ptr<const gemm_kernel> make_kernel(const gemm_desc& d) {
     if (backend_for(d.in) == backend_kind::eigen) return eigen_.make(d);
     if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
@@ -145,9 +153,11 @@ class context {
   }
   /// The kernel of a ring step: under progress_policy::poll, poll_chunks row
   /// bands of C with an MPI_Testall of the outstanding requests between two
-  /// bands; otherwise make_kernel(d).
+  /// bands, but no band thinner than the GEMM path's rate knee (piece_knee:
+  /// fewer bands rather than slower ones); otherwise make_kernel(d).
   [[nodiscard]] std::shared_ptr<const gemm_kernel> make_step_kernel(const gemm_desc& d) {
-    const int64_t bands = std::min<int64_t>(cfg_.poll_chunks, d.m);
+    const int64_t knee = piece_knee(d.in, d.n);
+    const int64_t bands = std::min<int64_t>(cfg_.poll_chunks, knee > 0 ? d.m / knee : d.m);
     if (cfg_.progress != progress_policy::poll || bands < 2 || d.n == 0) return make_kernel(d);
     std::vector<banded_kernel::band> parts;
     for (int64_t i = 0; i < bands; ++i) {

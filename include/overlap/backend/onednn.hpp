@@ -66,6 +66,34 @@ inline const char* effective_isa() {
   }
 }
 
+/// The smallest extent a piece's output may have along the dimension a ring
+/// splits, given its other output extent `other`, for the GEMM to keep the
+/// rate of one GEMM of the same work; 0 when nothing is known (no knee).
+///
+/// Below AVX-512, oneDNN 2.6 runs f32 matmuls as its gemm:jit sgemm, which
+/// switches to its "no-copy" kernels (B read in place, no packing) when
+/// 1/m + 1/n >= 0.0038 (src/cpu/gemm/gemm_driver.cpp, nocopy_checker_avx2;
+/// symmetric in m and n). Measured at ISA AVX2, 2 ranks computing at once,
+/// N = K = 2048: 256-row pieces (no-copy) run at 58-60% of one GEMM's rate and
+/// 341-row pieces (copy-based) at 96%; at K = 1024 the no-copy pieces swing
+/// between 58% and 92% from run to run (bench/engine_bench.cpp,
+/// gemm/pieces; docs/results.md). So pieces stay on the copy-based side:
+/// extent > 1 / (0.0038 - 1/other). When `other` is so small that no extent
+/// qualifies, or at AVX-512 (brgemm kernels, no such switch) and SSE4.1
+/// (copy-based only), there is no knee. `f32_gemm`: the pieces multiply in
+/// f32 (f32 operands, or bf16 widened to f32).
+inline int64_t gemm_jit_knee(bool f32_gemm, int64_t other) {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx:
+    case dnnl::cpu_isa::avx2:
+    case dnnl::cpu_isa::avx2_vnni: break;
+    default: return 0;
+  }
+  constexpr double nocopy_threshold = 0.0038;
+  if (!f32_gemm || other <= 0 || 1.0 / double(other) >= nocopy_threshold) return 0;
+  return static_cast<int64_t>(1.0 / (nocopy_threshold - 1.0 / double(other))) + 1;
+}
+
 /// Whether oneDNN can create a bf16 matmul here (2.6 has none below
 /// AVX512_CORE). Probed once per process by creating a tiny primitive.
 inline bool native_bf16() {

@@ -271,7 +271,9 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
                                 "ag_options.transpose_a", "ag_options.transpose_b", "ag_options.epilogue.activation",
                                 "config.phases"};
   std::vector<int64_t> mine = options;
-  mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols, x.has_out, x.out.rows, x.out.cols});
+  mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols, x.has_out, x.out.rows, x.out.cols,
+                           // Pieces split op(X)'s output dimension; this rank's GEMM keeps its rate above this many.
+                           ctx.piece_knee(dtype_of<T>(), geo.lhs ? x.c.cols : x.c.rows)});
   plan_key key = mine;
   // The bias is this rank's own business (it touches only this rank's c).
   key.insert(key.end(), {opt.epilogue.bias != nullptr, static_cast<int64_t>(checks.id()), backend,
@@ -288,7 +290,7 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
   const size_t o = options.size();
   const size_t ar = o, ac = o + 1, br = o + 2, bc = o + 3, cr = o + 4, cc = o + 5, has_out = o + 6, outr = o + 7,
-               outc = o + 8;
+               outc = o + 8, knee = o + 9;
   // The dimension every rank must agree on, and the sharded one that sums up.
   const size_t agreed = geo.lhs ? (geo.shard_rows ? ac : ar) : (geo.shard_rows ? bc : br);
   const size_t sharded = geo.lhs ? (geo.shard_rows ? ar : ac) : (geo.shard_rows ? br : bc);
@@ -336,7 +338,10 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   const int64_t chunk_extent = (cr_ ? full.stored_rows() : full.stored_cols()) / (sr == cr_ ? R : 1) / lanes;
   const int64_t bytes_per_unit =
       (cr_ ? full.stored_cols() : full.stored_rows()) / (sr == cr_ ? 1 : R) * static_cast<int64_t>(sizeof(T));
-  const int used_chunks = plan_chunks(chunks, 1, 2, R, lanes, chunk_extent, bytes_per_unit, ctx.one_node());
+  int64_t knee_units = 0;
+  for (int r = 0; r < R; ++r) knee_units = std::max(knee_units, at(r, knee));
+  const int used_chunks =
+      plan_chunks(chunks, 1, 2, R, lanes, chunk_extent, bytes_per_unit, ctx.one_node(), knee_units);
   const std::string summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) +
                               " ranks: " + to_string(chosen) + ", sharded sizes [" + list(sizes) + "], op(X) " +
                               std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols);
@@ -434,16 +439,18 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
   // a derived datatype (seen with doubles at 3 ranks), so none is used here.
   copy_block<T>(local, {dst + plan.displs[static_cast<size_t>(ctx.rank())], local.rows, local.cols});
   const MPI_Datatype type = mpi_type_of(dtype_of<T>());
-  run_collective(
-      ctx, plan, "MPI_Allgatherv",
-      [&] {
-        return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
-                              ctx.comm());
-      },
-      [&](MPI_Request* r) {
-        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
-                               ctx.comm(), r);
-      });
+  const ring_phases phases = ctx.config().phases;  // benchmarks time each half alone
+  if (phases != ring_phases::compute_only)
+    run_collective(
+        ctx, plan, "MPI_Allgatherv",
+        [&] {
+          return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
+                                ctx.comm());
+        },
+        [&](MPI_Request* r) {
+          return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
+                                 ctx.comm(), r);
+        });
   const matrix_view<T> xv = x.has_out ? x.out : matrix_view<T>(plan.gather_ws.data(), srows, scols);
   if (sr) {
     if (x.has_out && !plan.gather_into_out) copy_block<T>({dst, srows, scols}, x.out);
@@ -453,6 +460,7 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
       copy_block<T>({dst + off * srows, srows, len}, xv.block(0, off, srows, len));
     }
   }
+  if (phases == ring_phases::comm_only) return;
   run_local_step(ctx, plan, [&] {
     if (geo.lhs) plan.bulk_kernel->run(xv.data, x.b.data, x.c.data, bias);
     else plan.bulk_kernel->run(x.a.data, xv.data, x.c.data, bias);

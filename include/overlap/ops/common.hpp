@@ -171,9 +171,13 @@ inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks, bool o
 /// 1 / (ranks * lanes * chunks) of the work, so the plan aims at 12 pieces or
 /// more in all, while keeping each piece's message >= 512 KiB (per-message
 /// latency; on TCP this size still streams at the link rate) and its product
-/// >= 128 rows of output (oneDNN on one core, 2048 x 2048 x 2048 as 8 / 12 /
-/// 16 row pieces: 100-102% / 92-95% / 90-96% of one GEMM's rate over several
-/// runs; bench/engine_bench.cpp, docs/results.md).
+/// at least max(128, knee_units) wide along the split dimension: 128 rows for
+/// any kernel (oneDNN brgemm at AVX-512, 2048 x 2048 x 2048 as 8 / 12 / 16 row
+/// pieces: 100-102% / 92-95% / 90-96% of one GEMM's rate), and knee_units,
+/// the largest over ranks of context::piece_knee (below AVX-512 oneDNN's
+/// sgemm switches to slower kernels for thinner pieces; at 2 ranks computing
+/// at once 256-row pieces ran at 58% of one GEMM and 341-row pieces at 96%,
+/// bench/engine_bench.cpp, docs/results.md).
 /// It also starts from `preferred` chunks, which give the engine's window
 /// two messages in flight per lane (all-gather: 2, reduce-scatter: 3; one
 /// in flight stalls TCP links, see docs/design.md). min_chunks is 2 for
@@ -184,12 +188,13 @@ inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks, bool o
 /// (comm only is 1-3% of compute there, docs/results.md), so the plan takes
 /// min_chunks, the fewest and largest GEMMs.
 inline int plan_chunks(int configured, int min_chunks, int preferred, int ranks, int lanes, int64_t piece_units,
-                       int64_t bytes_per_unit, bool one_node) {
+                       int64_t bytes_per_unit, bool one_node, int64_t knee_units = 0) {
   if (configured > 0) return configured;
   if (one_node) return min_chunks;
   const int pieces = ranks * lanes;
+  const int64_t min_units = std::max<int64_t>(128, knee_units);
   int c = std::max({min_chunks, preferred, (12 + pieces - 1) / pieces});
-  while (c > min_chunks && (piece_units / c < 128 || piece_units / c * bytes_per_unit < (int64_t{512} << 10))) --c;
+  while (c > min_chunks && (piece_units / c < min_units || piece_units / c * bytes_per_unit < (int64_t{512} << 10))) --c;
   return c;
 }
 

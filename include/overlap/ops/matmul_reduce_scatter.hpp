@@ -196,7 +196,9 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
                                 "rs_options.transpose_a", "rs_options.transpose_b", "rs_options.epilogue.activation",
                                 "rs_options.bf16_transfers", "config.phases"};
   std::vector<int64_t> mine = options;
-  mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols});
+  mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols,
+                           // Pieces split the scattered dimension; this rank's GEMM keeps its rate above this many.
+                           ctx.piece_knee(dtype_of<T>(), opt.scattered == scattered::rows ? lb.cols : la.rows)});
   plan_key key = mine;
   // The bias is this rank's own business (it touches only this rank's c).
   key.insert(key.end(), {opt.epilogue.bias != nullptr, static_cast<int64_t>(checks.id()), backend,
@@ -210,7 +212,7 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   const int R = ctx.size();
   auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * nv + i]; };
   auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
-  const size_t o = options.size(), ar = o, bc = o + 3, cr = o + 4, cc = o + 5;
+  const size_t o = options.size(), ar = o, bc = o + 3, cr = o + 4, cc = o + 5, knee = o + 6;
   const bool rows = opt.scattered == scattered::rows;
   std::vector<int64_t> sizes(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
@@ -236,9 +238,11 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
          std::to_string(plan->layout.total()) + ") must equal " + (rows ? an + ".rows (M = " : bn + ".cols (N = ") +
          std::to_string(want) + ")");
   // Chunks split the scattered dimension; the choice depends on global sizes only.
+  int64_t knee_units = 0;
+  for (int r = 0; r < R; ++r) knee_units = std::max(knee_units, at(r, knee));
   const int used_chunks = plan_chunks(chunks, 2, 3, R, plan->lanes, want / R / plan->lanes,
                                       (rows ? plan->n : plan->m) * static_cast<int64_t>(size_of(plan->acc)),
-                                      ctx.one_node());
+                                      ctx.one_node(), knee_units);
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({static_cast<int64_t>(checks.id())}));
   plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
@@ -308,26 +312,30 @@ template <class T>
 void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias) {
   std::byte* ws = plan.product_ws.data();
   const auto acc_size = static_cast<int64_t>(size_of(plan.acc));
-  run_local_step(ctx, plan, [&] {
-    if (plan.rows) {
-      plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
-    } else {
-      for (int r = 0; r < ctx.size(); ++r) {
-        const int64_t off = plan.layout.offset(r);
-        const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
-        plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
+  const ring_phases phases = ctx.config().phases;  // benchmarks time each half alone
+  if (phases != ring_phases::comm_only) {
+    run_local_step(ctx, plan, [&] {
+      if (plan.rows) {
+        plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
+      } else {
+        for (int r = 0; r < ctx.size(); ++r) {
+          const int64_t off = plan.layout.offset(r);
+          const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
+          plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
+        }
       }
-    }
-  });
+    });
+  }
   const bool via_ws = plan.finish.addend;
   void* dst = via_ws ? static_cast<void*>(plan.result_ws.data()) : static_cast<void*>(x.c.data);
   const MPI_Datatype type = mpi_type_of(plan.acc);
-  run_collective(
-      ctx, plan, "MPI_Reduce_scatter",
-      [&] { return MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm()); },
-      [&](MPI_Request* r) { return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r); });
+  if (phases != ring_phases::compute_only)
+    run_collective(
+        ctx, plan, "MPI_Reduce_scatter",
+        [&] { return MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm()); },
+        [&](MPI_Request* r) { return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r); });
   // c = act(reduced + bias) (the pass also converts an fp32 result to bf16).
-  run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data());
+  if (phases != ring_phases::comm_only) run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data());
 }
 
 template <class T>
