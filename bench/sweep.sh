@@ -78,6 +78,15 @@ if reason=$("$here/vcluster/vcluster" check 2>&1); then
       grep "^overlap: ring step" | sed "s/^/${op%% *} /"
   done > "$out/star2-trace.txt" || exit 1
   runs+=(star2)
+  # The balanced shapes again with oneDNN capped at AVX2 (the CPUs most
+  # clusters have; issue 11's P2).
+  rm -f "$out/star2-avx2.jsonl"
+  for op in "ag -m 2048 -k 2048 -n 2048" "rs -m 2048 -n 2048 -k 2048"; do
+    echo "[star2] ISA AVX2: ${op}" >&2
+    # shellcheck disable=SC2086
+    "$vc" run -np 2 env ONEDNN_MAX_CPU_ISA=AVX2 "$bench" --op $op --strategies ring --no-peers --iters $iters \
+      --json "$out/star2-avx2.jsonl" > /dev/null || exit 1
+  done
   "$vc" up --nodes 4 --rate 1gbit --topology ring >&2 || exit 1
   OVERLAP_TRANSPORT="tcp, emulated 4-node ring, 1 Gbit/s per link" sweep ring4 "$sizes" "$vc" run -np 4 || exit 1
   # Bidirectional against one-way on a strongly comm-bound shape (32 MiB
@@ -103,6 +112,13 @@ shm=(mpirun -np 2 --oversubscribe --bind-to none)
 sweep shm2 "$shm_sizes" "${shm[@]}" || exit 1
 policies shm2 "${shm[@]}" || exit 1
 runs+=(shm2)
+rm -f "$out/shm2-avx2.jsonl"
+for op in "ag -m 2048 -k 2048 -n 2048" "rs -m 2048 -n 2048 -k 2048"; do
+  echo "[shm2] ISA AVX2: ${op}" >&2
+  # shellcheck disable=SC2086
+  "${shm[@]}" -x ONEDNN_MAX_CPU_ISA=AVX2 "$bench" --op $op --strategies ring --no-peers --iters $iters \
+    --json "$out/shm2-avx2.jsonl" > /dev/null || exit 1
+done
 # f32 and bf16 GEMM paths (native, widened) at this ISA and capped at AVX2.
 bash "$here/gemm_paths.sh" "$bench" "$out/gemm-paths.jsonl" $iters || exit 1
 # P5: ring pieces against one GEMM, alone and with every core computing, at
