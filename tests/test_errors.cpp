@@ -129,6 +129,19 @@ TEST(context_errors, double_on_onednn_is_rejected) {
   EXPECT_THROW(overlap::all_gather_matmul<double>(ctx, a.cview(), b.cview(), c.view()), std::invalid_argument);
 }
 
+// One rank's backend cannot multiply the dtype: every rank hears of it, also
+// the ranks whose backend can (nothing on the bad rank may throw before the
+// ranks agree, the plan's rate knee included).
+TEST_F(fixture, backend_without_the_dtype_on_one_rank) {
+  overlap::config cfg;
+  cfg.backend = p == last ? overlap::backend_kind::eigen : overlap::backend_kind::automatic;
+  overlap::context mixed(MPI_COMM_WORLD, cfg);
+  matrix<overlap::bfloat16> x(2, 2), y(2, 2), z(2 * static_cast<int64_t>(ctx.size()), 2);
+  expect_all_ranks_reject(ctx, [&] {
+    overlap::all_gather_matmul<overlap::bfloat16>(mixed, x.cview(), y.cview(), z.view());
+  }, "no bf16 matmul");
+}
+
 TEST(context_errors, bad_environment_value) {
   setenv("OVERLAP_AG_CHUNKS", "zero", 1);
   EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);

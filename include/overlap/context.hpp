@@ -140,11 +140,13 @@ class context {
   // ---- for the ops (not part of the stable API) ----
   /// Fewest output rows (or columns) a ring piece of t should have when its
   /// other output extent is `other`, for this rank's GEMM path to keep one
-  /// GEMM's rate (backend::detail::gemm_jit_knee; 0: no knee). Local: callers
-  /// pass a global `other` so that every rank on the same ISA agrees.
-  [[nodiscard]] int64_t piece_knee(dtype t, int64_t other) const {
-    if (backend_for(t) == backend_kind::eigen) return 0;
-    return backend::detail::gemm_jit_knee(t == dtype::f32 || (t == dtype::bf16 && widen_bf16_), other);
+  /// GEMM's rate (backend::detail::gemm_jit_knee; 0: no knee). Local and
+  /// never throws (it runs before the ranks agree, also on input that
+  /// backend_for rejects): the ops put each rank's knee in the table the
+  /// ranks exchange and plan with the largest.
+  [[nodiscard]] int64_t piece_knee(dtype t, int64_t other) const noexcept {
+    if (t == dtype::f64 || cfg_.backend == backend_kind::eigen) return 0;  // Eigen: no knee
+    return backend::detail::gemm_jit_knee(t == dtype::f32 || widen_bf16_, other);
   }
   [[nodiscard]] std::shared_ptr<const gemm_kernel> make_kernel(const gemm_desc& d) {
     if (backend_for(d.in) == backend_kind::eigen) return eigen_.make(d);

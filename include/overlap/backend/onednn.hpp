@@ -73,16 +73,14 @@ inline const char* effective_isa() {
 /// Below AVX-512, oneDNN 2.6 runs f32 matmuls as its gemm:jit sgemm, which
 /// switches to its "no-copy" kernels (B read in place, no packing) when
 /// 1/m + 1/n >= 0.0038 (src/cpu/gemm/gemm_driver.cpp, nocopy_checker_avx2;
-/// symmetric in m and n). Measured at ISA AVX2, 2 ranks computing at once,
-/// N = K = 2048: 256-row pieces (no-copy) run at 58-60% of one GEMM's rate and
-/// 341-row pieces (copy-based) at 96%; at K = 1024 the no-copy pieces swing
-/// between 58% and 92% from run to run (bench/engine_bench.cpp,
-/// gemm/pieces; docs/results.md). So pieces stay on the copy-based side:
+/// symmetric in m and n). Pieces on the no-copy side lose much of one GEMM's
+/// rate, unreliably (measurements: docs/design.md, "Pieces: shapes from
+/// measured rates"), so pieces stay on the copy-based side:
 /// extent > 1 / (0.0038 - 1/other). When `other` is so small that no extent
 /// qualifies, or at AVX-512 (brgemm kernels, no such switch) and SSE4.1
 /// (copy-based only), there is no knee. `f32_gemm`: the pieces multiply in
 /// f32 (f32 operands, or bf16 widened to f32).
-inline int64_t gemm_jit_knee(bool f32_gemm, int64_t other) {
+inline int64_t gemm_jit_knee(bool f32_gemm, int64_t other) noexcept {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::avx:
     case dnnl::cpu_isa::avx2:

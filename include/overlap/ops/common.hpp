@@ -172,12 +172,10 @@ inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks, bool o
 /// more in all, while keeping each piece's message >= 512 KiB (per-message
 /// latency; on TCP this size still streams at the link rate) and its product
 /// at least max(128, knee_units) wide along the split dimension: 128 rows for
-/// any kernel (oneDNN brgemm at AVX-512, 2048 x 2048 x 2048 as 8 / 12 / 16 row
-/// pieces: 100-102% / 92-95% / 90-96% of one GEMM's rate), and knee_units,
-/// the largest over ranks of context::piece_knee (below AVX-512 oneDNN's
-/// sgemm switches to slower kernels for thinner pieces; at 2 ranks computing
-/// at once 256-row pieces ran at 58% of one GEMM and 341-row pieces at 96%,
-/// bench/engine_bench.cpp, docs/results.md).
+/// any kernel, and knee_units, the largest over ranks of context::piece_knee
+/// (below AVX-512 oneDNN's sgemm switches to slower kernels for thinner
+/// pieces); the measurements behind both are in docs/design.md ("Chunks",
+/// "Pieces: shapes from measured rates").
 /// It also starts from `preferred` chunks, which give the engine's window
 /// two messages in flight per lane (all-gather: 2, reduce-scatter: 3; one
 /// in flight stalls TCP links, see docs/design.md). min_chunks is 2 for
