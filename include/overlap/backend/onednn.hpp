@@ -81,14 +81,13 @@ inline const char* effective_isa() {
 /// (copy-based only), there is no knee. `f32_gemm`: the pieces multiply in
 /// f32 (f32 operands, or bf16 widened to f32).
 inline int64_t gemm_jit_knee(bool f32_gemm, int64_t other) noexcept {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx:
-    case dnnl::cpu_isa::avx2:
-    case dnnl::cpu_isa::avx2_vnni: break;
-    default: return 0;
-  }
+  // Asked once per process: the ops ask on every call, cached plans too.
+  static const bool sgemm_switches = [] {
+    const auto isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx || isa == dnnl::cpu_isa::avx2 || isa == dnnl::cpu_isa::avx2_vnni;
+  }();
   constexpr double nocopy_threshold = 0.0038;
-  if (!f32_gemm || other <= 0 || 1.0 / double(other) >= nocopy_threshold) return 0;
+  if (!sgemm_switches || !f32_gemm || other <= 0 || 1.0 / double(other) >= nocopy_threshold) return 0;
   return static_cast<int64_t>(1.0 / (nocopy_threshold - 1.0 / double(other))) + 1;
 }
 
