@@ -439,18 +439,16 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
   // a derived datatype (seen with doubles at 3 ranks), so none is used here.
   copy_block<T>(local, {dst + plan.displs[static_cast<size_t>(ctx.rank())], local.rows, local.cols});
   const MPI_Datatype type = mpi_type_of(dtype_of<T>());
-  const ring_phases phases = ctx.config().phases;  // benchmarks time each half alone
-  if (phases != ring_phases::compute_only)
-    run_collective(
-        ctx, plan, "MPI_Allgatherv",
-        [&] {
-          return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
-                                ctx.comm());
-        },
-        [&](MPI_Request* r) {
-          return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
-                                 ctx.comm(), r);
-        });
+  run_collective(
+      ctx, plan, "MPI_Allgatherv",
+      [&] {
+        return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
+                              ctx.comm());
+      },
+      [&](MPI_Request* r) {
+        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
+                               ctx.comm(), r);
+      });
   const matrix_view<T> xv = x.has_out ? x.out : matrix_view<T>(plan.gather_ws.data(), srows, scols);
   if (sr) {
     if (x.has_out && !plan.gather_into_out) copy_block<T>({dst, srows, scols}, x.out);
@@ -460,7 +458,6 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
       copy_block<T>({dst + off * srows, srows, len}, xv.block(0, off, srows, len));
     }
   }
-  if (phases == ring_phases::comm_only) return;
   run_local_step(ctx, plan, [&] {
     if (geo.lhs) plan.bulk_kernel->run(xv.data, x.b.data, x.c.data, bias);
     else plan.bulk_kernel->run(x.a.data, xv.data, x.c.data, bias);

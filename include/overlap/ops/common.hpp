@@ -298,18 +298,22 @@ void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, int tag,
   }
 }
 
-/// Runs a bulk collective of a plan (blocking, or bounded by the watchdog).
+/// Runs a bulk collective of a plan (blocking, or bounded by the watchdog);
+/// not at all under ring_phases::compute_only (benchmarks time each half alone).
 template <class Blocking, class Start>
 void run_collective(context& ctx, const plan_base& plan, const char* call, Blocking&& blocking, Start&& start) {
+  if (ctx.config().phases == ring_phases::compute_only) return;
   maybe_stall(ctx.rank());
   ctx.collective(call, blocking, start, [&] { return plan.summary; });
 }
 
-/// Runs a local step of a bulk op (a GEMM) between its collectives: a failure
-/// there is fatal like one in a ring, since the peers go on to the next
-/// collective.
+/// Runs a local compute step outside a ring (a bulk GEMM, packing B, a
+/// finishing pass): a failure there is fatal like one in a ring, since the
+/// peers go on to the next collective. Not at all under
+/// ring_phases::comm_only.
 template <class F>
 void run_local_step(context& ctx, const plan_base& plan, F&& f) {
+  if (ctx.config().phases == ring_phases::comm_only) return;
   try {
     f();
   } catch (const error& e) {

@@ -312,30 +312,26 @@ template <class T>
 void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias) {
   std::byte* ws = plan.product_ws.data();
   const auto acc_size = static_cast<int64_t>(size_of(plan.acc));
-  const ring_phases phases = ctx.config().phases;  // benchmarks time each half alone
-  if (phases != ring_phases::comm_only) {
-    run_local_step(ctx, plan, [&] {
-      if (plan.rows) {
-        plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
-      } else {
-        for (int r = 0; r < ctx.size(); ++r) {
-          const int64_t off = plan.layout.offset(r);
-          const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
-          plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
-        }
+  run_local_step(ctx, plan, [&] {
+    if (plan.rows) {
+      plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
+    } else {
+      for (int r = 0; r < ctx.size(); ++r) {
+        const int64_t off = plan.layout.offset(r);
+        const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
+        plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
       }
-    });
-  }
+    }
+  });
   const bool via_ws = plan.finish.addend;
   void* dst = via_ws ? static_cast<void*>(plan.result_ws.data()) : static_cast<void*>(x.c.data);
   const MPI_Datatype type = mpi_type_of(plan.acc);
-  if (phases != ring_phases::compute_only)
-    run_collective(
-        ctx, plan, "MPI_Reduce_scatter",
-        [&] { return MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm()); },
-        [&](MPI_Request* r) { return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r); });
+  run_collective(
+      ctx, plan, "MPI_Reduce_scatter",
+      [&] { return MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm()); },
+      [&](MPI_Request* r) { return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r); });
   // c = act(reduced + bias) (the pass also converts an fp32 result to bf16).
-  if (phases != ring_phases::comm_only) run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data());
+  run_local_step(ctx, plan, [&] { run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data()); });
 }
 
 template <class T>
