@@ -142,8 +142,9 @@ constexpr plan_shape ag_shape{2048, 1024, 2048, false}, rs_shape{2048, 2048, 102
 int64_t plan_pieces(const plan_shape& s, bool f32_gemm) {
   const int64_t knee = overlap::backend::detail::gemm_jit_knee(f32_gemm, s.n);
   const int64_t shard = s.m / 2, row_bytes = (s.reduce_scatter ? s.n : s.k) * 4;
-  const int chunks = s.reduce_scatter ? overlap::detail::plan_chunks(0, 2, 3, 2, 1, shard, row_bytes, false, knee)
-                                      : overlap::detail::plan_chunks(0, 1, 2, 2, 1, shard, row_bytes, false, knee);
+  const overlap::detail::chunk_rule rule = s.reduce_scatter ? overlap::detail::rs_chunk_rule
+                                                             : overlap::detail::ag_chunk_rule;
+  const int chunks = overlap::detail::plan_chunks(0, rule.min_chunks, rule.preferred, 2, 1, shard, row_bytes, false, knee);
   return 2 * int64_t{chunks};
 }
 

@@ -341,7 +341,8 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   int64_t knee_units = 0;
   for (int r = 0; r < R; ++r) knee_units = std::max(knee_units, at(r, knee));
   const int used_chunks =
-      plan_chunks(chunks, 1, 2, R, lanes, chunk_extent, bytes_per_unit, ctx.one_node(), knee_units);
+      plan_chunks(chunks, ag_chunk_rule.min_chunks, ag_chunk_rule.preferred, R, lanes, chunk_extent,
+                  bytes_per_unit, ctx.one_node(), knee_units);
   const std::string summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) +
                               " ranks: " + to_string(chosen) + ", sharded sizes [" + list(sizes) + "], op(X) " +
                               std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols);

@@ -185,6 +185,12 @@ inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks, bool o
 /// shared memory with the cores that compute: there is nothing to overlap
 /// (comm only is 1-3% of compute there, docs/results.md), so the plan takes
 /// min_chunks, the fewest and largest GEMMs.
+/// The (min_chunks, preferred) each op passes to plan_chunks.
+struct chunk_rule {
+  int min_chunks, preferred;
+};
+inline constexpr chunk_rule ag_chunk_rule{1, 2}, rs_chunk_rule{2, 3};
+
 inline int plan_chunks(int configured, int min_chunks, int preferred, int ranks, int lanes, int64_t piece_units,
                        int64_t bytes_per_unit, bool one_node, int64_t knee_units = 0) {
   if (configured > 0) return configured;

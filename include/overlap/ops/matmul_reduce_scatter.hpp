@@ -240,7 +240,8 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   // Chunks split the scattered dimension; the choice depends on global sizes only.
   int64_t knee_units = 0;
   for (int r = 0; r < R; ++r) knee_units = std::max(knee_units, at(r, knee));
-  const int used_chunks = plan_chunks(chunks, 2, 3, R, plan->lanes, want / R / plan->lanes,
+  const int used_chunks = plan_chunks(chunks, rs_chunk_rule.min_chunks, rs_chunk_rule.preferred, R, plan->lanes,
+                                      want / R / plan->lanes,
                                       (rows ? plan->n : plan->m) * static_cast<int64_t>(size_of(plan->acc)),
                                       ctx.one_node(), knee_units);
   // The same on every rank: the exchanged table (which names the options) and the op.
