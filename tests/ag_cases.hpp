@@ -22,10 +22,12 @@ struct ag_case {
   bool transpose_a = false, transpose_b = false;
   overlap::activation act = overlap::activation::none;
   bool bias = false;
+  overlap::algorithm algorithm = overlap::algorithm::automatic;
 
   [[nodiscard]] std::string name() const {
     std::ostringstream s;
-    s << overlap::to_string(variant) << "/" << overlap::to_string(strategy) << " m=" << m << " n=" << n << " k=" << k
+    s << overlap::to_string(variant) << "/" << overlap::to_string(strategy) << "/" << overlap::to_string(algorithm)
+      << " m=" << m << " n=" << n << " k=" << k
       << " " << to_string(how) << " pad=" << pad << (with_out ? " +gathered_out" : "") << (transpose_a ? " a^T" : "")
       << (transpose_b ? " b^T" : "") << " act=" << overlap::to_string(act) << (bias ? " +bias" : "");
     return s.str();

@@ -15,6 +15,7 @@
 #include "overlap/backend/gemm.hpp"
 #include "overlap/bfloat16.hpp"
 #include "overlap/matrix.hpp"
+#include "overlap/ops/options.hpp"
 
 namespace testing_support {
 
@@ -101,10 +102,28 @@ std::vector<T> make_bias(int64_t cols, int p, bool enabled, std::vector<double>&
   return bias;
 }
 
+/// A strategy and an algorithm an op test runs (the valid pairs).
+struct plan_choice {
+  overlap::strategy strategy;
+  overlap::algorithm algorithm;
+};
+inline const plan_choice plan_choices[] = {
+    {overlap::strategy::bulk, overlap::algorithm::named},
+    {overlap::strategy::ring, overlap::algorithm::named},
+    {overlap::strategy::bidirectional, overlap::algorithm::named},
+    {overlap::strategy::automatic, overlap::algorithm::automatic},
+    {overlap::strategy::bulk, overlap::algorithm::others},
+    {overlap::strategy::automatic, overlap::algorithm::others},
+};
+inline std::string to_string(const plan_choice& c) {
+  return std::string(overlap::to_string(c.strategy)) + "_" + overlap::to_string(c.algorithm);
+}
+
 /// The option fields both ops share, from a test case (ag_case or rs_case).
 template <class Options, class Case, class T>
 void set_common_options(Options& opt, const Case& cs, const std::vector<T>& bias) {
   opt.strategy = cs.strategy;
+  opt.algorithm = cs.algorithm;
   opt.transpose_a = cs.transpose_a;
   opt.transpose_b = cs.transpose_b;
   opt.epilogue.activation = cs.act;

@@ -21,12 +21,12 @@ struct shape {
 const shape shapes[] = {{1, 1, 1}, {7, 13, 5}, {2, 3, 2}, {31, 17, 37}, {64, 40, 48}};
 const split splits[] = {split::balanced, split::skewed, split::first_empty, split::last_takes_all};
 
-using param = std::tuple<gathered, strategy, backend_kind>;
+using param = std::tuple<gathered, plan_choice, backend_kind>;
 
 class ag_test : public ::testing::TestWithParam<param> {};
 
 TEST_P(ag_test, matches_reference) {
-  const auto [variant, strat, backend] = GetParam();
+  const auto [variant, choice, backend] = GetParam();
   for (int chunks : {0, 1, 3}) {  // 0: the plan chooses
     overlap::config cfg;
     cfg.backend = backend;
@@ -36,7 +36,11 @@ TEST_P(ag_test, matches_reference) {
     for (const auto& sh : shapes)
       for (const auto how : splits)
         for (const int64_t pad : {0, 3}) {
-          ag_case cs{variant, strat, sh.m, sh.n, sh.k, how, pad, pad != 0, seed++};
+          // gathered_out needs the sharded operand gathered: the others cases
+          // keep their padded views without it.
+          ag_case cs{variant, choice.strategy, sh.m, sh.n, sh.k, how, pad,
+                     pad != 0 && choice.algorithm != overlap::algorithm::others, seed++};
+          cs.algorithm = choice.algorithm;
           SCOPED_TRACE(cs.name() + " chunks=" + std::to_string(chunks));
           run_ag_case<float>(ctx, cs);
         }
@@ -46,26 +50,29 @@ TEST_P(ag_test, matches_reference) {
 // A repeated call reuses the cached plan and still computes the right thing
 // with new data at new addresses.
 TEST_P(ag_test, plan_reuse_with_new_buffers) {
-  const auto [variant, strat, backend] = GetParam();
+  const auto [variant, choice, backend] = GetParam();
   overlap::config cfg;
   cfg.backend = backend;
   overlap::context ctx(MPI_COMM_WORLD, cfg);
   // Skewed shards: the ranks' local shapes differ, their plans must still agree.
-  for (uint32_t seed = 1; seed <= 3; ++seed) run_ag_case<float>(ctx, {variant, strat, 9, 11, 10, split::skewed, 1, false, seed});
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    ag_case cs{variant, choice.strategy, 9, 11, 10, split::skewed, 1, false, seed};
+    cs.algorithm = choice.algorithm;
+    run_ag_case<float>(ctx, cs);
+  }
   EXPECT_EQ(ctx.cached_plans(), 1u);
   EXPECT_EQ(ctx.plans_built(), 1u) << "the plan was rebuilt although nothing changed";
 }
 
 std::string param_name(const ::testing::TestParamInfo<param>& info) {
-  return std::string(overlap::to_string(std::get<0>(info.param))) + "_" + overlap::to_string(std::get<1>(info.param)) +
-         "_" + overlap::to_string(std::get<2>(info.param));
+  return std::string(overlap::to_string(std::get<0>(info.param))) + "_" + to_string(std::get<1>(info.param)) + "_" +
+         overlap::to_string(std::get<2>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(all, ag_test,
                          ::testing::Combine(::testing::Values(gathered::lhs_rows, gathered::lhs_cols,
                                                               gathered::rhs_rows, gathered::rhs_cols),
-                                            ::testing::Values(strategy::bulk, strategy::ring, strategy::bidirectional,
-                                                              strategy::automatic),
+                                            ::testing::ValuesIn(plan_choices),
                                             ::testing::Values(backend_kind::onednn, backend_kind::eigen)),
                          param_name);
 
@@ -104,8 +111,13 @@ TEST(ag_double, matches_reference) {
   overlap::context ctx(MPI_COMM_WORLD);
   uint32_t seed = 1;
   for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
-    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
-      run_ag_case<double>(ctx, {variant, strat, 13, 7, 11, split::skewed, 1, true, seed++});
+    for (const plan_choice& choice : plan_choices) {
+      ag_case cs{variant, choice.strategy, 13, 7, 11, split::skewed, 1, true, seed++};
+      cs.algorithm = choice.algorithm;
+      run_ag_case<double>(ctx, cs);
+      cs.with_out = false;
+      run_ag_case<double>(ctx, cs);
+    }
 }
 
 // Benchmark phases (config.phases), bulk and ring alike, lhs_rows with

@@ -92,6 +92,23 @@ TEST_F(fixture, invalid_enum_value) {
   }, "ag_options.strategy has an invalid value 17");
 }
 
+TEST_F(fixture, others_algorithm_with_a_ring_strategy) {
+  expect_all_ranks_reject(ctx, [&] {
+    overlap::ag_options opt;
+    opt.algorithm = overlap::algorithm::others;
+    if (p == last) opt.strategy = strategy::ring;
+    call(a.cview(), b.cview(), c.view(), opt);
+  }, "ag_options.algorithm others runs as bulk collectives; ag_options.strategy ring cannot run it");
+}
+
+TEST_F(fixture, invalid_algorithm_value) {
+  expect_all_ranks_reject(ctx, [&] {
+    overlap::ag_options opt;
+    if (p == last) opt.algorithm = static_cast<overlap::algorithm>(9);
+    call(a.cview(), b.cview(), c.view(), opt);
+  }, "ag_options.algorithm has an invalid value 9");
+}
+
 // The rules below span ranks; with one rank there is no one to disagree with.
 TEST_F(fixture, contracting_dim_disagrees_across_ranks) {
   if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
@@ -108,6 +125,16 @@ TEST_F(fixture, options_disagree_across_ranks) {
     opt.strategy = p == last ? strategy::bulk : strategy::ring;
     call(a.cview(), b.cview(), c.view(), opt);
   }, "ag_options.strategy differs across ranks");
+}
+
+TEST_F(fixture, algorithm_disagrees_across_ranks) {
+  if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  expect_all_ranks_reject(ctx, [&] {
+    overlap::ag_options opt;
+    opt.strategy = strategy::bulk;
+    opt.algorithm = p == last ? overlap::algorithm::others : overlap::algorithm::named;
+    call(a.cview(), b.cview(), c.view(), opt);
+  }, "ag_options.algorithm differs across ranks");
 }
 
 TEST_F(fixture, config_disagrees_across_ranks) {
@@ -220,6 +247,15 @@ TEST_F(rs_fixture, transpose_option_disagrees_across_ranks) {
     matrix<float> bt(5, 3);  // b stored transposed on that rank: shapes stay valid locally
     call(a.cview(), p == last ? bt.cview() : b.cview(), c.view(), opt);
   }, "rs_options.transpose_b differs across ranks");
+}
+
+TEST_F(rs_fixture, others_algorithm_with_bidirectional) {
+  expect_all_ranks_reject(ctx, [&] {
+    overlap::rs_options opt;
+    opt.algorithm = overlap::algorithm::others;
+    opt.strategy = strategy::bidirectional;
+    call(a.cview(), b.cview(), c.view(), opt);
+  }, "rs_options.algorithm others runs as bulk collectives");
 }
 
 TEST(context_errors, bad_chunk_counts) {

@@ -26,13 +26,14 @@ TEST_P(layer_options, all_gather_matmul) {
   overlap::context ctx(MPI_COMM_WORLD, cfg);
   uint32_t seed = 1;
   for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
-    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
+    for (const plan_choice& choice : plan_choices)
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           for (auto act : acts)
             for (bool bias : {false, true}) {
-              ag_case cs{variant, strat, 11, 9, 13, split::skewed, (seed % 2) * 2, seed % 3 == 0, seed};
+              ag_case cs{variant, choice.strategy, 11, 9, 13, split::skewed, (seed % 2) * 2, seed % 3 == 0, seed};
               cs.transpose_a = ta, cs.transpose_b = tb, cs.act = act, cs.bias = bias;
+              cs.algorithm = choice.algorithm;
               ++seed;
               run_ag_case<float>(ctx, cs);
             }
@@ -44,13 +45,14 @@ TEST_P(layer_options, matmul_reduce_scatter) {
   overlap::context ctx(MPI_COMM_WORLD, cfg);
   uint32_t seed = 1;
   for (auto sc : {scattered::rows, scattered::cols})
-    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
+    for (const plan_choice& choice : plan_choices)
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           for (auto act : acts)
             for (bool bias : {false, true}) {
-              rs_case cs{sc, strat, 11, 9, 13, split::skewed, split::first_empty, (seed % 2) * 2, seed};
+              rs_case cs{sc, choice.strategy, 11, 9, 13, split::skewed, split::first_empty, (seed % 2) * 2, seed};
               cs.transpose_a = ta, cs.transpose_b = tb, cs.act = act, cs.bias = bias;
+              cs.algorithm = choice.algorithm;
               ++seed;
               run_rs_case<float>(ctx, cs);
             }
@@ -77,9 +79,10 @@ TEST(bf16, all_gather_matmul) {
   overlap::context ctx(MPI_COMM_WORLD);
   uint32_t seed = 1;
   for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
-    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
+    for (const plan_choice& choice : plan_choices)
       for (bool epi : {false, true}) {
-        ag_case cs{variant, strat, 17, 12, 40, split::skewed, 1, seed % 2 == 0, seed};
+        ag_case cs{variant, choice.strategy, 17, 12, 40, split::skewed, 1, seed % 2 == 0, seed};
+        cs.algorithm = choice.algorithm;
         cs.transpose_a = seed % 3 == 0;
         if (epi) cs.act = activation::gelu, cs.bias = true;
         ++seed;
@@ -91,10 +94,11 @@ TEST(bf16, matmul_reduce_scatter) {
   overlap::context ctx(MPI_COMM_WORLD);
   uint32_t seed = 1;
   for (auto sc : {scattered::rows, scattered::cols})
-    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
+    for (const plan_choice& choice : plan_choices)
       for (bool bf16_transfers : {false, true})
         for (bool epi : {false, true}) {
-          rs_case cs{sc, strat, 14, 11, 45, split::skewed, split::first_empty, 1, seed++};
+          rs_case cs{sc, choice.strategy, 14, 11, 45, split::skewed, split::first_empty, 1, seed++};
+          cs.algorithm = choice.algorithm;
           cs.bf16_transfers = bf16_transfers;
           if (epi) cs.act = activation::relu, cs.bias = true;
           run_rs_case<overlap::bfloat16>(ctx, cs);

@@ -20,11 +20,11 @@ struct shape {
 const shape shapes[] = {{1, 1, 1}, {7, 13, 5}, {2, 3, 2}, {31, 17, 37}, {40, 64, 48}};
 const split splits[] = {split::balanced, split::skewed, split::first_empty, split::last_takes_all};
 
-using param = std::tuple<scattered, strategy, backend_kind>;
+using param = std::tuple<scattered, plan_choice, backend_kind>;
 class rs_test : public ::testing::TestWithParam<param> {};
 
 TEST_P(rs_test, matches_reference) {
-  const auto [sc, strat, backend] = GetParam();
+  const auto [sc, choice, backend] = GetParam();
   for (int chunks : {0, 2, 3}) {  // 0: the plan chooses
     overlap::config cfg;
     cfg.backend = backend;
@@ -36,7 +36,8 @@ TEST_P(rs_test, matches_reference) {
         for (const int64_t pad : {0, 3}) {
           // K and the output are split differently, so both kinds of unevenness meet.
           const split out = how == split::balanced ? split::skewed : split::balanced;
-          rs_case cs{sc, strat, sh.m, sh.n, sh.k, how, out, pad, seed++};
+          rs_case cs{sc, choice.strategy, sh.m, sh.n, sh.k, how, out, pad, seed++};
+          cs.algorithm = choice.algorithm;
           SCOPED_TRACE(cs.name() + " chunks=" + std::to_string(chunks));
           run_rs_case<float>(ctx, cs);
           cs.k_split = out, cs.out_split = how;
@@ -46,25 +47,27 @@ TEST_P(rs_test, matches_reference) {
 }
 
 std::string param_name(const ::testing::TestParamInfo<param>& info) {
-  return std::string(overlap::to_string(std::get<0>(info.param))) + "_" + overlap::to_string(std::get<1>(info.param)) +
-         "_" + overlap::to_string(std::get<2>(info.param));
+  return std::string(overlap::to_string(std::get<0>(info.param))) + "_" + to_string(std::get<1>(info.param)) + "_" +
+         overlap::to_string(std::get<2>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(all, rs_test,
                          ::testing::Combine(::testing::Values(scattered::rows, scattered::cols),
-                                            ::testing::Values(strategy::bulk, strategy::ring, strategy::bidirectional,
-                                                              strategy::automatic),
+                                            ::testing::ValuesIn(plan_choices),
                                             ::testing::Values(backend_kind::onednn, backend_kind::eigen)),
                          param_name);
 
 // A repeated call with uneven shards reuses its plan: built once, on every rank.
 TEST_P(rs_test, plan_is_built_once) {
-  const auto [sc, strat, backend] = GetParam();
+  const auto [sc, choice, backend] = GetParam();
   overlap::config cfg;
   cfg.backend = backend;
   overlap::context ctx(MPI_COMM_WORLD, cfg);
-  for (uint32_t seed = 1; seed <= 3; ++seed)
-    run_rs_case<float>(ctx, {sc, strat, 9, 11, 10, split::skewed, split::first_empty, 1, seed});
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    rs_case cs{sc, choice.strategy, 9, 11, 10, split::skewed, split::first_empty, 1, seed};
+    cs.algorithm = choice.algorithm;
+    run_rs_case<float>(ctx, cs);
+  }
   EXPECT_EQ(ctx.plans_built(), 1u) << "the plan was rebuilt although nothing changed";
 }
 
@@ -72,9 +75,12 @@ TEST(rs_double, matches_reference) {
   overlap::context ctx(MPI_COMM_WORLD);
   uint32_t seed = 1;
   for (auto sc : {scattered::rows, scattered::cols})
-    for (auto strat : {strategy::bulk, strategy::ring, strategy::bidirectional})
-      for (auto how : {split::skewed, split::first_empty})
-        run_rs_case<double>(ctx, {sc, strat, 13, 11, 17, how, split::last_takes_all, 1, seed++});
+    for (const plan_choice& choice : plan_choices)
+      for (auto how : {split::skewed, split::first_empty}) {
+        rs_case cs{sc, choice.strategy, 13, 11, 17, how, split::last_takes_all, 1, seed++};
+        cs.algorithm = choice.algorithm;
+        run_rs_case<double>(ctx, cs);
+      }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "overlap/ops/agreement.hpp"
 #include "overlap/ops/common.hpp"
 #include "overlap/ops/options.hpp"
+#include "overlap/ops/others.hpp"
 
 namespace overlap {
 namespace detail {
@@ -86,6 +87,9 @@ struct ag_plan final : plan_base {
   std::vector<int> counts, displs;
   std::shared_ptr<const gemm_kernel> bulk_kernel;
   bool gather_into_out = false;  ///< bulk gathers straight into the caller's gathered view
+  // algorithm::others
+  overlap::algorithm algorithm = overlap::algorithm::named;
+  others_plan<T> others;
 };
 
 /// The call's operands; `out` is the optional gathered by-product (has_out).
@@ -212,6 +216,108 @@ void ag_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_opti
   plan.slots = engine::buffer<T>(static_cast<size_t>(slot_elems * slots * L));
 }
 
+/// algorithm::others for all_gather_matmul. `other[q]` is rank q's extent
+/// of the other operand's free dimension (N_q for lhs_*, M_q for rhs_*).
+/// Not contracting (lhs_rows, rhs_cols): every rank's other operand is
+/// gathered, this rank multiplies its shard of X by each of them, and the
+/// output blocks go to their owners. Contracting (lhs_cols, rhs_rows): each
+/// rank sends every peer the slice of its other operand that meets the peer's
+/// K shard, multiplies its shard of X by the slices it got, and the partial
+/// sums are reduced and scattered to their owners.
+template <class T>
+void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
+                     const std::vector<int64_t>& other) {
+  const ag_geometry& geo = plan.geo;
+  others_plan<T>& o = plan.others;
+  const int R = ctx.size(), p = ctx.rank();
+  const dtype t = dtype_of<T>();
+  const bool tx = geo.trans_x, to = geo.trans_o;
+  const matrix_view<const T>& mine = x.local(geo);
+  const others_src x_src = geo.lhs ? others_src::caller_a : others_src::caller_b;
+  const others_src o_src = geo.lhs ? others_src::caller_b : others_src::caller_a;
+  const shard_layout& sh = geo.layout;
+  std::vector<int64_t> to_each(static_cast<size_t>(R)), from_each(static_cast<size_t>(R));
+  int64_t at = 0;
+  if (!geo.contracting) {
+    // lhs_rows: A_p (M_p x K) @ op(b_q) (K x N_q) is rows p of rank q's c.
+    // rhs_cols: op(a_q) (M_q x K) @ B_p (K x N_p) is columns p of rank q's c.
+    const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows;
+    std::vector<int64_t> gathered(static_cast<size_t>(R));
+    for (int q = 0; q < R; ++q) gathered[static_cast<size_t>(q)] = k * other[static_cast<size_t>(q)];
+    o.gather = true;
+    o.gathered_at = others_counts(gathered);
+    const matrix_view<const T>& ov = geo.lhs ? x.b : x.a;
+    const dims2 od = op_dims(ov, to);
+    o.gather_own = stored_block(o_src, to, {0, od.rows}, {0, od.cols}, o.gathered_at.displs[static_cast<size_t>(p)]);
+    for (int q = 0; q < R; ++q) {
+      const int64_t oq = other[static_cast<size_t>(q)], off = o.gathered_at.displs[static_cast<size_t>(q)];
+      others_gemm g;
+      if (geo.lhs) {
+        g.a = x_src, g.b = others_src::gathered, g.b_off = off;
+        g.desc = others_desc(sh.size(p), oq, k, mine.ld, packed_ld(to ? k : oq), oq, tx, to, t, t, false);
+      } else {
+        g.a = others_src::gathered, g.b = x_src, g.a_off = off;
+        g.desc = others_desc(oq, sh.size(p), k, packed_ld(to ? oq : k), mine.ld, sh.size(p), to, tx, t, t, false);
+      }
+      g.out = at;
+      at += g.desc.m * g.desc.n;
+      to_each[static_cast<size_t>(q)] = g.desc.m * g.desc.n;
+      o.gemms.push_back(std::move(g));
+    }
+    o.output = others_output::owners;
+    const int64_t own = other[static_cast<size_t>(p)];
+    for (int q = 0; q < R; ++q) from_each[static_cast<size_t>(q)] = sh.size(q) * own;
+    o.owners_send = others_counts(to_each);
+    o.owners_recv = others_counts(from_each);
+    // lhs_rows: the blocks received are c's row blocks in order.
+    o.recv_into_c = geo.lhs && x.c.ld == x.c.cols;
+    for (int q = 0; q < R && !o.recv_into_c; ++q) {
+      const int64_t from = o.owners_recv.displs[static_cast<size_t>(q)];
+      o.place.push_back(geo.lhs ? others_block{others_src::caller_a, sh.offset(q), 0, sh.size(q), own, from}
+                                : others_block{others_src::caller_a, 0, sh.offset(q), own, sh.size(q), from});
+    }
+    others_finish(o, x.c, opt.epilogue, false, t);
+  } else {
+    // lhs_cols: op(A_p) (M x K_p) @ op(b_q)[K_p rows] (K_p x N_q) is rank q's partial sum.
+    // rhs_rows: op(a_q)[:, K_p] (M_q x K_p) @ B_p (K_p x N) is rank q's partial sum.
+    o.out = t == dtype::bf16 ? dtype::f32 : t;
+    const int64_t free = geo.lhs ? geo.x_rows : geo.x_cols;  // M (lhs) or N (rhs), the same on every rank
+    const int64_t kp = sh.size(p), own = other[static_cast<size_t>(p)];
+    std::vector<int64_t> sent(static_cast<size_t>(R)), got(static_cast<size_t>(R));
+    for (int q = 0; q < R; ++q) {
+      sent[static_cast<size_t>(q)] = sh.size(q) * own;
+      got[static_cast<size_t>(q)] = kp * other[static_cast<size_t>(q)];
+    }
+    o.exchange = true;
+    o.sent_at = others_counts(sent);
+    o.exchanged_at = others_counts(got);
+    for (int q = 0; q < R; ++q) {
+      const range kq{sh.offset(q), sh.size(q)}, all{0, own};
+      const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
+      o.exchange_out.push_back(geo.lhs ? stored_block(o_src, to, kq, all, dst) : stored_block(o_src, to, all, kq, dst));
+    }
+    std::vector<int64_t> sums(static_cast<size_t>(R));
+    for (int q = 0; q < R; ++q) {
+      const int64_t oq = other[static_cast<size_t>(q)], off = o.exchanged_at.displs[static_cast<size_t>(q)];
+      others_gemm g;
+      if (geo.lhs) {
+        g.a = x_src, g.b = others_src::exchanged, g.b_off = off;
+        g.desc = others_desc(free, oq, kp, mine.ld, packed_ld(to ? kp : oq), oq, tx, to, t, o.out, false);
+      } else {
+        g.a = others_src::exchanged, g.b = x_src, g.a_off = off;
+        g.desc = others_desc(oq, free, kp, packed_ld(to ? oq : kp), mine.ld, free, to, tx, t, o.out, false);
+      }
+      g.out = at;
+      sums[static_cast<size_t>(q)] = g.desc.m * g.desc.n;
+      at += sums[static_cast<size_t>(q)];
+      o.gemms.push_back(std::move(g));
+    }
+    others_reduce_into(o, sums, x.c, opt.epilogue);
+  }
+  for (others_gemm& g : o.gemms) g.kernel = ctx.make_kernel(g.desc);
+  others_allocate(o, at);
+}
+
 /// Checks a call, agrees with the other ranks, and returns the plan (built
 /// and cached on first use). Collective.
 template <class T>
@@ -221,7 +327,7 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
                     std::string("overlap::all_gather_matmul(gathered=") + to_string(opt.gathered) + ")");
   const auto g = static_cast<int>(opt.gathered);
   checks.require(g >= 0 && g <= 3, "ag_options.gathered has an invalid value " + std::to_string(g));
-  check_common_options(checks, "ag_options", opt.strategy, opt.epilogue);
+  check_common_options(checks, "ag_options", opt.strategy, opt.algorithm, opt.epilogue);
   checks.view("a", x.a);
   checks.view("b", x.b);
   checks.view("c", x.c);
@@ -266,10 +372,10 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   const int chunks = ctx.config().ag_chunks;
   const std::vector<int64_t> options{g, static_cast<int64_t>(opt.strategy), chunks, opt.transpose_a, opt.transpose_b,
                                      static_cast<int64_t>(opt.epilogue.activation),
-                                     static_cast<int64_t>(ctx.config().phases)};
+                                     static_cast<int64_t>(ctx.config().phases), static_cast<int64_t>(opt.algorithm)};
   const char* option_names[] = {"ag_options.gathered", "ag_options.strategy", "config.ag_chunks",
                                 "ag_options.transpose_a", "ag_options.transpose_b", "ag_options.epilogue.activation",
-                                "config.phases"};
+                                "config.phases", "ag_options.algorithm"};
   std::vector<int64_t> mine = options;
   mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols, x.has_out, x.out.rows, x.out.cols,
                            // Pieces split op(X)'s output dimension; this rank's GEMM keeps its rate above this many.
@@ -330,7 +436,15 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
            std::to_string(full.stored_cols()) + (geo.trans_x ? " (stored transposed)" : ""));
   }
 
-  const overlap::strategy chosen = resolve_strategy(opt.strategy, R, ctx.one_node());
+  // The other operands travel only where asked and no rank wants the
+  // gathered operand itself (gathered_out needs it gathered anyway).
+  bool any_out = false;
+  for (int r = 0; r < R; ++r) any_out = any_out || at(r, has_out) != 0;
+  const overlap::algorithm alg = opt.algorithm == algorithm::others && !any_out ? algorithm::others : algorithm::named;
+  std::vector<int64_t> other(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) other[static_cast<size_t>(r)] = at(r, geo.lhs ? cc : cr);
+  const overlap::strategy chosen =
+      alg == algorithm::others ? strategy::bulk : resolve_strategy(opt.strategy, R, ctx.one_node());
   const int lanes = chosen == strategy::bidirectional ? 2 : 1;
   // Chunks split op(X)'s output dimension (rows of stored X when
   // stored_chunk_rows); the plan's choice depends on global sizes only.
@@ -344,7 +458,9 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
       plan_chunks(chunks, ag_chunk_rule.min_chunks, ag_chunk_rule.preferred, R, lanes, chunk_extent,
                   bytes_per_unit, ctx.one_node(), knee_units);
   const std::string summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) +
-                              " ranks: " + to_string(chosen) + ", sharded sizes [" + list(sizes) + "], op(X) " +
+                              " ranks: " + to_string(chosen) +
+                              (alg == algorithm::others ? std::string(" moving the other operands") : std::string()) +
+                              ", sharded sizes [" + list(sizes) + "], op(X) " +
                               std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols);
   // Buffers, datatypes and primitives may fail on one rank only: agreed
   // before any transfer.
@@ -356,7 +472,9 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
     built->summary = summary;
     // The same on every rank: the exchanged table (which names the options) and the op.
     built->fingerprint = hash_values(all, hash_values({static_cast<int64_t>(checks.id())}));
-    ag_build<T>(ctx, *built, x, opt, used_chunks);
+    built->algorithm = alg;
+    if (alg == algorithm::others) ag_others_build<T>(ctx, *built, x, opt, other);
+    else ag_build<T>(ctx, *built, x, opt, used_chunks);
     return built;
   });
   if (ctx.config().verbose && ctx.rank() == 0)
@@ -470,6 +588,10 @@ void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options&
   ctx.check_usable("overlap::all_gather_matmul");
   ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
   const T* bias = static_cast<const T*>(opt.epilogue.bias);
+  if (plan.algorithm == algorithm::others) {
+    others_run(ctx, plan, plan.others, x.a, x.b, x.c, bias);
+    return;
+  }
   if (plan.strategy == strategy::bulk) {
     ag_bulk(ctx, plan, x, bias);
     return;

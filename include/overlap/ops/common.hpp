@@ -107,12 +107,18 @@ struct b_packing {
 };
 
 /// Checks the options all ops share; returns their values for the agreement table.
-inline void check_common_options(arg_checks& checks, const char* opts, overlap::strategy s, const epilogue& e) {
+inline void check_common_options(arg_checks& checks, const char* opts, overlap::strategy s, overlap::algorithm alg,
+                                 const epilogue& e) {
   const auto sv = static_cast<int>(s);
+  const auto gv = static_cast<int>(alg);
   const auto av = static_cast<int>(e.activation);
   checks.require(sv >= 0 && sv <= 3, std::string(opts) + ".strategy has an invalid value " + std::to_string(sv));
+  checks.require(gv >= 0 && gv <= 2, std::string(opts) + ".algorithm has an invalid value " + std::to_string(gv));
   checks.require(av >= 0 && av <= 2,
                  std::string(opts) + ".epilogue.activation has an invalid value " + std::to_string(av));
+  if (alg == algorithm::others && (s == strategy::ring || s == strategy::bidirectional))
+    checks.require(false, std::string(opts) + ".algorithm others runs as bulk collectives; " + opts + ".strategy " +
+                              to_string(s) + " cannot run it (use bulk or automatic)");
 }
 
 /// The backend for T under ctx's config as a plan-key value; a combination no

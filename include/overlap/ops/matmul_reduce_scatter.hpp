@@ -15,6 +15,7 @@
 #include "overlap/ops/agreement.hpp"
 #include "overlap/ops/common.hpp"
 #include "overlap/ops/options.hpp"
+#include "overlap/ops/others.hpp"
 
 namespace overlap {
 namespace detail {
@@ -54,6 +55,9 @@ struct rs_plan final : plan_base {
   std::vector<int> counts;
   std::vector<std::shared_ptr<const gemm_kernel>> bulk_kernels;  ///< one per output block
   gemm_desc finish;  ///< the bulk pass over c: convert the reduced result, bias, activation
+  // algorithm::others
+  overlap::algorithm algorithm = overlap::algorithm::named;
+  others_plan<T> others;
 };
 
 template <class T>
@@ -161,13 +165,80 @@ void rs_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_opti
   plan.slots = engine::buffer<std::byte>(static_cast<size_t>(slot_elems * slots * L) * size_of(acc));
 }
 
+/// algorithm::others for matmul_reduce_scatter: instead of partial sums of
+/// the whole output, the inputs travel. `ks[q]` is rank q's K_q. Rows: every
+/// rank gets the rows of every peer's A that meet its output rows
+/// (MPI_Alltoallv) and every peer's B (MPI_Allgatherv); columns: every
+/// peer's A (gathered) and the columns of every peer's B that meet its
+/// output columns (exchanged). Its output is then the sum of R local
+/// products, in c (bf16: in fp32, added while the last one writes c).
+template <class T>
+void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+                     const std::vector<int64_t>& ks) {
+  others_plan<T>& o = plan.others;
+  const int R = ctx.size(), p = ctx.rank();
+  const dtype t = dtype_of<T>();
+  const bool ta = opt.transpose_a, tb = opt.transpose_b;
+  const shard_layout& sh = plan.layout;
+  const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p);
+  std::vector<int64_t> gathered(static_cast<size_t>(R)), sent(static_cast<size_t>(R)), got(static_cast<size_t>(R));
+  for (int q = 0; q < R; ++q) {
+    const int64_t kq = ks[static_cast<size_t>(q)];
+    gathered[static_cast<size_t>(q)] = kq * (plan.rows ? plan.n : plan.m);
+    sent[static_cast<size_t>(q)] = sh.size(q) * kp;
+    got[static_cast<size_t>(q)] = own * kq;
+  }
+  o.gather = o.exchange = true;
+  o.gathered_at = others_counts(gathered);
+  o.sent_at = others_counts(sent);
+  o.exchanged_at = others_counts(got);
+  const int64_t mine_at = o.gathered_at.displs[static_cast<size_t>(p)];
+  // Rows: A travels in row blocks, B whole; columns: A whole, B in column blocks.
+  if (plan.rows) o.gather_own = stored_block(others_src::caller_b, tb, {0, kp}, {0, plan.n}, mine_at);
+  else o.gather_own = stored_block(others_src::caller_a, ta, {0, plan.m}, {0, kp}, mine_at);
+  for (int q = 0; q < R; ++q) {
+    const range block{sh.offset(q), sh.size(q)};
+    const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
+    o.exchange_out.push_back(plan.rows ? stored_block(others_src::caller_a, ta, block, {0, kp}, dst)
+                                       : stored_block(others_src::caller_b, tb, {0, kp}, block, dst));
+  }
+  // The sum of R products: in c, or (bf16) in fp32 products until the last.
+  const int64_t m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
+  const bool fp32_sum = t == dtype::bf16 && R > 1;
+  o.out = fp32_sum ? dtype::f32 : t;
+  for (int q = 0; q < R; ++q) {
+    const int64_t kq = ks[static_cast<size_t>(q)];
+    const int64_t ex = o.exchanged_at.displs[static_cast<size_t>(q)], ga = o.gathered_at.displs[static_cast<size_t>(q)];
+    const bool last = q == R - 1;
+    others_gemm g;
+    g.to_c = last || !fp32_sum;
+    g.addend = last && fp32_sum;
+    const dtype out = g.to_c ? t : dtype::f32;
+    const int64_t ldc = g.to_c ? x.c.ld : n;
+    const bool accumulate = q > 0 && !g.addend;
+    if (plan.rows) {  // op(A_q)[my rows] (M_p x K_q) @ op(B_q) (K_q x N)
+      g.a = others_src::exchanged, g.a_off = ex, g.b = others_src::gathered, g.b_off = ga;
+      g.desc = others_desc(m, n, kq, packed_ld(ta ? m : kq), packed_ld(tb ? kq : n), ldc, ta, tb, t, out, accumulate);
+    } else {          // op(A_q) (M x K_q) @ op(B_q)[:, my cols] (K_q x N_p)
+      g.a = others_src::gathered, g.a_off = ga, g.b = others_src::exchanged, g.b_off = ex;
+      g.desc = others_desc(m, n, kq, packed_ld(ta ? m : kq), packed_ld(tb ? kq : n), ldc, ta, tb, t, out, accumulate);
+    }
+    if (g.addend) g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
+    if (last) g.desc.bias = opt.epilogue.bias != nullptr, g.desc.act = opt.epilogue.activation;
+    g.kernel = ctx.make_kernel(g.desc);
+    o.gemms.push_back(std::move(g));
+  }
+  o.output = others_output::local;
+  others_allocate(o, fp32_sum ? m * n : 0);
+}
+
 template <class T>
 rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt) {
   arg_checks checks(op_id::matmul_reduce_scatter, dtype_of<T>(),
                     std::string("overlap::matmul_reduce_scatter(scattered=") + to_string(opt.scattered) + ")");
   const auto sc = static_cast<int>(opt.scattered);
   checks.require(sc >= 0 && sc <= 1, "rs_options.scattered has an invalid value " + std::to_string(sc));
-  check_common_options(checks, "rs_options", opt.strategy, opt.epilogue);
+  check_common_options(checks, "rs_options", opt.strategy, opt.algorithm, opt.epilogue);
   checks.view("a", x.a);
   checks.view("b", x.b);
   checks.view("c", x.c);
@@ -191,10 +262,10 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   const int chunks = ctx.config().rs_chunks;
   const std::vector<int64_t> options{sc, static_cast<int64_t>(opt.strategy), chunks, opt.transpose_a, opt.transpose_b,
                                      static_cast<int64_t>(opt.epilogue.activation), opt.bf16_transfers,
-                                     static_cast<int64_t>(ctx.config().phases)};
+                                     static_cast<int64_t>(ctx.config().phases), static_cast<int64_t>(opt.algorithm)};
   const char* option_names[] = {"rs_options.scattered", "rs_options.strategy", "config.rs_chunks",
                                 "rs_options.transpose_a", "rs_options.transpose_b", "rs_options.epilogue.activation",
-                                "rs_options.bf16_transfers", "config.phases"};
+                                "rs_options.bf16_transfers", "config.phases", "rs_options.algorithm"};
   std::vector<int64_t> mine = options;
   mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols,
                            // Pieces split the scattered dimension; this rank's GEMM keeps its rate above this many.
@@ -212,7 +283,7 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   const int R = ctx.size();
   auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * nv + i]; };
   auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
-  const size_t o = options.size(), ar = o, bc = o + 3, cr = o + 4, cc = o + 5, knee = o + 6;
+  const size_t o = options.size(), ar = o, ac = o + 1, bc = o + 3, cr = o + 4, cc = o + 5, knee = o + 6;
   const bool rows = opt.scattered == scattered::rows;
   std::vector<int64_t> sizes(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
@@ -223,7 +294,9 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     sizes[static_cast<size_t>(r)] = at(r, rows ? cr : cc);
   }
   auto plan = std::make_unique<rs_plan<T>>();
-  plan->strategy = resolve_strategy(opt.strategy, R, ctx.one_node());
+  plan->algorithm = opt.algorithm == algorithm::others ? algorithm::others : algorithm::named;
+  plan->strategy =
+      plan->algorithm == algorithm::others ? strategy::bulk : resolve_strategy(opt.strategy, R, ctx.one_node());
   plan->lanes = plan->strategy == strategy::bidirectional ? 2 : 1;
   // bf16 accumulators only where asked for and possible: MPI cannot sum bf16.
   const bool bf16_acc = opt.bf16_transfers && plan->strategy != strategy::bulk;
@@ -247,12 +320,20 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({static_cast<int64_t>(checks.id())}));
   plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
-                  to_string(plan->strategy) + ", scattered sizes [" + list(sizes) + "], C " + std::to_string(plan->m) +
+                  to_string(plan->strategy) +
+                  (plan->algorithm == algorithm::others ? std::string(" moving the inputs") : std::string()) +
+                  ", scattered sizes [" + list(sizes) + "], C " + std::to_string(plan->m) +
                   " x " + std::to_string(plan->n) + ", accumulators " + to_string(plan->acc);
   // Buffers, datatypes and primitives may fail on one rank only: agreed
   // before any transfer.
   build_agreed(ctx, checks.op(), [&] {
-    rs_build<T>(ctx, *plan, x, opt, used_chunks);
+    if (plan->algorithm == algorithm::others) {
+      std::vector<int64_t> ks(static_cast<size_t>(R));
+      for (int r = 0; r < R; ++r) ks[static_cast<size_t>(r)] = at(r, ac);
+      rs_others_build<T>(ctx, *plan, x, opt, ks);
+    } else {
+      rs_build<T>(ctx, *plan, x, opt, used_chunks);
+    }
     return 0;
   });
   if (ctx.config().verbose && ctx.rank() == 0)
@@ -340,6 +421,10 @@ void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_opti
   ctx.check_usable("overlap::matmul_reduce_scatter");
   rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
   const T* bias = static_cast<const T*>(opt.epilogue.bias);
+  if (plan.algorithm == algorithm::others) {
+    others_run(ctx, plan, plan.others, x.a, x.b, x.c, bias);
+    return;
+  }
   if (plan.strategy == strategy::bulk) {
     rs_bulk(ctx, plan, x, opt, bias);
     return;

@@ -22,6 +22,26 @@ enum class strategy {
   automatic,
 };
 
+/// Which data an op moves between the ranks (the result and its
+/// distribution are the same either way).
+enum class algorithm {
+  /// the library chooses (see strategy::automatic and docs/design.md,
+  /// "Choosing a schedule")
+  automatic,
+  /// the data the op's name says: all_gather_matmul gathers the sharded
+  /// operand, matmul_reduce_scatter reduces and scatters the partial products
+  named,
+  /// the other operands travel instead: all_gather_matmul gathers (or
+  /// exchanges) the other operand and sends the output blocks (or partial
+  /// sums) to their owners; matmul_reduce_scatter exchanges the input blocks
+  /// each rank needs for its own output. Moves less than `named` for thin
+  /// products (all-gather: K*N + M*N instead of M*K for lhs_rows). Runs as
+  /// bulk collectives (strategy bulk or automatic; ring and bidirectional
+  /// are rejected), and not with all_gather_matmul's gathered_out, which
+  /// needs the sharded operand gathered anyway (the plan runs `named` there).
+  others,
+};
+
 /// Which operand of all_gather_matmul is sharded, and along which dimension.
 enum class gathered {
   lhs_rows,  ///< a: this rank's rows of A (M_r x K), b: K x N_loc, c = AG_rows(A) @ b (M x N_loc)
@@ -36,6 +56,14 @@ enum class gathered {
     case strategy::ring: return "ring";
     case strategy::bidirectional: return "bidirectional";
     case strategy::automatic: return "automatic";
+  }
+  return "?";
+}
+[[nodiscard]] inline const char* to_string(algorithm a) {
+  switch (a) {
+    case algorithm::automatic: return "automatic";
+    case algorithm::named: return "named";
+    case algorithm::others: return "others";
   }
   return "?";
 }
@@ -75,6 +103,7 @@ struct epilogue {
 struct ag_options {
   overlap::gathered gathered = overlap::gathered::lhs_rows;
   overlap::strategy strategy = overlap::strategy::automatic;
+  overlap::algorithm algorithm = overlap::algorithm::automatic;
   bool transpose_a = false;
   bool transpose_b = false;
   overlap::epilogue epilogue;
@@ -84,6 +113,7 @@ struct ag_options {
 struct rs_options {
   overlap::scattered scattered = overlap::scattered::rows;
   overlap::strategy strategy = overlap::strategy::automatic;
+  overlap::algorithm algorithm = overlap::algorithm::automatic;
   bool transpose_a = false;
   bool transpose_b = false;
   overlap::epilogue epilogue;

@@ -1,0 +1,241 @@
+#pragma once
+/// @file
+/// The other-operands algorithm (algorithm::others) of both ops: instead of
+/// the data the op's name moves (the sharded operand of an all-gather, the
+/// partial sums of a reduce-scatter), the operands the other side needs
+/// travel, every rank computes the products it can, and the results go where
+/// the caller asked for them. It moves less for thin products
+/// (docs/design.md, "Choosing a schedule"). A plan here is a list of steps,
+/// built by each op for its layout and run by others_run: pack, input
+/// collectives (MPI_Allgatherv, MPI_Alltoallv), one GEMM per peer block, the
+/// output collective (MPI_Alltoallv to the blocks' owners, or
+/// MPI_Reduce_scatter of partial sums), and a pass for the epilogue.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "overlap/context.hpp"
+#include "overlap/engine/buffer.hpp"
+#include "overlap/matrix.hpp"
+#include "overlap/ops/common.hpp"
+
+namespace overlap::detail {
+
+/// Where a GEMM operand or a packed block is read.
+enum class others_src { caller_a, caller_b, gathered, exchanged };
+
+/// A stored block of the caller's a or b, packed densely (ld = nc) at
+/// element `to` of a plan buffer, or, for placements, a dense block at
+/// element `to` of the received buffer copied to c at (r0, c0).
+struct others_block {
+  others_src from = others_src::caller_a;
+  int64_t r0 = 0, c0 = 0, nr = 0, nc = 0;
+  int64_t to = 0;
+};
+
+/// The stored block of an operand (stored transposed when `trans`) that
+/// holds logical rows `lr` and columns `lc` of op(operand).
+inline others_block stored_block(others_src from, bool trans, range lr, range lc, int64_t to) {
+  if (trans) return {from, lc.begin, lr.begin, lc.len, lr.len, to};
+  return {from, lr.begin, lc.begin, lr.len, lc.len, to};
+}
+/// The leading dimension of a densely packed block with `cols` stored columns.
+inline int64_t packed_ld(int64_t cols) { return std::max<int64_t>(1, cols); }
+
+/// One GEMM of the plan: operands at element offsets of their sources; the
+/// product goes to the caller's c (to_c, element offset `out` of T) or to the
+/// products buffer (element offset `out` of the plan's out type). addend: the
+/// fp32 sum so far (products at 0) is added while writing c (bf16).
+struct others_gemm {
+  others_src a = others_src::caller_a, b = others_src::caller_b;
+  int64_t a_off = 0, b_off = 0, out = 0;
+  bool to_c = false;
+  bool addend = false;
+  gemm_desc desc;
+  std::shared_ptr<const gemm_kernel> kernel;
+};
+
+/// How the products reach the caller's c.
+enum class others_output {
+  owners,   ///< blocks of T go to the ranks that own them (MPI_Alltoallv) and are placed in c
+  reduced,  ///< partial sums are reduced and scattered (MPI_Reduce_scatter)
+  local,    ///< the GEMMs wrote this rank's result into c already
+};
+
+/// MPI counts and displacements of one collective, in elements.
+struct others_counts {
+  std::vector<int> counts, displs;
+  /// Counts from element counts; displacements are their prefix sums.
+  explicit others_counts(const std::vector<int64_t>& n = {}) {
+    int64_t at = 0;
+    for (int64_t c : n) {
+      counts.push_back(mpi::detail::to_count(c, "count of a collective"));
+      displs.push_back(mpi::detail::to_count(at, "displacement of a collective"));
+      at += c;
+    }
+  }
+  [[nodiscard]] int64_t total() const { return counts.empty() ? 0 : int64_t{displs.back()} + counts.back(); }
+};
+
+template <class T>
+struct others_plan {
+  dtype out = dtype_of<T>();  ///< element type of the products buffer
+  // Inputs: every rank's block gathered (this rank's packed in place first) ...
+  bool gather = false;
+  others_block gather_own;
+  others_counts gathered_at;
+  engine::buffer<T> gathered;
+  // ... and blocks exchanged, one to every rank.
+  bool exchange = false;
+  std::vector<others_block> exchange_out;
+  others_counts sent_at, exchanged_at;
+  engine::buffer<T> send, exchanged;
+  // The products.
+  std::vector<others_gemm> gemms;
+  engine::buffer<std::byte> products;
+  // Output.
+  others_output output = others_output::local;
+  others_counts owners_send, owners_recv;  ///< owners: products (T) to each rank, received from each
+  bool recv_into_c = false;                ///< owners: received straight into c (dense row blocks)
+  engine::buffer<T> received;
+  std::vector<others_block> place;         ///< owners: received blocks to c
+  others_counts reduce_at;                 ///< reduced: the sums each rank gets
+  engine::buffer<std::byte> result;        ///< reduced: when not straight into c
+  bool finish = false;                     ///< a pass over c for the epilogue (and the fp32 result)
+  gemm_desc finish_desc;
+};
+
+/// The GEMM descriptor of others_gemm (no epilogue unless added).
+inline gemm_desc others_desc(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, bool ta,
+                             bool tb, dtype in, dtype out, bool accumulate) {
+  gemm_desc d;
+  d.m = m, d.n = n, d.k = k, d.lda = lda, d.ldb = ldb, d.ldc = ldc;
+  d.trans_a = ta, d.trans_b = tb, d.accumulate = accumulate;
+  d.in = in, d.out = out;
+  return d;
+}
+
+/// The pass that finishes c after an output collective: c = act(c + bias)
+/// (sums in c already), or c = act(sum + bias) from the sums in `result`.
+template <class T>
+void others_finish(others_plan<T>& plan, matrix_view<T> c, const epilogue& e, bool from_result, dtype acc) {
+  gemm_desc d = others_desc(c.rows, c.cols, 0, 0, 0, c.ld, false, false, dtype_of<T>(), dtype_of<T>(), !from_result);
+  d.bias = e.bias != nullptr;
+  d.act = e.activation;
+  if (from_result) d.addend = true, d.ld_addend = c.cols, d.addend_type = acc;
+  plan.finish = from_result || d.has_epilogue();
+  plan.finish_desc = d;
+}
+
+/// Runs an others plan on the call's operands (collective).
+template <class T>
+void others_run(context& ctx, const plan_base& info, others_plan<T>& plan, matrix_view<const T> a,
+                matrix_view<const T> b, matrix_view<T> c, const T* bias) {
+  auto source = [&](others_src s) -> const T* {
+    switch (s) {
+      case others_src::caller_a: return a.data;
+      case others_src::caller_b: return b.data;
+      case others_src::gathered: return plan.gathered.data();
+      case others_src::exchanged: return plan.exchanged.data();
+    }
+    return nullptr;
+  };
+  auto pack = [&](const others_block& k, T* dst) {
+    const matrix_view<const T>& v = k.from == others_src::caller_a ? a : b;
+    copy_block<T>(v.block(k.r0, k.c0, k.nr, k.nc), {dst + k.to, k.nr, k.nc});
+  };
+  const MPI_Datatype type = mpi_type_of(dtype_of<T>());
+  if (plan.gather) {
+    pack(plan.gather_own, plan.gathered.data());
+    const others_counts& g = plan.gathered_at;
+    run_collective(
+        ctx, info, "MPI_Allgatherv",
+        [&] {
+          return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan.gathered.data(), g.counts.data(),
+                                g.displs.data(), type, ctx.comm());
+        },
+        [&](MPI_Request* r) {
+          return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan.gathered.data(), g.counts.data(),
+                                 g.displs.data(), type, ctx.comm(), r);
+        });
+  }
+  if (plan.exchange) {
+    for (const others_block& k : plan.exchange_out) pack(k, plan.send.data());
+    const others_counts &s = plan.sent_at, &r = plan.exchanged_at;
+    run_collective(
+        ctx, info, "MPI_Alltoallv",
+        [&] {
+          return MPI_Alltoallv(plan.send.data(), s.counts.data(), s.displs.data(), type, plan.exchanged.data(),
+                               r.counts.data(), r.displs.data(), type, ctx.comm());
+        },
+        [&](MPI_Request* q) {
+          return MPI_Ialltoallv(plan.send.data(), s.counts.data(), s.displs.data(), type, plan.exchanged.data(),
+                                r.counts.data(), r.displs.data(), type, ctx.comm(), q);
+        });
+  }
+  std::byte* products = plan.products.data();
+  const auto out_size = static_cast<int64_t>(size_of(plan.out));
+  run_local_step(ctx, info, [&] {
+    for (const others_gemm& g : plan.gemms) {
+      void* dst = g.to_c ? static_cast<void*>(c.data + g.out) : static_cast<void*>(products + g.out * out_size);
+      g.kernel->run(source(g.a) + g.a_off, source(g.b) + g.b_off, dst, g.desc.bias ? bias : nullptr,
+                    g.addend ? products : nullptr);
+    }
+  });
+  void* result = plan.result.data() != nullptr ? static_cast<void*>(plan.result.data()) : static_cast<void*>(c.data);
+  if (plan.output == others_output::owners) {
+    T* dst = plan.recv_into_c ? c.data : plan.received.data();
+    const others_counts &s = plan.owners_send, &r = plan.owners_recv;
+    run_collective(
+        ctx, info, "MPI_Alltoallv",
+        [&] {
+          return MPI_Alltoallv(products, s.counts.data(), s.displs.data(), type, dst, r.counts.data(),
+                               r.displs.data(), type, ctx.comm());
+        },
+        [&](MPI_Request* q) {
+          return MPI_Ialltoallv(products, s.counts.data(), s.displs.data(), type, dst, r.counts.data(),
+                                r.displs.data(), type, ctx.comm(), q);
+        });
+    for (const others_block& k : plan.place)
+      copy_block<T>({plan.received.data() + k.to, k.nr, k.nc}, c.block(k.r0, k.c0, k.nr, k.nc));
+  } else if (plan.output == others_output::reduced) {
+    const MPI_Datatype acc = mpi_type_of(plan.out);
+    const others_counts& r = plan.reduce_at;
+    run_collective(
+        ctx, info, "MPI_Reduce_scatter",
+        [&] { return MPI_Reduce_scatter(products, result, r.counts.data(), acc, MPI_SUM, ctx.comm()); },
+        [&](MPI_Request* q) {
+          return MPI_Ireduce_scatter(products, result, r.counts.data(), acc, MPI_SUM, ctx.comm(), q);
+        });
+  }
+  if (plan.finish) run_local_step(ctx, info, [&] { run_degenerate(plan.finish_desc, c.data, bias, result); });
+}
+
+/// Sets up the output collective MPI_Reduce_scatter of partial sums laid out
+/// as `sums` (elements per rank, in rank order) into c, or into a result
+/// buffer when c is not dense or the sums are not of T; and the pass after it.
+template <class T>
+void others_reduce_into(others_plan<T>& plan, const std::vector<int64_t>& sums, matrix_view<T> c,
+                        const epilogue& e) {
+  plan.output = others_output::reduced;
+  plan.reduce_at = others_counts(sums);
+  const bool via_result = c.ld != c.cols || plan.out != dtype_of<T>();
+  if (via_result) plan.result = engine::buffer<std::byte>(static_cast<size_t>(c.rows * c.cols) * size_of(plan.out));
+  others_finish(plan, c, e, via_result, plan.out);
+}
+
+/// Allocates the buffers of a plan whose blocks and counts are set.
+template <class T>
+void others_allocate(others_plan<T>& plan, int64_t product_elems) {
+  if (plan.gather) plan.gathered = engine::buffer<T>(static_cast<size_t>(plan.gathered_at.total()));
+  if (plan.exchange) {
+    plan.send = engine::buffer<T>(static_cast<size_t>(plan.sent_at.total()));
+    plan.exchanged = engine::buffer<T>(static_cast<size_t>(plan.exchanged_at.total()));
+  }
+  plan.products = engine::buffer<std::byte>(static_cast<size_t>(product_elems) * size_of(plan.out));
+  if (plan.output == others_output::owners && !plan.recv_into_c)
+    plan.received = engine::buffer<T>(static_cast<size_t>(plan.owners_recv.total()));
+}
+
+}  // namespace overlap::detail
