@@ -112,6 +112,12 @@ struct config {
   /// 2: also one line per ring step of every call (time waiting for its
   /// transfers, time computing, transfers in flight while it computed).
   int verbose = 0;
+  /// A calibration file for the cost model (overlap-calibrate writes one),
+  /// read by rank 0 when the context is created and shared with the others.
+  /// Empty: a context spanning nodes measures one on the first call that
+  /// asks for strategy::automatic; on one node, automatic is bulk without a
+  /// model unless a file is given (docs/design.md, "Choosing a schedule").
+  std::string calibration;
 
   /// The defaults above, overridden by the environment variables listed in
   /// settings(). Throws std::invalid_argument on a malformed or out-of-range
@@ -142,6 +148,7 @@ struct setting {
       {"OVERLAP_ON_FATAL", "abort|throw", "abort", "a failure after the ranks agreed: MPI_Abort, or throw on this rank"},
       {"OVERLAP_PLAN_CACHE", "1..65536", "32", "plans kept per context, least recently used evicted"},
       {"OVERLAP_VERBOSE", "0..2", "0", "1: rank 0 prints the configuration and each plan; 2: also every ring step"},
+      {"OVERLAP_CALIBRATION", "path", "", "cost model calibration file (overlap-calibrate); empty: measured when needed"},
   };
   *count = sizeof table / sizeof table[0];
   return table;
@@ -234,6 +241,7 @@ inline config config::from_env() {
   c.on_fatal = detail::env_enum("OVERLAP_ON_FATAL", c.on_fatal, {fatal_policy::abort, fatal_policy::throw_error});
   c.plan_cache = static_cast<int>(detail::env_int("OVERLAP_PLAN_CACHE", c.plan_cache, 1, 65536));
   c.verbose = static_cast<int>(detail::env_int("OVERLAP_VERBOSE", 0, 0, 2));
+  if (const char* path = detail::env("OVERLAP_CALIBRATION")) c.calibration = path;
   return c;
 }
 
@@ -257,6 +265,7 @@ inline config config::from_env() {
          " OVERLAP_AG_CHUNKS=" + std::to_string(c.ag_chunks) + " OVERLAP_RS_CHUNKS=" + std::to_string(c.rs_chunks) +
          " OVERLAP_BF16_GEMM=" + to_string(c.bf16) + " OVERLAP_TIMEOUT_S=" + std::to_string(c.timeout_s) +
          " OVERLAP_ON_FATAL=" + to_string(c.on_fatal) + " OVERLAP_PLAN_CACHE=" + std::to_string(c.plan_cache) +
+         (c.calibration.empty() ? "" : " OVERLAP_CALIBRATION=" + c.calibration) +
          (c.phases == ring_phases::both ? "" : c.phases == ring_phases::compute_only ? " phases=compute_only"
                                                                                       : " phases=comm_only");
 }

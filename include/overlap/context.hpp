@@ -24,6 +24,7 @@
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/mpi/request.hpp"
 #include "overlap/mpi/wait.hpp"
+#include "overlap/schedule/calibration.hpp"
 
 namespace overlap {
 
@@ -173,6 +174,18 @@ class context {
     // The group lives on the heap: its address survives moves of the context.
     return std::make_shared<banded_kernel>(d, std::move(parts), &context::poll, requests_.get());
   }
+  /// The cost model's inputs: loaded from config().calibration when the
+  /// context was created (the same on every rank), or measured on first need
+  /// (null until then).
+  [[nodiscard]] const std::optional<overlap::calibration>& calibration() const noexcept { return model_; }
+  /// For the ops: the inputs to complete (collectively) before a choice.
+  [[nodiscard]] overlap::calibration& calibration_to_complete() {
+    if (!model_) model_ = overlap::calibration{{}, {}, "measured by this context"};
+    return *model_;
+  }
+  /// The link class of this context's ring.
+  [[nodiscard]] link_class links() const noexcept { return one_node_ ? link_class::shared : link_class::network; }
+
   /// The cached plan for key (now the most recently used), or null.
   [[nodiscard]] detail::plan_base* find_plan(const detail::plan_key& key) {
     auto it = index_.find(key);
@@ -335,6 +348,7 @@ class context {
       }
     }
     agree_on(local, who);
+    share_calibration();
     requests_->set_timeout(cfg_.timeout_s);
     // The same answer on every rank: all ranks see the whole communicator on
     // their node, or none does.
@@ -366,8 +380,21 @@ class context {
     return mpi::communicator::adopt(copy);
   }
 
+  /// Collective: rank 0's calibration (read in prepare_local) to every rank.
+  void share_calibration() {
+    if (cfg_.calibration.empty()) return;
+    detail::agreement_scratch& s = *scratch_;
+    s.text = rank_ == 0 ? model_->to_json() : std::string();
+    int64_t n = static_cast<int64_t>(s.text.size());
+    OVERLAP_MPI(MPI_Bcast, &n, 1, MPI_INT64_T, 0, comm_.get());
+    s.text.resize(static_cast<size_t>(n));
+    OVERLAP_MPI(MPI_Bcast, s.text.data(), static_cast<int>(n), MPI_CHAR, 0, comm_.get());
+    model_ = overlap::calibration::from_json(s.text, cfg_.calibration);
+  }
+
   /// What a context sets up on this rank alone.
   void prepare_local() {
+    if (!cfg_.calibration.empty() && rank_ == 0) model_ = overlap::calibration::load(cfg_.calibration);
     if (cfg_.progress == progress_policy::thread) {
       int provided = MPI_THREAD_SINGLE;
       OVERLAP_MPI(MPI_Query_thread, &provided);
@@ -399,6 +426,7 @@ class context {
   int size_ = 1;
   bool one_node_ = false;
   bool widen_bf16_ = false;
+  std::optional<overlap::calibration> model_;
   std::string failure_;  ///< the fatal error that ended this context (throw policy)
   backend::eigen_backend eigen_;
   std::unique_ptr<backend::onednn_backend> onednn_;

@@ -17,6 +17,7 @@
 #include "overlap/ops/common.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/others.hpp"
+#include "overlap/schedule/choose.hpp"
 
 namespace overlap {
 namespace detail {
@@ -90,6 +91,7 @@ struct ag_plan final : plan_base {
   // algorithm::others
   overlap::algorithm algorithm = overlap::algorithm::named;
   others_plan<T> others;
+  overlap::schedule sched;  ///< what runs, and the candidates when the model chose
 };
 
 /// The call's operands; `out` is the optional gathered by-product (has_out).
@@ -318,6 +320,49 @@ void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const 
   others_allocate(o, at);
 }
 
+/// What a candidate schedule of all_gather_matmul does on the busiest rank,
+/// for the cost model. other[q]: rank q's extent of the other operand's free
+/// dimension; elem/acc: bytes of an element and of a partial sum.
+inline work ag_work(const ag_geometry& g, const std::vector<int64_t>& other, int R, const candidate& c,
+                    int64_t elem, int64_t acc) {
+  const int64_t omax = *std::max_element(other.begin(), other.end());
+  const int64_t m = g.lhs ? g.x_rows : omax, n = g.lhs ? omax : g.x_cols, k = g.lhs ? g.x_cols : g.x_rows;
+  const int64_t shard = g.layout.max_size();
+  const shard_layout& sh = g.layout;
+  auto o = [&](int q) { return other[static_cast<size_t>(q)]; };
+  work w;
+  if (c.algorithm == algorithm::others) {
+    if (!g.contracting) {  // the other operand gathered, output blocks to their owners
+      w.allgather_block = double(k * omax * elem);
+      for (int q = 0; q < R; ++q) w.gemms.push_back(g.lhs ? gemm_work{shard, o(q), k} : gemm_work{o(q), shard, k});
+      w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return sh.size(p) * o(q); });
+    } else {  // slices of the other operand exchanged, partial sums reduced
+      w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return sh.size(q) * o(p); });
+      for (int q = 0; q < R; ++q)
+        w.gemms.push_back(g.lhs ? gemm_work{g.x_rows, o(q), shard} : gemm_work{o(q), g.x_cols, shard});
+      w.reduce_scatter_block = double((g.lhs ? g.x_rows : g.x_cols) * omax * acc);
+    }
+    return w;
+  }
+  if (c.strategy == strategy::bulk) {
+    w.gemms.push_back({m, n, k});
+    w.allgather_block = double(shard * (g.shard_rows ? g.x_cols : g.x_rows) * elem);
+    return w;
+  }
+  // A ring: pieces split op(X)'s output dimension (M for lhs, N for rhs).
+  const int lanes = c.strategy == strategy::bidirectional ? 2 : 1;
+  const int64_t parts = int64_t{lanes} * c.chunks;
+  const int64_t split = ceil_div(g.contracting ? (g.lhs ? g.x_rows : g.x_cols) : shard, parts);
+  const int64_t depth = g.contracting ? shard : k;  // K of a piece
+  w.ring = true;
+  w.lanes = lanes;
+  w.steps = R * c.chunks;
+  w.transfer_steps = (R - 1) * c.chunks;
+  w.piece = g.lhs ? gemm_work{split, n, depth} : gemm_work{m, split, depth};
+  w.step_bytes = double(split * depth * elem);
+  return w;
+}
+
 /// Checks a call, agrees with the other ranks, and returns the plan (built
 /// and cached on first use). Collective.
 template <class T>
@@ -436,27 +481,31 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
            std::to_string(full.stored_cols()) + (geo.trans_x ? " (stored transposed)" : ""));
   }
 
-  // The other operands travel only where asked and no rank wants the
-  // gathered operand itself (gathered_out needs it gathered anyway).
+  // The other operands may travel only where no rank wants the gathered
+  // operand itself (gathered_out needs it gathered anyway).
   bool any_out = false;
   for (int r = 0; r < R; ++r) any_out = any_out || at(r, has_out) != 0;
-  const overlap::algorithm alg = opt.algorithm == algorithm::others && !any_out ? algorithm::others : algorithm::named;
   std::vector<int64_t> other(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) other[static_cast<size_t>(r)] = at(r, geo.lhs ? cc : cr);
-  const overlap::strategy chosen =
-      alg == algorithm::others ? strategy::bulk : resolve_strategy(opt.strategy, R, ctx.one_node());
-  const int lanes = chosen == strategy::bidirectional ? 2 : 1;
   // Chunks split op(X)'s output dimension (rows of stored X when
   // stored_chunk_rows); the plan's choice depends on global sizes only.
-  const bool sr = full.stored_shard_rows(), cr_ = full.stored_chunk_rows();
-  const int64_t chunk_extent = (cr_ ? full.stored_rows() : full.stored_cols()) / (sr == cr_ ? R : 1) / lanes;
-  const int64_t bytes_per_unit =
-      (cr_ ? full.stored_cols() : full.stored_rows()) / (sr == cr_ ? 1 : R) * static_cast<int64_t>(sizeof(T));
   int64_t knee_units = 0;
   for (int r = 0; r < R; ++r) knee_units = std::max(knee_units, at(r, knee));
-  const int used_chunks =
-      plan_chunks(chunks, ag_chunk_rule.min_chunks, ag_chunk_rule.preferred, R, lanes, chunk_extent,
-                  bytes_per_unit, ctx.one_node(), knee_units);
+  auto chunks_for = [&](int lanes) {
+    const bool sr = full.stored_shard_rows(), cr_ = full.stored_chunk_rows();
+    const int64_t chunk_extent = (cr_ ? full.stored_rows() : full.stored_cols()) / (sr == cr_ ? R : 1) / lanes;
+    const int64_t bytes_per_unit =
+        (cr_ ? full.stored_cols() : full.stored_rows()) / (sr == cr_ ? 1 : R) * static_cast<int64_t>(sizeof(T));
+    return plan_chunks(chunks, ag_chunk_rule.min_chunks, ag_chunk_rule.preferred, R, lanes, chunk_extent,
+                       bytes_per_unit, ctx.one_node(), knee_units);
+  };
+  const int64_t elem = sizeof(T), acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;
+  const schedule sched = choose_schedule(
+      ctx, {opt.strategy, opt.algorithm, !any_out}, dtype_of<T>(), chunks_for,
+      [&](const candidate& c) { return ag_work(full, other, R, c, elem, acc); });
+  const overlap::strategy chosen = sched.strategy;
+  const overlap::algorithm alg = sched.algorithm;
+  const int lanes = sched.lanes, used_chunks = sched.chunks;
   const std::string summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) +
                               " ranks: " + to_string(chosen) +
                               (alg == algorithm::others ? std::string(" moving the other operands") : std::string()) +
@@ -473,6 +522,7 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
     // The same on every rank: the exchanged table (which names the options) and the op.
     built->fingerprint = hash_values(all, hash_values({static_cast<int64_t>(checks.id())}));
     built->algorithm = alg;
+    built->sched = sched;
     if (alg == algorithm::others) ag_others_build<T>(ctx, *built, x, opt, other);
     else ag_build<T>(ctx, *built, x, opt, used_chunks);
     return built;
@@ -480,7 +530,7 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   if (ctx.config().verbose && ctx.rank() == 0)
     log_built_plan(ctx, summary,
                    ring_summary(opt.strategy, *plan, used_chunks, chunks == 0, plan->slots.size() * sizeof(T)) +
-                       (plan->acc.size() ? ", fp32 accumulator" : ""),
+                       (plan->acc.size() ? ", fp32 accumulator" : "") + "; schedule: " + to_string(sched),
                    dtype_of<T>());
   return static_cast<ag_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
 }
@@ -631,6 +681,16 @@ template <class T>
 void all_gather_matmul(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
                        matrix_view<T> gathered_out, const ag_options& opt = {}) {
   detail::all_gather_matmul_impl<T>(ctx, detail::ag_args<T>{a, b, c, gathered_out, true}, opt);
+}
+
+/// The schedule all_gather_matmul runs for these arguments (the same on
+/// every rank): builds and caches the plan like a call, without computing.
+/// Collective, with the same rules as the call.
+template <class T>
+schedule all_gather_matmul_schedule(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
+                                    const ag_options& opt = {}) {
+  ctx.check_usable("overlap::all_gather_matmul_schedule");
+  return detail::ag_prepare<T>(ctx, detail::ag_args<T>{a, b, c, {}, false}, opt).sched;
 }
 
 #ifdef OVERLAP_COMPILED

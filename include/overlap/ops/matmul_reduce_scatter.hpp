@@ -16,6 +16,7 @@
 #include "overlap/ops/common.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/others.hpp"
+#include "overlap/schedule/choose.hpp"
 
 namespace overlap {
 namespace detail {
@@ -58,6 +59,7 @@ struct rs_plan final : plan_base {
   // algorithm::others
   overlap::algorithm algorithm = overlap::algorithm::named;
   others_plan<T> others;
+  overlap::schedule sched;  ///< what runs, and the candidates when the model chose
 };
 
 template <class T>
@@ -232,6 +234,37 @@ void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const 
   others_allocate(o, fp32_sum ? m * n : 0);
 }
 
+/// What a candidate schedule of matmul_reduce_scatter does on the busiest
+/// rank, for the cost model. ks[q]: rank q's K_q; `out`: the scattered
+/// dimension over the ranks; elem/acc: bytes of an element and of a partial sum.
+inline work rs_work(bool rows, int64_t m, int64_t n, const std::vector<int64_t>& ks, const shard_layout& out, int R,
+                    const candidate& c, int64_t elem, int64_t acc) {
+  const int64_t kmax = *std::max_element(ks.begin(), ks.end()), shard = out.max_size();
+  auto k = [&](int q) { return ks[static_cast<size_t>(q)]; };
+  work w;
+  if (c.algorithm == algorithm::others) {
+    // Rows: A's row blocks exchanged, B gathered; columns: A gathered, B's column blocks exchanged.
+    w.allgather_block = double(kmax * (rows ? n : m) * elem);
+    w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return out.size(q) * k(p); });
+    for (int q = 0; q < R; ++q) w.gemms.push_back(rows ? gemm_work{shard, n, k(q)} : gemm_work{m, shard, k(q)});
+    return w;
+  }
+  if (c.strategy == strategy::bulk) {
+    w.gemms.push_back({m, n, kmax});
+    w.reduce_scatter_block = double(shard * (rows ? n : m) * acc);
+    return w;
+  }
+  const int lanes = c.strategy == strategy::bidirectional ? 2 : 1;
+  const int64_t split = ceil_div(shard, int64_t{lanes} * c.chunks);
+  w.ring = true;
+  w.lanes = lanes;
+  w.steps = R * c.chunks;
+  w.transfer_steps = (R - 1) * c.chunks;
+  w.piece = rows ? gemm_work{split, n, kmax} : gemm_work{m, split, kmax};
+  w.step_bytes = double(split * (rows ? n : m) * acc);
+  return w;
+}
+
 template <class T>
 rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt) {
   arg_checks checks(op_id::matmul_reduce_scatter, dtype_of<T>(),
@@ -294,13 +327,6 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     sizes[static_cast<size_t>(r)] = at(r, rows ? cr : cc);
   }
   auto plan = std::make_unique<rs_plan<T>>();
-  plan->algorithm = opt.algorithm == algorithm::others ? algorithm::others : algorithm::named;
-  plan->strategy =
-      plan->algorithm == algorithm::others ? strategy::bulk : resolve_strategy(opt.strategy, R, ctx.one_node());
-  plan->lanes = plan->strategy == strategy::bidirectional ? 2 : 1;
-  // bf16 accumulators only where asked for and possible: MPI cannot sum bf16.
-  const bool bf16_acc = opt.bf16_transfers && plan->strategy != strategy::bulk;
-  plan->acc = dtype_of<T>() == dtype::bf16 && !bf16_acc ? dtype::f32 : dtype_of<T>();
   plan->rows = rows;
   plan->m = at(0, ar);
   plan->n = at(0, bc);
@@ -310,13 +336,31 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     fail(std::string(rows ? "the sum of c.rows over ranks (" : "the sum of c.cols over ranks (") +
          std::to_string(plan->layout.total()) + ") must equal " + (rows ? an + ".rows (M = " : bn + ".cols (N = ") +
          std::to_string(want) + ")");
+  std::vector<int64_t> ks(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) ks[static_cast<size_t>(r)] = at(r, ac);
+  // Partial sums of bf16 products travel in fp32 unless a ring may send bf16
+  // (MPI cannot sum bf16, so bulk reduces in fp32).
+  const dtype t = dtype_of<T>(), wide = t == dtype::bf16 ? dtype::f32 : t;
+  const dtype ring_acc = opt.bf16_transfers ? t : wide;
   // Chunks split the scattered dimension; the choice depends on global sizes only.
   int64_t knee_units = 0;
   for (int r = 0; r < R; ++r) knee_units = std::max(knee_units, at(r, knee));
-  const int used_chunks = plan_chunks(chunks, rs_chunk_rule.min_chunks, rs_chunk_rule.preferred, R, plan->lanes,
-                                      want / R / plan->lanes,
-                                      (rows ? plan->n : plan->m) * static_cast<int64_t>(size_of(plan->acc)),
-                                      ctx.one_node(), knee_units);
+  auto chunks_for = [&](int lanes) {
+    return plan_chunks(chunks, rs_chunk_rule.min_chunks, rs_chunk_rule.preferred, R, lanes, want / R / lanes,
+                       (rows ? plan->n : plan->m) * static_cast<int64_t>(size_of(ring_acc)), ctx.one_node(),
+                       knee_units);
+  };
+  const schedule sched =
+      choose_schedule(ctx, {opt.strategy, opt.algorithm, true}, t, chunks_for, [&](const candidate& c) {
+        const dtype acc = c.strategy == strategy::bulk ? wide : ring_acc;
+        return rs_work(rows, plan->m, plan->n, ks, plan->layout, R, c, sizeof(T), size_of(acc));
+      });
+  plan->sched = sched;
+  plan->algorithm = sched.algorithm;
+  plan->strategy = sched.strategy;
+  plan->lanes = sched.lanes;
+  plan->acc = plan->strategy == strategy::bulk ? wide : ring_acc;
+  const int used_chunks = sched.chunks;
   // The same on every rank: the exchanged table (which names the options) and the op.
   plan->fingerprint = hash_values(all, hash_values({static_cast<int64_t>(checks.id())}));
   plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
@@ -328,8 +372,6 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   // before any transfer.
   build_agreed(ctx, checks.op(), [&] {
     if (plan->algorithm == algorithm::others) {
-      std::vector<int64_t> ks(static_cast<size_t>(R));
-      for (int r = 0; r < R; ++r) ks[static_cast<size_t>(r)] = at(r, ac);
       rs_others_build<T>(ctx, *plan, x, opt, ks);
     } else {
       rs_build<T>(ctx, *plan, x, opt, used_chunks);
@@ -338,7 +380,9 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   });
   if (ctx.config().verbose && ctx.rank() == 0)
     log_built_plan(ctx, plan->summary,
-                   ring_summary(opt.strategy, *plan, used_chunks, chunks == 0, plan->slots.size()), dtype_of<T>());
+                   ring_summary(opt.strategy, *plan, used_chunks, chunks == 0, plan->slots.size()) +
+                       "; schedule: " + to_string(sched),
+                   dtype_of<T>());
   return static_cast<rs_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
 }
 
@@ -451,6 +495,16 @@ template <class T>
 void matmul_reduce_scatter(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
                            const rs_options& opt = {}) {
   detail::matmul_reduce_scatter_impl<T>(ctx, detail::rs_args<T>{a, b, c}, opt);
+}
+
+/// The schedule matmul_reduce_scatter runs for these arguments (the same on
+/// every rank): builds and caches the plan like a call, without computing.
+/// Collective, with the same rules as the call.
+template <class T>
+schedule matmul_reduce_scatter_schedule(context& ctx, matrix_view<const T> a, matrix_view<const T> b,
+                                        matrix_view<T> c, const rs_options& opt = {}) {
+  ctx.check_usable("overlap::matmul_reduce_scatter_schedule");
+  return detail::rs_prepare<T>(ctx, detail::rs_args<T>{a, b, c}, opt).sched;
 }
 
 #ifdef OVERLAP_COMPILED

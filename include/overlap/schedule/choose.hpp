@@ -1,0 +1,74 @@
+#pragma once
+/// @file
+/// Choosing a call's schedule: what the caller forced (options and config)
+/// is taken as asked; strategy::automatic asks the cost model to compare the
+/// candidates (bulk, ring, bidirectional, moving the other operands) and
+/// takes the fastest, keeping bulk unless another is predicted at least 3%
+/// faster (the model's error band). Runs on every rank with the same inputs
+/// (the exchanged sizes and one calibration), so all ranks choose alike.
+
+#include <algorithm>
+#include <vector>
+
+#include "overlap/context.hpp"
+#include "overlap/ops/common.hpp"
+#include "overlap/schedule/measure.hpp"
+#include "overlap/schedule/model.hpp"
+#include "overlap/schedule/schedule.hpp"
+
+namespace overlap::detail {
+
+/// What a call asked for.
+struct schedule_request {
+  overlap::strategy strategy = overlap::strategy::automatic;
+  overlap::algorithm algorithm = overlap::algorithm::automatic;
+  bool others_allowed = true;  ///< false: the call wants the gathered operand (gathered_out)
+};
+
+/// A decomposed schedule must be predicted this much faster than bulk to be taken.
+inline constexpr double model_margin = 1.03;
+
+/// Collective on a plan miss (every rank runs it with the same inputs).
+/// chunks_for(lanes): the chunk count of a ring with that many lanes;
+/// work_of(candidate): the candidate's work on the busiest rank.
+template <class ChunksFor, class WorkOf>
+schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, ChunksFor&& chunks_for,
+                         WorkOf&& work_of) {
+  const int R = ctx.size();
+  auto fixed = [&](overlap::strategy s, overlap::algorithm a) {
+    schedule x;
+    x.strategy = s, x.algorithm = a;
+    x.lanes = s == strategy::bidirectional ? 2 : 1;
+    x.chunks = s == strategy::bulk ? 0 : chunks_for(x.lanes);
+    return x;
+  };
+  if (req.algorithm == algorithm::others && req.others_allowed) return fixed(strategy::bulk, algorithm::others);
+  if (req.strategy != strategy::automatic)
+    return fixed(resolve_strategy(req.strategy, R, ctx.one_node()), algorithm::named);
+  // Nothing travels on one rank; on one node without a calibration file
+  // automatic stays bulk (shared-memory copies take the cores that compute:
+  // docs/results.md measures nothing to hide there).
+  if (R == 1 || (ctx.one_node() && !ctx.calibration())) return fixed(strategy::bulk, algorithm::named);
+  calibration& cal = ctx.calibration_to_complete();
+  measure_missing(ctx, cal, ctx.links(), t);
+  const link_rates& l = cal.links.at(ctx.links());
+  const gemm_rates& g = cal.gemm.at(t);
+
+  std::vector<schedule> options{fixed(strategy::bulk, algorithm::named), fixed(strategy::ring, algorithm::named)};
+  if (R >= 3) options.push_back(fixed(strategy::bidirectional, algorithm::named));
+  if (req.algorithm == algorithm::automatic && req.others_allowed)
+    options.push_back(fixed(strategy::bulk, algorithm::others));
+  std::vector<candidate> table;
+  for (schedule& s : options) {
+    s.predicted_s = predict(l, g, R, work_of(candidate{s.strategy, s.algorithm, s.chunks}));
+    table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
+  }
+  const auto best = std::min_element(options.begin(), options.end(),
+                                     [](const schedule& x, const schedule& y) { return x.predicted_s < y.predicted_s; });
+  schedule chosen = best->predicted_s * model_margin < options.front().predicted_s ? *best : options.front();
+  chosen.by_model = true;
+  chosen.candidates = std::move(table);
+  return chosen;
+}
+
+}  // namespace overlap::detail

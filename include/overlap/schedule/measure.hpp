@@ -1,0 +1,191 @@
+#pragma once
+/// @file
+/// Measuring a calibration on the ranks of a context (collective): the ring
+/// links, the GEMM rate grid and the GEMM slowdown while transfers run. Every
+/// rank measures at the same time (every core busy, as users run), and the
+/// ranks agree on the slowest values, so they all hold one model.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "overlap/context.hpp"
+#include "overlap/engine/buffer.hpp"
+#include "overlap/engine/progress.hpp"
+#include "overlap/error.hpp"
+#include "overlap/failure.hpp"
+#include "overlap/schedule/calibration.hpp"
+
+namespace overlap::detail {
+
+/// Median of a small sample.
+inline double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+/// Seconds of one ring exchange of `bytes` with the neighbours: to p - 1 and
+/// from p + 1, or (both) also to p + 1 and from p - 1. Median of `reps`,
+/// slowest rank.
+inline double time_exchange(context& ctx, std::byte* out, std::byte* in, int bytes, bool both, int reps) {
+  const int R = ctx.size(), p = ctx.rank(), to = (p + R - 1) % R, from = (p + 1) % R;
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    OVERLAP_MPI(MPI_Barrier, ctx.comm());
+    const double t0 = MPI_Wtime();
+    MPI_Request r[4];
+    int n = 0;
+    OVERLAP_MPI(MPI_Irecv, in, bytes, MPI_BYTE, from, 901, ctx.comm(), &r[n++]);
+    OVERLAP_MPI(MPI_Isend, out, bytes, MPI_BYTE, to, 901, ctx.comm(), &r[n++]);
+    if (both) {
+      OVERLAP_MPI(MPI_Irecv, in + bytes, bytes, MPI_BYTE, to, 902, ctx.comm(), &r[n++]);
+      OVERLAP_MPI(MPI_Isend, out + bytes, bytes, MPI_BYTE, from, 902, ctx.comm(), &r[n++]);
+    }
+    OVERLAP_MPI(MPI_Waitall, n, r, MPI_STATUSES_IGNORE);
+    double mine = MPI_Wtime() - t0, worst = 0;
+    OVERLAP_MPI(MPI_Allreduce, &mine, &worst, 1, MPI_DOUBLE, MPI_MAX, ctx.comm());
+    t.push_back(worst);
+  }
+  return median_of(t);
+}
+
+/// The ring links of ctx (needs >= 2 ranks).
+inline link_rates measure_links(context& ctx) {
+  constexpr int big = 4 << 20;
+  engine::buffer<std::byte> out(2 * big), in(2 * big);
+  std::memset(out.data(), 1, out.size());
+  link_rates l;
+  time_exchange(ctx, out.data(), in.data(), big, true, 1);  // connections up, pages touched
+  l.latency_s = time_exchange(ctx, out.data(), in.data(), 8, false, 21);
+  const double one = time_exchange(ctx, out.data(), in.data(), big, false, 3);
+  const double both = time_exchange(ctx, out.data(), in.data(), big, true, 3);
+  l.bytes_per_s = big / std::max(one - l.latency_s, 1e-9);
+  l.bytes_per_s_both = big / std::max(both - l.latency_s, 1e-9);
+  return l;
+}
+
+/// Seconds of one GEMM of `k` on zeroed operands, on this rank (median of a
+/// few runs lasting >= about 5 ms in all, after one warm-up run).
+inline double time_gemm(const gemm_kernel& k, const void* a, const void* b, void* c) {
+  auto once = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    k.run(a, b, c);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double first = once();
+  std::vector<double> t{once()};
+  const int more = std::min(8, static_cast<int>(0.005 / std::max(first, 1e-6)));
+  for (int i = 0; i < more; ++i) t.push_back(once());
+  return median_of(t);
+}
+
+/// The GEMM rates of t on the grid sizes^3, every rank at once; the slowest
+/// rank's rate per shape.
+inline gemm_rates measure_gemm(context& ctx, dtype t, const std::vector<int64_t>& sizes) {
+  const int64_t top = sizes.back();
+  const size_t bytes = static_cast<size_t>(top * top) * size_of(t);
+  // Buffers and primitives may fail on one rank only: agreed before measuring.
+  engine::buffer<std::byte> a, b, c;
+  std::vector<std::shared_ptr<const gemm_kernel>> kernels;
+  failure local;
+  try {
+    a = engine::buffer<std::byte>(bytes), b = engine::buffer<std::byte>(bytes), c = engine::buffer<std::byte>(bytes);
+    std::memset(a.data(), 0, bytes), std::memset(b.data(), 0, bytes), std::memset(c.data(), 0, bytes);
+    for (int64_t m : sizes)
+      for (int64_t n : sizes)
+        for (int64_t k : sizes) {
+          gemm_desc d;
+          d.m = m, d.n = n, d.k = k, d.lda = k, d.ldb = n, d.ldc = n, d.in = d.out = t;
+          kernels.push_back(ctx.make_kernel(d));
+        }
+  } catch (...) {
+    local = failure::capture(std::current_exception());
+  }
+  ctx.agree_on(local, "overlap: calibrating GEMM rates");
+  gemm_rates g;
+  g.sizes = sizes;
+  size_t i = 0;
+  for (int64_t m : sizes)
+    for (int64_t n : sizes)
+      for (int64_t k : sizes) {
+        OVERLAP_MPI(MPI_Barrier, ctx.comm());
+        const double s = time_gemm(*kernels[i++], a.data(), b.data(), c.data());
+        double rate = 2.0 * double(m) * double(n) * double(k) / std::max(s, 1e-9), low = 0;
+        OVERLAP_MPI(MPI_Allreduce, &rate, &low, 1, MPI_DOUBLE, MPI_MIN, ctx.comm());
+        g.flops_per_s.push_back(low);
+      }
+  return g;
+}
+
+/// How much longer a GEMM of t takes while the ring links carry data both
+/// ways (progressed as the ring engine does) than alone; the largest over ranks.
+inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
+  constexpr int64_t n = 1024;
+  const size_t bytes = static_cast<size_t>(n * n) * size_of(t);
+  engine::buffer<std::byte> a(bytes), b(bytes), c(bytes);
+  std::memset(a.data(), 0, bytes), std::memset(b.data(), 0, bytes), std::memset(c.data(), 0, bytes);
+  gemm_desc d;
+  d.m = d.n = d.k = n, d.lda = d.ldb = d.ldc = n, d.in = d.out = t;
+  std::shared_ptr<const gemm_kernel> kernel;
+  failure local;
+  try {
+    kernel = ctx.make_kernel(d);
+  } catch (...) {
+    local = failure::capture(std::current_exception());
+  }
+  ctx.agree_on(local, "overlap: calibrating the GEMM slowdown");
+  const double alone = time_gemm(*kernel, a.data(), b.data(), c.data());
+  // Enough data to keep the links busy for twice the slowest rank's GEMM, at
+  // most 64 MiB a way; the same size on every rank (the messages must match).
+  double slowest = 0;
+  OVERLAP_MPI(MPI_Allreduce, &alone, &slowest, 1, MPI_DOUBLE, MPI_MAX, ctx.comm());
+  const auto msg = static_cast<int>(std::clamp(l.bytes_per_s_both * slowest * 2, 65536.0, double(64 << 20)));
+  engine::buffer<std::byte> out(2 * static_cast<size_t>(msg)), in(2 * static_cast<size_t>(msg));
+  std::memset(out.data(), 1, out.size());
+  const int R = ctx.size(), p = ctx.rank(), to = (p + R - 1) % R, from = (p + 1) % R;
+  std::vector<double> ratio;
+  for (int rep = 0; rep < 3; ++rep) {
+    OVERLAP_MPI(MPI_Barrier, ctx.comm());
+    mpi::request_group& g = ctx.requests();
+    OVERLAP_MPI(MPI_Irecv, in.data(), msg, MPI_BYTE, from, 903, ctx.comm(), g.add());
+    OVERLAP_MPI(MPI_Irecv, in.data() + msg, msg, MPI_BYTE, to, 904, ctx.comm(), g.add());
+    OVERLAP_MPI(MPI_Isend, out.data(), msg, MPI_BYTE, to, 903, ctx.comm(), g.add());
+    OVERLAP_MPI(MPI_Isend, out.data() + msg, msg, MPI_BYTE, from, 904, ctx.comm(), g.add());
+    double busy = 0;
+    {
+      engine::progress_scope progress(ctx.progress(), g);
+      const auto t0 = std::chrono::steady_clock::now();
+      kernel->run(a.data(), b.data(), c.data());
+      busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      progress.finish();
+    }
+    g.wait_all();
+    ratio.push_back(busy / alone);
+  }
+  double mine = std::max(1.0, median_of(ratio)), worst = 1;
+  OVERLAP_MPI(MPI_Allreduce, &mine, &worst, 1, MPI_DOUBLE, MPI_MAX, ctx.comm());
+  return worst;
+}
+
+/// The grid a calibration measures GEMM rates on: pieces of a few hundred
+/// rows up to whole products of a few thousand (log-interpolated between).
+inline const std::vector<int64_t>& calibration_sizes() {
+  static const std::vector<int64_t> s{128, 512, 2048};
+  return s;
+}
+
+/// Measures what `into` lacks for a context of this link class and element
+/// type: the ring links (with >= 2 ranks) and the GEMM grid. Collective.
+inline void measure_missing(context& ctx, calibration& into, link_class lc, dtype t) {
+  if (!into.has(t)) into.gemm[t] = measure_gemm(ctx, t, calibration_sizes());
+  if (ctx.size() >= 2 && !into.has(lc)) {
+    link_rates l = measure_links(ctx);
+    l.gemm_slowdown = measure_slowdown(ctx, dtype::f32 == t || dtype::bf16 == t ? t : dtype::f64, l);
+    into.links[lc] = l;
+  }
+}
+
+}  // namespace overlap::detail

@@ -1,0 +1,83 @@
+#pragma once
+/// @file
+/// The cost model: what one candidate schedule does on the busiest rank
+/// (work), and its predicted time from a calibration. Ring: the pieces'
+/// GEMMs (slowed by the transfers running meanwhile) against the transfers,
+/// plus the piece that nothing overlaps; bulk: the collectives and the GEMMs
+/// one after the other. docs/design.md ("Choosing a schedule") derives it.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "overlap/schedule/calibration.hpp"
+
+namespace overlap::detail {
+
+struct gemm_work {
+  int64_t m = 0, n = 0, k = 0;
+};
+
+/// One candidate's work on the busiest rank.
+struct work {
+  // Bulk: collectives and local GEMMs, one after the other.
+  std::vector<gemm_work> gemms;
+  double allgather_block = 0;       ///< bytes of the largest block a rank contributes
+  double reduce_scatter_block = 0;  ///< bytes of the largest block a rank gets
+  double alltoall_bytes = 0;        ///< the most bytes one rank sends or receives
+  // Ring.
+  bool ring = false;
+  int steps = 0;           ///< ring steps (ranks x chunks)
+  int transfer_steps = 0;  ///< steps whose pieces arrive from a neighbour
+  int lanes = 1;
+  double step_bytes = 0;   ///< per lane and step
+  gemm_work piece;         ///< per lane and step
+};
+
+/// The most elements one rank sends to or receives from the others when rank
+/// p sends elems(p, q) to rank q.
+template <class F>
+double alltoall_max(int R, F&& elems) {
+  double most = 0;
+  for (int p = 0; p < R; ++p) {
+    double out = 0, in = 0;
+    for (int q = 0; q < R; ++q)
+      if (q != p) out += double(elems(p, q)), in += double(elems(q, p));
+    most = std::max({most, out, in});
+  }
+  return most;
+}
+
+/// ceil(a / b) for b > 0.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Seconds of one GEMM at the calibrated rate of its shape.
+inline double gemm_seconds(const gemm_rates& g, const gemm_work& w) {
+  if (w.m <= 0 || w.n <= 0 || w.k <= 0) return 0;
+  return 2.0 * double(w.m) * double(w.n) * double(w.k) / g.at(w.m, w.n, w.k);
+}
+
+/// Predicted seconds of `w` on R ranks over links `l` with GEMM rates `g`.
+inline double predict(const link_rates& l, const gemm_rates& g, int R, const work& w) {
+  const double hops = R - 1;
+  if (w.ring) {
+    const double piece = w.lanes * gemm_seconds(g, w.piece);
+    const double rate = w.lanes == 2 ? l.bytes_per_s_both : l.bytes_per_s;
+    const double compute = w.steps * piece;
+    if (w.transfer_steps == 0) return compute;
+    const double comm = w.transfer_steps * (l.latency_s + w.step_bytes / rate);
+    // One piece's product is never overlapped (all-gather: the last one after
+    // its transfer; reduce-scatter: the first one before any).
+    return std::max(compute * l.gemm_slowdown, comm + piece);
+  }
+  double t = 0;
+  for (const gemm_work& x : w.gemms) t += gemm_seconds(g, x);
+  if (R > 1) {
+    if (w.allgather_block > 0) t += hops * (l.latency_s + w.allgather_block / l.bytes_per_s);
+    if (w.reduce_scatter_block > 0) t += hops * (l.latency_s + w.reduce_scatter_block / l.bytes_per_s);
+    if (w.alltoall_bytes > 0) t += hops * l.latency_s + w.alltoall_bytes / l.bytes_per_s;
+  }
+  return t;
+}
+
+}  // namespace overlap::detail

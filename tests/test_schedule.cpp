@@ -1,0 +1,205 @@
+// The schedule as a value and the cost model: calibration files (round trip,
+// errors on every rank), the rate grid's interpolation, what automatic
+// chooses from a given calibration (and that the chosen schedule computes
+// the right result), forced schedules taken as asked, and the collective
+// measurements a context makes on first need.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "ag_cases.hpp"
+#include "overlap/schedule/measure.hpp"
+#include "rs_cases.hpp"
+
+using namespace testing_support;
+using overlap::algorithm;
+using overlap::gathered;
+using overlap::scattered;
+using overlap::strategy;
+
+namespace {
+
+/// A calibration of a slow network (1 Gbit/s, 50 us) and a flat 50 GFLOP/s.
+overlap::calibration slow_network() {
+  overlap::calibration c;
+  const overlap::link_rates l{50e-6, 125e6, 125e6, 1.2};
+  c.links[overlap::link_class::network] = l;
+  c.links[overlap::link_class::shared] = l;
+  for (auto t : {overlap::dtype::f32, overlap::dtype::f64, overlap::dtype::bf16})
+    c.gemm[t] = overlap::gemm_rates{{128, 2048}, std::vector<double>(8, 50e9)};
+  return c;
+}
+
+/// Rank 0 writes `text` to a file every rank's config then names.
+std::string write_file(const std::string& text) {
+  const std::string path = "overlap-test-calibration-" + std::to_string(world_size()) + ".json";
+  if (world_rank() == 0) std::ofstream(path) << text;
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
+overlap::config with_calibration(const std::string& path) {
+  overlap::config cfg;
+  cfg.calibration = path;
+  return cfg;
+}
+
+TEST(calibration, json_round_trip) {
+  const overlap::calibration c = slow_network();
+  const overlap::calibration back = overlap::calibration::from_json(c.to_json(), "test");
+  ASSERT_TRUE(back.has(overlap::link_class::network));
+  EXPECT_NEAR(back.links.at(overlap::link_class::network).latency_s, 50e-6, 1e-12);
+  EXPECT_NEAR(back.links.at(overlap::link_class::network).bytes_per_s, 125e6, 1e-3);
+  EXPECT_DOUBLE_EQ(back.links.at(overlap::link_class::network).gemm_slowdown, 1.2);
+  ASSERT_TRUE(back.has(overlap::dtype::bf16));
+  EXPECT_NEAR(back.gemm.at(overlap::dtype::f32).at(1000, 1000, 1000), 50e9, 1);
+}
+
+TEST(calibration, malformed_files_are_rejected_with_the_reason) {
+  auto reason = [](const std::string& text) {
+    try {
+      (void)overlap::calibration::from_json(text, "x.json");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(reason("{").find("calibration x.json"), std::string::npos);
+  EXPECT_NE(reason(R"({"format":"other","version":1})").find("not an overlap calibration"), std::string::npos);
+  EXPECT_NE(reason(R"({"format":"overlap-calibration","version":2})").find("version 2"), std::string::npos);
+  EXPECT_NE(reason(R"({"format":"overlap-calibration","version":1,"gemm":{"f32":{"sizes":[1,2],"gflops":[1]}}})")
+                .find("sizes^3"),
+            std::string::npos);
+  EXPECT_NE(reason(R"({"format":"overlap-calibration","version":1,"links":{"network":{"latency_us":1,)"
+                   R"("gbit_per_s":0,"gbit_per_s_both_directions":1,"gemm_slowdown":1}}})")
+                .find("rates > 0"),
+            std::string::npos);
+}
+
+TEST(calibration, unreadable_file_fails_context_creation_on_every_rank) {
+  bool threw = false;
+  try {
+    overlap::context ctx(MPI_COMM_WORLD, with_calibration("/nonexistent/overlap.json"));
+  } catch (const std::invalid_argument& e) {
+    threw = std::string(e.what()).find("/nonexistent/overlap.json cannot be read") != std::string::npos;
+  }
+  int all = 0, mine = threw ? 1 : 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  EXPECT_EQ(all, 1);
+}
+
+TEST(calibration, interpolates_in_log_space_and_clamps) {
+  // Rates 1e9 at 100 and 4e9 at 400 along every extent.
+  overlap::gemm_rates g{{100, 400}, {}};
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      for (int l = 0; l < 2; ++l) g.flops_per_s.push_back(i == 1 ? 4e9 : 1e9);
+  EXPECT_NEAR(g.at(100, 100, 100), 1e9, 1);
+  EXPECT_NEAR(g.at(400, 7, 7), 4e9, 1);
+  EXPECT_NEAR(g.at(200, 100, 100), 2e9, 1e3);  // halfway in log2: geometric mean
+  EXPECT_NEAR(g.at(10, 100, 100), 1e9, 1);     // clamped below the grid
+  EXPECT_NEAR(g.at(9000, 100, 100), 4e9, 1);   // and above it
+}
+
+/// AG lhs_rows with every rank holding n_local columns of B.
+overlap::schedule ag_schedule(overlap::context& ctx, int64_t m_per_rank, int64_t k, int64_t n_local,
+                              overlap::ag_options opt = {}) {
+  matrix<float> a(m_per_rank, k), b(k, n_local), c(m_per_rank * ctx.size(), n_local);
+  return overlap::all_gather_matmul_schedule<float>(ctx, a.cview(), b.cview(), c.view(), opt);
+}
+
+TEST(cost_model, automatic_chooses_by_predicted_time) {
+  overlap::context ctx(MPI_COMM_WORLD, with_calibration(write_file(slow_network().to_json())));
+  const int R = ctx.size();
+  const overlap::schedule square = ag_schedule(ctx, 1024 / R, 1024, 1024);
+  const overlap::schedule thin = ag_schedule(ctx, 2048 / R, 2048, 16);
+  const overlap::schedule tiny = ag_schedule(ctx, 2, 8, 8);
+  if (R == 1) {  // nothing travels: one GEMM, no model
+    for (const auto& s : {square, thin, tiny}) {
+      EXPECT_EQ(s.strategy, strategy::bulk);
+      EXPECT_FALSE(s.by_model);
+    }
+    return;
+  }
+  for (const auto& s : {square, thin, tiny}) {
+    EXPECT_TRUE(s.by_model) << overlap::to_string(s);
+    EXPECT_EQ(s.candidates.size(), R >= 3 ? 4u : 3u) << overlap::to_string(s);
+    for (const auto& c : s.candidates) EXPECT_GT(c.predicted_s, 0) << overlap::to_string(s);
+  }
+  // Compute about as long as the transfers: a ring hides them.
+  EXPECT_NE(square.strategy, strategy::bulk) << overlap::to_string(square);
+  EXPECT_EQ(square.algorithm, algorithm::named) << overlap::to_string(square);
+  // N = 16: moving B (K x 16) and the output blocks beats moving A (M x K).
+  EXPECT_EQ(thin.algorithm, algorithm::others) << overlap::to_string(thin);
+  // Latency only: nothing to gain over one collective.
+  EXPECT_EQ(tiny.strategy, strategy::bulk) << overlap::to_string(tiny);
+  EXPECT_EQ(tiny.algorithm, algorithm::named) << overlap::to_string(tiny);
+}
+
+TEST(cost_model, thin_reduce_scatter_moves_the_inputs) {
+  overlap::context ctx(MPI_COMM_WORLD, with_calibration(write_file(slow_network().to_json())));
+  const int R = ctx.size();
+  if (R == 1) GTEST_SKIP() << "nothing travels on one rank";
+  // K = 4 per rank: the partial sums (M x N) are far larger than A and B.
+  matrix<float> a(1024, 4), b(4, 1024), c(1024 / R + (ctx.rank() < 1024 % R ? 1 : 0), 1024);
+  const overlap::schedule s =
+      overlap::matmul_reduce_scatter_schedule<float>(ctx, a.cview(), b.cview(), c.view());
+  EXPECT_TRUE(s.by_model);
+  EXPECT_EQ(s.algorithm, algorithm::others) << overlap::to_string(s);
+}
+
+TEST(cost_model, forced_schedules_are_taken_as_asked) {
+  overlap::context ctx(MPI_COMM_WORLD, with_calibration(write_file(slow_network().to_json())));
+  const int R = ctx.size();
+  overlap::ag_options opt;
+  opt.strategy = strategy::bulk;  // forced: named, no model
+  overlap::schedule s = ag_schedule(ctx, 2048 / R, 2048, 16, opt);
+  EXPECT_EQ(s.strategy, strategy::bulk);
+  EXPECT_EQ(s.algorithm, algorithm::named);
+  EXPECT_FALSE(s.by_model);
+  opt.strategy = strategy::ring;
+  s = ag_schedule(ctx, 2, 8, 8, opt);
+  EXPECT_EQ(s.strategy, strategy::ring);
+  EXPECT_GE(s.chunks, 1);
+  opt.strategy = strategy::automatic, opt.algorithm = algorithm::others;
+  s = ag_schedule(ctx, 1024 / R, 1024, 1024, opt);
+  EXPECT_EQ(s.algorithm, algorithm::others);
+  EXPECT_EQ(s.strategy, strategy::bulk);
+  EXPECT_FALSE(s.by_model);
+  // A schedule is a value: the same request gives the same schedule.
+  EXPECT_TRUE(s.same_as(ag_schedule(ctx, 1024 / R, 1024, 1024, opt)));
+}
+
+// Whatever the model picks, the result is right (automatic on uneven shards).
+TEST(cost_model, chosen_schedules_compute_the_reference) {
+  overlap::context ctx(MPI_COMM_WORLD, with_calibration(write_file(slow_network().to_json())));
+  uint32_t seed = 1;
+  for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
+    for (int64_t n : {3, 96}) {
+      ag_case cs{variant, strategy::automatic, 96, n, 80, split::skewed, 1, false, seed++};
+      run_ag_case<float>(ctx, cs);
+    }
+  for (auto sc : {scattered::rows, scattered::cols})
+    for (int64_t k : {4, 96}) {
+      rs_case cs{sc, strategy::automatic, 90, 70, k, split::skewed, split::balanced, 1, seed++};
+      run_rs_case<float>(ctx, cs);
+    }
+}
+
+// What a context measures on first need, on a small grid: every value usable.
+TEST(measurement, links_gemm_and_slowdown) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  const overlap::gemm_rates g = overlap::detail::measure_gemm(ctx, overlap::dtype::f32, {16, 64});
+  ASSERT_EQ(g.flops_per_s.size(), 8u);
+  for (double f : g.flops_per_s) EXPECT_TRUE(f > 0 && std::isfinite(f)) << f;
+  if (ctx.size() < 2) return;
+  const overlap::link_rates l = overlap::detail::measure_links(ctx);
+  EXPECT_TRUE(l.latency_s > 0 && l.latency_s < 1) << l.latency_s;
+  EXPECT_GT(l.bytes_per_s, 1e6);
+  EXPECT_GT(l.bytes_per_s_both, 1e6);
+  const double slow = overlap::detail::measure_slowdown(ctx, overlap::dtype::f32, l);
+  EXPECT_TRUE(slow >= 1 && std::isfinite(slow)) << slow;
+}
+
+}  // namespace
