@@ -124,7 +124,22 @@ struct result {
   /// A decomposed strategy's own schedule with transfers off / GEMMs off
   /// (negative: not a ring schedule).
   double compute_only_ms = -1, comm_only_ms = -1;
+  /// automatic: the schedule the library chose (and its cost model's table).
+  std::optional<overlap::schedule> chosen;
 };
+
+/// What each --strategies name asks the library for.
+struct asked {
+  overlap::strategy strategy;
+  overlap::algorithm algorithm;
+};
+asked asked_for(const std::string& s) {
+  if (s == "bulk") return {overlap::strategy::bulk, overlap::algorithm::named};
+  if (s == "bidirectional") return {overlap::strategy::bidirectional, overlap::algorithm::named};
+  if (s == "others") return {overlap::strategy::bulk, overlap::algorithm::others};
+  if (s == "automatic") return {overlap::strategy::automatic, overlap::algorithm::automatic};
+  return {overlap::strategy::ring, overlap::algorithm::named};
+}
 
 /// The hand-written pipelines exist for the two most common layouts, in f32.
 std::optional<overlap::apps::peer> make_pipeline_peer(const options& o, overlap::matrix_view<const float> a,
@@ -133,6 +148,24 @@ std::optional<overlap::apps::peer> make_pipeline_peer(const options& o, overlap:
   if (o.op == "ag" && o.variant == "lhs_rows") return overlap::apps::ag_rows_pipeline(o.pipeline_chunks, o.m, a, b, c);
   if (o.op == "rs" && o.variant == "rows") return overlap::apps::rs_rows_pipeline(o.pipeline_chunks, o.m, a, b, c);
   return std::nullopt;
+}
+
+/// The schedule automatic chose, with the cost model's candidates.
+nlohmann::json schedule_json(const overlap::schedule& s) {
+  nlohmann::json cands = nlohmann::json::array();
+  for (const auto& c : s.candidates)
+    cands.push_back({{"strategy", overlap::to_string(c.strategy)},
+                     {"algorithm", overlap::to_string(c.algorithm)},
+                     {"chunks", c.chunks},
+                     {"predicted_ms", c.predicted_s * 1e3}});
+  return {{"strategy", overlap::to_string(s.strategy)},
+          {"algorithm", overlap::to_string(s.algorithm)},
+          {"lanes", s.lanes},
+          {"chunks", s.chunks},
+          {"by_model", s.by_model},
+          {"predicted_ms", s.predicted_s * 1e3},
+          {"candidates", cands},
+          {"text", overlap::to_string(s)}};
 }
 
 template <class T>
@@ -145,10 +178,6 @@ int run(const options& o) {
   const overlap::matrix_view<const T> av(a.data(), sl.a.nr, sl.a.nc), bv(b.data(), sl.b.nr, sl.b.nc);
   const overlap::matrix_view<T> cv(c.data(), sl.c.nr, sl.c.nc);
   const bool ag = o.op == "ag";
-  auto strategy_of = [](const std::string& s) {
-    return s == "bulk" ? overlap::strategy::bulk
-                       : s == "bidirectional" ? overlap::strategy::bidirectional : overlap::strategy::ring;
-  };
 
   // One context per ring_phases setting: same schedule, halves switched off.
   overlap::config base = overlap::config::from_env();
@@ -160,23 +189,30 @@ int run(const options& o) {
   overlap::context full = make_ctx(overlap::ring_phases::both);
   overlap::context compute_ctx = make_ctx(overlap::ring_phases::compute_only);
   overlap::context comm_ctx = make_ctx(overlap::ring_phases::comm_only);
-  auto op = [&](overlap::context& ctx, overlap::strategy s) {
+  auto ag_opt = [&](asked s) {
+    overlap::ag_options opt;
+    const std::string& v = o.variant;
+    opt.gathered = v == "lhs_rows" ? overlap::gathered::lhs_rows
+                   : v == "lhs_cols" ? overlap::gathered::lhs_cols
+                   : v == "rhs_rows" ? overlap::gathered::rhs_rows : overlap::gathered::rhs_cols;
+    opt.strategy = s.strategy, opt.algorithm = s.algorithm;
+    return opt;
+  };
+  auto rs_opt = [&](asked s) {
+    overlap::rs_options opt;
+    opt.scattered = o.variant == "rows" ? overlap::scattered::rows : overlap::scattered::cols;
+    opt.strategy = s.strategy, opt.algorithm = s.algorithm;
+    return opt;
+  };
+  auto op = [&](overlap::context& ctx, asked s) {
     return [&, s] {
-      if (ag) {
-        overlap::ag_options opt;
-        const std::string& v = o.variant;
-        opt.gathered = v == "lhs_rows" ? overlap::gathered::lhs_rows
-                       : v == "lhs_cols" ? overlap::gathered::lhs_cols
-                       : v == "rhs_rows" ? overlap::gathered::rhs_rows : overlap::gathered::rhs_cols;
-        opt.strategy = s;
-        overlap::all_gather_matmul<T>(ctx, av, bv, cv, opt);
-      } else {
-        overlap::rs_options opt;
-        opt.scattered = o.variant == "rows" ? overlap::scattered::rows : overlap::scattered::cols;
-        opt.strategy = s;
-        overlap::matmul_reduce_scatter<T>(ctx, av, bv, cv, opt);
-      }
+      if (ag) overlap::all_gather_matmul<T>(ctx, av, bv, cv, ag_opt(s));
+      else overlap::matmul_reduce_scatter<T>(ctx, av, bv, cv, rs_opt(s));
     };
+  };
+  auto schedule_of = [&](overlap::context& ctx, asked s) {
+    return ag ? overlap::all_gather_matmul_schedule<T>(ctx, av, bv, cv, ag_opt(s))
+              : overlap::matmul_reduce_scatter_schedule<T>(ctx, av, bv, cv, rs_opt(s));
   };
   int wrong = 0;
   // Times body and checks its result from a first, unmeasured run.
@@ -189,28 +225,35 @@ int run(const options& o) {
       ++wrong;
       if (p == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result (max rel err {:.3e})\n", name, worst);
     }
-    return result{name, name, overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, body), worst};
+    return result{name, name, overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, body), worst, -1, -1,
+                  std::nullopt};
   };
 
   // Each decomposed strategy's own schedule with transfers off and with GEMMs
   // off; the reference limit is the first one's (ring by default).
   std::vector<result> results;
-  results.push_back(measure_checked("bulk", op(full, overlap::strategy::bulk)));
+  results.push_back(measure_checked("bulk", op(full, asked_for("bulk"))));
   // The stable side of the limit: bulk's one GEMM of the whole work alone
   // (a decomposed schedule's own compute only moves with its pieces' rate),
   // and bulk's one collective alone.
   const double one_gemm =
-      overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, overlap::strategy::bulk));
+      overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, asked_for("bulk")));
   const double bulk_comm =
-      overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, overlap::strategy::bulk));
+      overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, asked_for("bulk")));
   for (const auto& s : o.strategies) {
     if (s == "bulk") continue;
-    result r = measure_checked(s, op(full, strategy_of(s)));
-    r.compute_only_ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, strategy_of(s)));
-    r.comm_only_ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, strategy_of(s)));
+    result r = measure_checked(s, op(full, asked_for(s)));
+    if (s == "automatic") {  // the choice, not a schedule of its own to take apart
+      r.chosen = schedule_of(full, asked_for(s));
+    } else {
+      r.compute_only_ms =
+          overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, asked_for(s)));
+      r.comm_only_ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, asked_for(s)));
+    }
     results.push_back(r);
   }
-  const result& first = results.size() > 1 ? results[1] : results[0];
+  // A copy: the peers' results are appended below.
+  const result first = results.size() > 1 ? results[1] : results[0];
   const double compute_only = first.compute_only_ms, comm_only = first.comm_only_ms;
   if (o.peers) {
     if constexpr (std::is_same_v<T, float>) {
@@ -234,7 +277,8 @@ int run(const options& o) {
           if (p == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result ({:.3e})\n", sp->name, worst);
         }
         results.push_back({sp->name, sp->name,
-                           overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, sp->body), worst});
+                           overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, sp->body), worst, -1, -1,
+                           std::nullopt});
       }
     }
   }
@@ -265,7 +309,9 @@ int run(const options& o) {
       fmt::print("{:<22}{:>10.2f}{:>10.1f}{:>10.3f}{:>10.3f}{:>10.3f}{:>13.2e}\n", r.strategy, r.time_ms,
                  flops / r.time_ms / 1e6, bulk_ms / r.time_ms, r.time_ms / limit, r.time_ms / stable_limit, r.err);
     for (const auto& r : results)
-      if (r.comm_only_ms >= 0 && &r != &first)
+      if (r.chosen) fmt::print("automatic chose: {}\n", overlap::to_string(*r.chosen));
+    for (const auto& r : results)
+      if (r.comm_only_ms >= 0 && r.strategy != first.strategy)
         fmt::print("{:<22}{:>10.2f}  ({} schedule; comm only {:.2f} = {:.3f} x {}'s)\n",
                    "  its compute only", r.compute_only_ms, r.strategy, r.comm_only_ms, r.comm_only_ms / comm_only,
                    first.strategy);
@@ -298,6 +344,7 @@ int run(const options& o) {
                           r.compute_only_ms >= 0 ? nlohmann::json(r.compute_only_ms / one_gemm) : nullptr},
 
                          {"max_rel_err", r.err},
+                         {"schedule", r.chosen ? nlohmann::json(schedule_json(*r.chosen)) : nullptr},
                          {"transport", transport},
                          {"backend", overlap::to_string(full.backend_for<T>())},
                          {"gemm_path", full.gemm_path(overlap::dtype_of<T>())},
@@ -328,8 +375,10 @@ int main(int argc, char** argv) {
   app.add_option("-n", o.n, "global N")->check(CLI::PositiveNumber);
   app.add_option("-k", o.k, "global K")->check(CLI::PositiveNumber);
   app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember({"f32", "bf16", "f64"}));
-  app.add_option("--strategies", o.strategies, "decomposed strategies to compare (bulk is always measured)")
-      ->check(CLI::IsMember({"bulk", "ring", "bidirectional"}))
+  app.add_option("--strategies", o.strategies,
+                 "strategies to compare with bulk (always measured): ring, bidirectional, others (bulk moving the "
+                 "other operands), automatic (the library's choice)")
+      ->check(CLI::IsMember({"bulk", "ring", "bidirectional", "others", "automatic"}))
       ->delimiter(',');
   app.add_flag("!--no-peers", o.peers, "skip the hand-written non-blocking-collective pipeline peer");
   app.add_option("--pipeline-chunks", o.pipeline_chunks, "chunks of the pipeline peer")->check(CLI::PositiveNumber);
@@ -346,7 +395,7 @@ int main(int argc, char** argv) {
   if (o.variant.empty()) o.variant = o.op == "ag" ? "lhs_rows" : "rows";
   o.strategies.erase(std::remove(o.strategies.begin(), o.strategies.end(), "bulk"), o.strategies.end());
   if (o.strategies.empty()) {
-    if (rank == 0) fmt::print(stderr, "overlap-bench: --strategies needs ring or bidirectional (bulk is always run)\n");
+    if (rank == 0) fmt::print(stderr, "overlap-bench: --strategies needs more than bulk (bulk is always run)\n");
     return 2;
   }
   try {
