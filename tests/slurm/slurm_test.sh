@@ -42,7 +42,8 @@ munged --foreground --force --key-file="$dir/munge/munge.key" --socket="$dir/mun
   --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" --seed-file="$dir/munge/seed" &
 pids+=($!)
 
-cpus=$(nproc)
+# nproc honours OMP_NUM_THREADS, which benchmarks and tests often set to 1.
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=overlaptest
 SlurmctldHost=localhost
