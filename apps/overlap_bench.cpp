@@ -111,6 +111,22 @@ double check(const std::vector<T>& c, range2 cr, int64_t K) {
   return den > 0 ? num / den : num;
 }
 
+/// The exact product of the given global rows and columns of C = A @ B
+/// (row-major, double, Eigen).
+std::vector<double> reference_block(const std::vector<int64_t>& rows, const std::vector<int64_t>& cols, int64_t K) {
+  const auto nr = static_cast<Eigen::Index>(rows.size()), nc = static_cast<Eigen::Index>(cols.size());
+  Eigen::MatrixXd a(nr, K), b(K, nc);
+  for (Eigen::Index i = 0; i < nr; ++i)
+    for (int64_t q = 0; q < K; ++q) a(i, q) = double(global_value(rows[static_cast<size_t>(i)], q, 1));
+  for (int64_t q = 0; q < K; ++q)
+    for (Eigen::Index j = 0; j < nc; ++j) b(q, j) = double(global_value(q, cols[static_cast<size_t>(j)], 2));
+  const Eigen::MatrixXd ref = a * b;
+  std::vector<double> out(rows.size() * cols.size());
+  for (Eigen::Index i = 0; i < nr; ++i)
+    for (Eigen::Index j = 0; j < nc; ++j) out[static_cast<size_t>(i * nc + j)] = ref(i, j);
+  return out;
+}
+
 template <class T>
 double tolerance() {
   if constexpr (std::is_same_v<T, double>) return 1e-10;
@@ -126,6 +142,8 @@ struct result {
   double compute_only_ms = -1, comm_only_ms = -1;
   /// automatic: the schedule the library chose (and its cost model's table).
   std::optional<overlap::schedule> chosen;
+  /// A peer's setup (ScaLAPACK: the grid and block size it was given).
+  nlohmann::json setup = nullptr;
 };
 
 /// What each --strategies name asks the library for.
@@ -215,8 +233,8 @@ int run(const options& o) {
               : overlap::matmul_reduce_scatter_schedule<T>(ctx, av, bv, cv, rs_opt(s));
   };
   int wrong = 0;
-  // Times body and checks its result from a first, unmeasured run.
-  auto measure_checked = [&](const std::string& name, const std::function<void()>& body) {
+  // Checks body's result from a first, unmeasured run.
+  auto checked = [&](const std::string& name, const std::function<void()>& body) {
     std::fill(c.begin(), c.end(), from_float<T>(-7.0f));
     body();
     double err = check(c, sl.c, o.k), worst = 0;
@@ -225,14 +243,28 @@ int run(const options& o) {
       ++wrong;
       if (p == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result (max rel err {:.3e})\n", name, worst);
     }
-    return result{name, name, overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, body), worst, -1, -1,
-                  std::nullopt};
+    return result{name, name, 0, worst, -1, -1, std::nullopt};
+  };
+  // Checks body's result, then times it.
+  auto measure_checked = [&](const std::string& name, const std::function<void()>& body) {
+    result r = checked(name, body);
+    r.time_ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, body);
+    return r;
   };
 
   // Each decomposed strategy's own schedule with transfers off and with GEMMs
   // off; the reference limit is the first one's (ring by default).
+  // The library's rows (bulk and every --strategies entry) are checked, then
+  // timed round-robin: one call of each per round, so that a slow phase of
+  // this shared machine does not favour whichever row ran at another time.
   std::vector<result> results;
-  results.push_back(measure_checked("bulk", op(full, asked_for("bulk"))));
+  std::vector<std::function<void()>> bodies;
+  for (const std::string& s : std::vector<std::string>{"bulk"})
+    bodies.push_back(op(full, asked_for(s))), results.push_back(checked(s, bodies.back()));
+  for (const auto& s : o.strategies)
+    if (s != "bulk") bodies.push_back(op(full, asked_for(s))), results.push_back(checked(s, bodies.back()));
+  const std::vector<double> rounds = overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, bodies);
+  for (size_t i = 0; i < results.size(); ++i) results[i].time_ms = rounds[i];
   // The stable side of the limit: bulk's one GEMM of the whole work alone
   // (a decomposed schedule's own compute only moves with its pieces' rate),
   // and bulk's one collective alone.
@@ -240,20 +272,27 @@ int run(const options& o) {
       overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, asked_for("bulk")));
   const double bulk_comm =
       overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, asked_for("bulk")));
-  for (const auto& s : o.strategies) {
-    if (s == "bulk") continue;
-    result r = measure_checked(s, op(full, asked_for(s)));
-    if (s == "automatic") {  // the choice, not a schedule of its own to take apart
-      r.chosen = schedule_of(full, asked_for(s));
+  for (result& r : results) {
+    if (r.strategy == "bulk") continue;
+    if (r.strategy == "automatic") {  // the choice, not a schedule of its own to take apart
+      r.chosen = schedule_of(full, asked_for(r.strategy));
     } else {
       r.compute_only_ms =
-          overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, asked_for(s)));
-      r.comm_only_ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, asked_for(s)));
+          overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, asked_for(r.strategy)));
+      r.comm_only_ms =
+          overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, asked_for(r.strategy)));
     }
-    results.push_back(r);
   }
-  // A copy: the peers' results are appended below.
-  const result first = results.size() > 1 ? results[1] : results[0];
+  // The reference schedule of the limit: the first decomposed one measured
+  // in halves (bulk's own halves when there is none). A copy: the peers'
+  // results are appended below.
+  result first = results[0];
+  first.compute_only_ms = one_gemm, first.comm_only_ms = bulk_comm;
+  for (size_t i = 1; i < results.size(); ++i)
+    if (results[i].compute_only_ms >= 0) {
+      first = results[i];
+      break;
+    }
   const double compute_only = first.compute_only_ms, comm_only = first.comm_only_ms;
   if (o.peers) {
     if constexpr (std::is_same_v<T, float>) {
@@ -262,23 +301,45 @@ int run(const options& o) {
   }
 
 #ifdef OVERLAP_HAVE_SCALAPACK
-  // ScaLAPACK computes the whole C = A @ B in its own layout; the check
-  // compares its block of C with the reference like every other case.
+  // ScaLAPACK computes the whole C = A @ B in its own layout, given its best
+  // grid shape and block size from a small search (each timed as a median of
+  // 3 after a warm-up); its elements of C are checked like every other case.
   if constexpr (std::is_same_v<T, float>) {
     if (o.peers && o.m <= INT32_MAX && o.n <= INT32_MAX && o.k <= INT32_MAX) {
-      if (auto sp = overlap::apps::make_scalapack_peer(static_cast<int>(o.m), static_cast<int>(o.n),
-                                                       static_cast<int>(o.k), global_value)) {
-        sp->body();
-        const auto block = sp->c_block();
-        double err = check(block, range2{0, o.m, sp->c0, sp->nc}, o.k), worst = 0;
+      const int m = static_cast<int>(o.m), n = static_cast<int>(o.n), k = static_cast<int>(o.k);
+      std::optional<overlap::apps::scalapack_peer> best;
+      double best_ms = 0;
+      nlohmann::json searched = nlohmann::json::array();
+      for (int q = 1; q <= R; ++q) {
+        if (R % q != 0) continue;
+        const int pr = R / q;
+        const int whole = static_cast<int>((std::max({o.m, o.n, o.k}) + std::max(pr, q) - 1) / std::max(pr, q));
+        std::vector<int> blocks{64, 256};
+        if (whole > 256) blocks.push_back(whole);
+        for (int nb : blocks) {
+          auto sp = overlap::apps::make_scalapack_peer(m, n, k, {pr, q, nb, nb}, global_value);
+          if (!sp) continue;
+          const double ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, 1, 3, sp->body);
+          searched.push_back({{"layout", sp->layout.text()}, {"ms", ms}});
+          if (!best || ms < best_ms) best = std::move(sp), best_ms = ms;
+        }
+      }
+      if (best) {
+        best->body();
+        double err = best->error([&](const std::vector<int64_t>& rows, const std::vector<int64_t>& cols) {
+          return reference_block(rows, cols, o.k);
+        });
+        double worst = 0;
         MPI_Allreduce(&err, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (!(worst <= tolerance<T>())) {
           ++wrong;
-          if (p == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result ({:.3e})\n", sp->name, worst);
+          if (p == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result ({:.3e})\n", best->name, worst);
         }
-        results.push_back({sp->name, sp->name,
-                           overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, sp->body), worst, -1, -1,
-                           std::nullopt});
+        result r{best->name, best->name,
+                 overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, best->body), worst, -1, -1,
+                 std::nullopt};
+        r.setup = {{"best", best->layout.text()}, {"searched", searched}};
+        results.push_back(r);
       }
     }
   }
@@ -345,6 +406,7 @@ int run(const options& o) {
 
                          {"max_rel_err", r.err},
                          {"schedule", r.chosen ? nlohmann::json(schedule_json(*r.chosen)) : nullptr},
+                         {"setup", r.setup},
                          {"transport", transport},
                          {"backend", overlap::to_string(full.backend_for<T>())},
                          {"gemm_path", full.gemm_path(overlap::dtype_of<T>())},

@@ -12,6 +12,13 @@ run 2 --op ag --variant lhs_rows
 run 3 --op rs --variant rows
 run 3 --op ag --variant rhs_cols --dtype bf16
 run 2 --op rs --variant cols --dtype f64
+# The other-operands algorithm and the library's own choice, with a calibration file
+# (on one node automatic uses the model only when given one).
+cal=$(mktemp /tmp/overlap-bench-smoke.XXXXXX.cal.json)
+trap 'rm -f "$json" "$cal"' EXIT
+mpiexec -np 2 --oversubscribe --bind-to none "$(dirname "$bench")/overlap-calibrate" -o "$cal" --sizes 16,64 \
+  --dtypes f32 > /dev/null
+OVERLAP_CALIBRATION=$cal run 2 --op ag --variant lhs_cols --strategies ring,others,automatic
 python3 - "$json" <<'PY'
 import json, sys
 fields = ["op", "variant", "strategy", "dtype", "ranks", "m", "n", "k", "time_ms", "compute_only_ms",
@@ -25,6 +32,7 @@ expected = {("all_gather_matmul", "lhs_rows", "f32", s) for s in ring + ("iallga
 expected |= {("matmul_reduce_scatter", "rows", "f32", s) for s in ring + ("ireduce_scatter_pipeline",)}
 expected |= {("all_gather_matmul", "rhs_cols", "bf16", s) for s in ring}
 expected |= {("matmul_reduce_scatter", "cols", "f64", s) for s in ring}
+expected |= {("all_gather_matmul", "lhs_cols", "f32", s) for s in ("bulk", "ring", "others", "automatic")}
 # The ScaLAPACK peer is there when overlap-bench was built against it (f32 only).
 optional = {(op, v, "f32", "scalapack_psgemm") for op, v, d, _ in expected if d == "f32"}
 assert expected <= strategies <= expected | optional, f"cases {sorted(strategies)} != {sorted(expected)}"
@@ -37,7 +45,15 @@ for r in rows:
     assert r["dtype"] in r["gemm_path"] or "widened bf16" in r["gemm_path"], r
     # Decomposed strategies report their own schedule's compute-only and comm-only times.
     own = r["own_comm_only_ms"] is not None and r["own_compute_only_ms"] is not None
-    assert own == (r["strategy"] in ("ring", "bidirectional")), r
+    assert own == (r["strategy"] in ("ring", "bidirectional", "others")), r
+    # automatic names the schedule it ran and the cost model's table.
+    if r["strategy"] == "automatic":
+        sched = r["schedule"]
+        assert sched["by_model"] and len(sched["candidates"]) == 3, sched
+        assert all(c["predicted_ms"] > 0 for c in sched["candidates"]), sched
+        assert (sched["strategy"], sched["algorithm"]) in {(c["strategy"], c["algorithm"]) for c in sched["candidates"]}
+    else:
+        assert r["schedule"] is None, r
     # The stable limit: one GEMM of the whole work (bulk's, alone) against the schedule's transfers.
     assert r["one_gemm_ms"] > 0 and r["bulk_comm_only_ms"] > 0, r
     assert r["stable_limit_ms"] == max(r["one_gemm_ms"], r["comm_only_ms"]), r
