@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The demo behind `make demo`: all_gather_matmul at 2 ranks, bulk vs ring vs
-# the limit max(compute only, comm only). On an emulated 2-node cluster
+# the limit max(compute only, comm only), and what automatic chooses (its cost
+# model measures the links and GEMMs on the first call, about 1-2 s). On an emulated 2-node cluster
 # (network namespaces, 1 Gbit/s links) when this machine allows it (root, the
 # tbf qdisc); otherwise on shared memory, where there is nothing to hide.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: demo.sh BUILD_DIR}
 bench="$build/apps/overlap-bench"
-# Bulk against the ring (at 2 ranks bidirectional runs the same schedule).
-args=(--op ag --variant lhs_rows -m 2048 -n 2048 -k 2048 --iters 5 --no-peers --strategies ring)
+# Bulk against the ring (at 2 ranks bidirectional runs the same schedule) and
+# the library's own choice.
+args=(--op ag --variant lhs_rows -m 2048 -n 2048 -k 2048 --iters 5 --no-peers --strategies ring,automatic)
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 if reason=$("$here/vcluster/vcluster" check 2>&1); then

@@ -9,6 +9,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_report  # noqa: E402
+
 out_dir, md_path, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
 
 
@@ -273,6 +276,7 @@ lines = ["# Results", "",
          "bidirectional runs the ring schedule (the only link already carries data both ways).",
          ""]
 lines += targets()
+lines += model_report.section(out_dir)
 lines += policy_tables()
 lines += gemm_path_table()
 lines += pieces_sweep()

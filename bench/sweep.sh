@@ -101,6 +101,8 @@ if reason=$("$here/vcluster/vcluster" check 2>&1); then
   "$vc" run -np 4 "$probe" --bytes $((32 << 20)) --iters $reps --transport "tcp, emulated 4-node ring, 1 Gbit/s per link" \
     > "$out/ring4-link.jsonl" || exit 1
   runs+=(ring4)
+  # Issue 12: the cost model's sweep (2-node star and 4-node ring, 1 and 10 Gbit/s).
+  bash "$here/model_sweep.sh" "$build" "$vc" $quick || exit 1
   "$vc" down
 else
   echo "cannot emulate a cluster here (${reason#vcluster: }): no TCP figures" >&2
@@ -134,3 +136,7 @@ OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe --bind-to none sh -c 'exec "$0" \
   --benchmark_enable_random_interleaving=true --benchmark_out="$2.$OMPI_COMM_WORLD_RANK.json" \
   --benchmark_out_format=json > /dev/null' "$engine" "$reps" "$out/engine-2ranks" || exit 1
 python3 "$here/report.py" "$out" "$root/docs/results.md" "${runs[@]}"
+# The model's projection to many ranks, from this run's calibration (GEMM rates of one core).
+cal="$out/model-star2-10gbit-calibration.json"
+[ -f "$cal" ] || { "$(cd "$build" && pwd)/apps/overlap-calibrate" -o "$out/shm1-calibration.json" >&2 && cal="$out/shm1-calibration.json"; }
+python3 "$here/scaling.py" "$(cd "$build" && pwd)/bench/overlap-projection" "$cal" "$out" "$root/docs/scaling.md"

@@ -363,13 +363,10 @@ inline work ag_work(const ag_geometry& g, const std::vector<int64_t>& other, int
   return w;
 }
 
-/// Checks a call, agrees with the other ranks, and returns the plan (built
-/// and cached on first use). Collective.
+/// Step 1 of preparing a call: the checks each rank makes alone (options,
+/// views, aliasing, shapes); returns the backend for the plan key.
 template <class T>
-ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt) {
-  const ag_geometry geo(opt);
-  arg_checks checks(op_id::all_gather_matmul, dtype_of<T>(),
-                    std::string("overlap::all_gather_matmul(gathered=") + to_string(opt.gathered) + ")");
+int ag_local_checks(const context& ctx, arg_checks& checks, const ag_args<T>& x, const ag_options& opt) {
   const auto g = static_cast<int>(opt.gathered);
   checks.require(g >= 0 && g <= 3, "ag_options.gathered has an invalid value " + std::to_string(g));
   check_common_options(checks, "ag_options", opt.strategy, opt.algorithm, opt.epilogue);
@@ -412,10 +409,152 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
       must_equal(x.c.cols, "c.cols", lb.cols, bn + ".cols");
       break;
   }
-  const int backend = checked_backend<T>(ctx, checks);
+  return checked_backend<T>(ctx, checks);
+}
 
-  const int chunks = ctx.config().ag_chunks;
-  const std::vector<int64_t> options{g, static_cast<int64_t>(opt.strategy), chunks, opt.transpose_a, opt.transpose_b,
+/// Where each value sits in the row a rank contributes to the exchange, after
+/// the options that must agree.
+struct ag_row {
+  enum : size_t { a_rows, a_cols, b_rows, b_cols, c_rows, c_cols, has_out, out_rows, out_cols, knee };
+};
+
+/// What the exchanged table says about the whole problem.
+struct ag_global {
+  ag_geometry full;                ///< with the global extents and the shards' layout
+  std::vector<int64_t> other;      ///< every rank's extent of the other operand's free dimension
+  bool any_out = false;            ///< some rank wants the gathered operand (gathered_out)
+  int64_t knee_units = 0;          ///< the largest GEMM rate knee over ranks
+};
+
+/// Step 3: the rules that span ranks, on the exchanged table (row r = rank
+/// r's values from `o` on); every rank sees the same table, so all throw alike.
+inline ag_global ag_global_checks(const arg_checks& checks, const ag_geometry& geo, const ag_options& opt,
+                                  const std::vector<int64_t>& all, size_t row_len, size_t o, int R) {
+  auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * row_len + o + i]; };
+  auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
+  const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
+  using row = ag_row;
+  // The dimension every rank must agree on, and the sharded one that sums up.
+  const size_t agreed = geo.lhs ? (geo.shard_rows ? row::a_cols : row::a_rows)
+                                : (geo.shard_rows ? row::b_cols : row::b_rows);
+  const size_t sharded = geo.lhs ? (geo.shard_rows ? row::a_rows : row::a_cols)
+                                 : (geo.shard_rows ? row::b_rows : row::b_cols);
+  const std::string agreed_name = geo.lhs ? (geo.shard_rows ? an + ".cols (K)" : an + ".rows (M)")
+                                          : (geo.shard_rows ? bn + ".cols (N)" : bn + ".rows (K)");
+  const std::string sharded_name = geo.lhs ? (geo.shard_rows ? an + ".rows" : an + ".cols")
+                                           : (geo.shard_rows ? bn + ".rows" : bn + ".cols");
+  std::vector<int64_t> sizes(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    if (at(r, agreed) != at(0, agreed))
+      fail(agreed_name + " must agree across ranks (rank 0: " + std::to_string(at(0, agreed)) + ", rank " +
+           std::to_string(r) + ": " + std::to_string(at(r, agreed)) + ")");
+    sizes[static_cast<size_t>(r)] = at(r, sharded);
+  }
+  ag_global g;
+  g.full = geo;
+  g.full.layout = shard_layout(sizes);
+  const int64_t total = g.full.layout.total();
+  g.full.x_rows = geo.shard_rows ? total : at(0, agreed);
+  g.full.x_cols = geo.shard_rows ? at(0, agreed) : total;
+  // The sharded extents add up to a dimension of another view.
+  size_t summed_into = row::c_rows;
+  std::string summed_name = "c.rows", symbol = "M";
+  if (!geo.lhs && !geo.shard_rows) summed_into = row::c_cols, summed_name = "c.cols", symbol = "N";
+  if (geo.contracting) {
+    summed_into = geo.lhs ? row::b_rows : row::a_cols;
+    summed_name = geo.lhs ? bn + ".rows" : an + ".cols";
+    symbol = "K";
+  }
+  for (int r = 0; r < R; ++r) {
+    const std::string on = " on rank " + std::to_string(r);
+    if (at(r, summed_into) != total)
+      fail(summed_name + " (" + std::to_string(at(r, summed_into)) + ")" + on + " must equal " + symbol + " = sum of " +
+           sharded_name + " over ranks (" + std::to_string(total) + ")");
+    if (at(r, row::has_out) &&
+        (at(r, row::out_rows) != g.full.stored_rows() || at(r, row::out_cols) != g.full.stored_cols()))
+      fail("gathered_out" + on + " is " + std::to_string(at(r, row::out_rows)) + " x " +
+           std::to_string(at(r, row::out_cols)) + "; it must be the gathered operand's " +
+           std::to_string(g.full.stored_rows()) + " x " + std::to_string(g.full.stored_cols()) +
+           (geo.trans_x ? " (stored transposed)" : ""));
+    g.any_out = g.any_out || at(r, row::has_out) != 0;
+    g.other.push_back(at(r, geo.lhs ? row::c_cols : row::c_rows));
+    g.knee_units = std::max(g.knee_units, at(r, row::knee));
+  }
+  return g;
+}
+
+/// Step 4: the schedule, as asked or as the cost model chooses (the same on
+/// every rank: it depends on the exchanged table and one calibration).
+template <class T>
+schedule ag_choose(context& ctx, const ag_options& opt, const ag_global& g) {
+  const int R = ctx.size();
+  const ag_geometry& full = g.full;
+  // Chunks split op(X)'s output dimension (rows of stored X when
+  // stored_chunk_rows); the plan's choice depends on global sizes only.
+  auto chunks_for = [&](int lanes) {
+    const bool sr = full.stored_shard_rows(), cr = full.stored_chunk_rows();
+    const int64_t chunk_extent = (cr ? full.stored_rows() : full.stored_cols()) / (sr == cr ? R : 1) / lanes;
+    const int64_t bytes_per_unit =
+        (cr ? full.stored_cols() : full.stored_rows()) / (sr == cr ? 1 : R) * static_cast<int64_t>(sizeof(T));
+    return plan_chunks(ctx.config().ag_chunks, ag_chunk_rule.min_chunks, ag_chunk_rule.preferred, R, lanes,
+                       chunk_extent, bytes_per_unit, ctx.one_node(), g.knee_units);
+  };
+  const int64_t elem = sizeof(T), acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;
+  // The other operands may travel only where no rank wants the gathered
+  // operand itself (gathered_out needs it gathered anyway).
+  return choose_schedule(ctx, {opt.strategy, opt.algorithm, !g.any_out}, dtype_of<T>(), chunks_for,
+                         [&](const candidate& c) { return ag_work(full, g.other, R, c, elem, acc); });
+}
+
+/// Step 5: builds the plan of the schedule; buffers, datatypes and primitives
+/// may fail on one rank only, so the outcome is agreed before any transfer.
+template <class T>
+std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks, const ag_args<T>& x,
+                                         const ag_options& opt, const ag_global& g, const schedule& sched,
+                                         uint64_t fingerprint) {
+  const ag_geometry& full = g.full;
+  const std::string summary =
+      checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) + " ranks: " +
+      to_string(sched.strategy) +
+      (sched.algorithm == algorithm::others ? std::string(" moving the other operands") : std::string()) +
+      ", sharded sizes [" + list(full.layout.sizes()) + "], op(X) " + std::to_string(full.x_rows) + " x " +
+      std::to_string(full.x_cols);
+  std::unique_ptr<ag_plan<T>> plan = build_agreed(ctx, checks.op(), [&] {
+    auto built = std::make_unique<ag_plan<T>>();
+    built->geo = full;
+    built->strategy = sched.strategy;
+    built->lanes = sched.lanes;
+    built->summary = summary;
+    built->fingerprint = fingerprint;
+    built->algorithm = sched.algorithm;
+    built->sched = sched;
+    if (sched.algorithm == algorithm::others) ag_others_build<T>(ctx, *built, x, opt, g.other);
+    else ag_build<T>(ctx, *built, x, opt, sched.chunks);
+    return built;
+  });
+  if (ctx.config().verbose && ctx.rank() == 0)
+    log_built_plan(ctx, summary,
+                   ring_summary(opt.strategy, *plan, sched.chunks, ctx.config().ag_chunks == 0,
+                                plan->slots.size() * sizeof(T)) +
+                       (plan->acc.size() ? ", fp32 accumulator" : "") + "; schedule: " + to_string(sched),
+                   dtype_of<T>());
+  return plan;
+}
+
+/// Checks a call, agrees with the other ranks, and returns the plan (built
+/// and cached on first use). Collective. The steps: local checks, the
+/// agreement (and on a plan miss anywhere the exchange of every rank's
+/// sizes), the checks that span ranks, choosing the schedule, building it.
+template <class T>
+ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt) {
+  const ag_geometry geo(opt);
+  arg_checks checks(op_id::all_gather_matmul, dtype_of<T>(),
+                    std::string("overlap::all_gather_matmul(gathered=") + to_string(opt.gathered) + ")");
+  const int backend = ag_local_checks(ctx, checks, x, opt);
+
+  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+  const std::vector<int64_t> options{static_cast<int64_t>(opt.gathered), static_cast<int64_t>(opt.strategy),
+                                     ctx.config().ag_chunks, opt.transpose_a, opt.transpose_b,
                                      static_cast<int64_t>(opt.epilogue.activation),
                                      static_cast<int64_t>(ctx.config().phases), static_cast<int64_t>(opt.algorithm)};
   const char* option_names[] = {"ag_options.gathered", "ag_options.strategy", "config.ag_chunks",
@@ -432,107 +571,12 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   const agreement agreed_on = agree_or_exchange(ctx, checks, key, mine, options.size(), option_names);
   if (agreed_on.cached != nullptr) return static_cast<ag_plan<T>&>(*agreed_on.cached);
 
-  // Plan miss on some rank: every rank's sizes were exchanged; check the rules
-  // that span ranks. Every rank sees the same table, so all throw alike.
-  const size_t nv = mine.size();
-  const std::vector<int64_t>& all = agreed_on.table;
-  const int R = ctx.size();
-  auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * nv + i]; };
-  auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
-  const size_t o = options.size();
-  const size_t ar = o, ac = o + 1, br = o + 2, bc = o + 3, cr = o + 4, cc = o + 5, has_out = o + 6, outr = o + 7,
-               outc = o + 8, knee = o + 9;
-  // The dimension every rank must agree on, and the sharded one that sums up.
-  const size_t agreed = geo.lhs ? (geo.shard_rows ? ac : ar) : (geo.shard_rows ? bc : br);
-  const size_t sharded = geo.lhs ? (geo.shard_rows ? ar : ac) : (geo.shard_rows ? br : bc);
-  const std::string agreed_name = geo.lhs ? (geo.shard_rows ? an + ".cols (K)" : an + ".rows (M)")
-                                          : (geo.shard_rows ? bn + ".cols (N)" : bn + ".rows (K)");
-  const std::string sharded_name = geo.lhs ? (geo.shard_rows ? an + ".rows" : an + ".cols")
-                                           : (geo.shard_rows ? bn + ".rows" : bn + ".cols");
-  std::vector<int64_t> sizes(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) {
-    if (at(r, agreed) != at(0, agreed))
-      fail(agreed_name + " must agree across ranks (rank 0: " + std::to_string(at(0, agreed)) + ", rank " +
-           std::to_string(r) + ": " + std::to_string(at(r, agreed)) + ")");
-    sizes[static_cast<size_t>(r)] = at(r, sharded);
-  }
-  ag_geometry full = geo;
-  full.layout = shard_layout(sizes);
-  const int64_t total = full.layout.total();
-  full.x_rows = geo.shard_rows ? total : at(0, agreed);
-  full.x_cols = geo.shard_rows ? at(0, agreed) : total;
-  // The sharded extents add up to a dimension of another view.
-  size_t summed_into = cr;
-  std::string summed_name = "c.rows", symbol = "M";
-  if (!geo.lhs && !geo.shard_rows) summed_into = cc, summed_name = "c.cols", symbol = "N";
-  if (geo.contracting) {
-    summed_into = geo.lhs ? br : ac;
-    summed_name = geo.lhs ? bn + ".rows" : an + ".cols";
-    symbol = "K";
-  }
-  for (int r = 0; r < R; ++r) {
-    const std::string on = " on rank " + std::to_string(r);
-    if (at(r, summed_into) != total)
-      fail(summed_name + " (" + std::to_string(at(r, summed_into)) + ")" + on + " must equal " + symbol + " = sum of " +
-           sharded_name + " over ranks (" + std::to_string(total) + ")");
-    if (at(r, has_out) && (at(r, outr) != full.stored_rows() || at(r, outc) != full.stored_cols()))
-      fail("gathered_out" + on + " is " + std::to_string(at(r, outr)) + " x " + std::to_string(at(r, outc)) +
-           "; it must be the gathered operand's " + std::to_string(full.stored_rows()) + " x " +
-           std::to_string(full.stored_cols()) + (geo.trans_x ? " (stored transposed)" : ""));
-  }
-
-  // The other operands may travel only where no rank wants the gathered
-  // operand itself (gathered_out needs it gathered anyway).
-  bool any_out = false;
-  for (int r = 0; r < R; ++r) any_out = any_out || at(r, has_out) != 0;
-  std::vector<int64_t> other(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) other[static_cast<size_t>(r)] = at(r, geo.lhs ? cc : cr);
-  // Chunks split op(X)'s output dimension (rows of stored X when
-  // stored_chunk_rows); the plan's choice depends on global sizes only.
-  int64_t knee_units = 0;
-  for (int r = 0; r < R; ++r) knee_units = std::max(knee_units, at(r, knee));
-  auto chunks_for = [&](int lanes) {
-    const bool sr = full.stored_shard_rows(), cr_ = full.stored_chunk_rows();
-    const int64_t chunk_extent = (cr_ ? full.stored_rows() : full.stored_cols()) / (sr == cr_ ? R : 1) / lanes;
-    const int64_t bytes_per_unit =
-        (cr_ ? full.stored_cols() : full.stored_rows()) / (sr == cr_ ? 1 : R) * static_cast<int64_t>(sizeof(T));
-    return plan_chunks(chunks, ag_chunk_rule.min_chunks, ag_chunk_rule.preferred, R, lanes, chunk_extent,
-                       bytes_per_unit, ctx.one_node(), knee_units);
-  };
-  const int64_t elem = sizeof(T), acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;
-  const schedule sched = choose_schedule(
-      ctx, {opt.strategy, opt.algorithm, !any_out}, dtype_of<T>(), chunks_for,
-      [&](const candidate& c) { return ag_work(full, other, R, c, elem, acc); });
-  const overlap::strategy chosen = sched.strategy;
-  const overlap::algorithm alg = sched.algorithm;
-  const int lanes = sched.lanes, used_chunks = sched.chunks;
-  const std::string summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) +
-                              " ranks: " + to_string(chosen) +
-                              (alg == algorithm::others ? std::string(" moving the other operands") : std::string()) +
-                              ", sharded sizes [" + list(sizes) + "], op(X) " +
-                              std::to_string(full.x_rows) + " x " + std::to_string(full.x_cols);
-  // Buffers, datatypes and primitives may fail on one rank only: agreed
-  // before any transfer.
-  std::unique_ptr<ag_plan<T>> plan = build_agreed(ctx, checks.op(), [&] {
-    auto built = std::make_unique<ag_plan<T>>();
-    built->geo = full;
-    built->strategy = chosen;
-    built->lanes = lanes;
-    built->summary = summary;
-    // The same on every rank: the exchanged table (which names the options) and the op.
-    built->fingerprint = hash_values(all, hash_values({static_cast<int64_t>(checks.id())}));
-    built->algorithm = alg;
-    built->sched = sched;
-    if (alg == algorithm::others) ag_others_build<T>(ctx, *built, x, opt, other);
-    else ag_build<T>(ctx, *built, x, opt, used_chunks);
-    return built;
-  });
-  if (ctx.config().verbose && ctx.rank() == 0)
-    log_built_plan(ctx, summary,
-                   ring_summary(opt.strategy, *plan, used_chunks, chunks == 0, plan->slots.size() * sizeof(T)) +
-                       (plan->acc.size() ? ", fp32 accumulator" : "") + "; schedule: " + to_string(sched),
-                   dtype_of<T>());
-  return static_cast<ag_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
+  const ag_global g = ag_global_checks(checks, geo, opt, agreed_on.table, mine.size(), options.size(), ctx.size());
+  const schedule sched = ag_choose<T>(ctx, opt, g);
+  // The same on every rank: the exchanged table (which names the options) and the op.
+  const uint64_t fingerprint = hash_values(agreed_on.table, hash_values({static_cast<int64_t>(checks.id())}));
+  return static_cast<ag_plan<T>&>(
+      *ctx.store_plan(key, ag_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
 }
 
 /// The ring pattern of all_gather_matmul, for engine::run_ring.

@@ -265,10 +265,10 @@ inline work rs_work(bool rows, int64_t m, int64_t n, const std::vector<int64_t>&
   return w;
 }
 
+/// Step 1 of preparing a call: the checks each rank makes alone (options,
+/// views, aliasing, shapes); returns the backend for the plan key.
 template <class T>
-rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  arg_checks checks(op_id::matmul_reduce_scatter, dtype_of<T>(),
-                    std::string("overlap::matmul_reduce_scatter(scattered=") + to_string(opt.scattered) + ")");
+int rs_local_checks(const context& ctx, arg_checks& checks, const rs_args<T>& x, const rs_options& opt) {
   const auto sc = static_cast<int>(opt.scattered);
   checks.require(sc >= 0 && sc <= 1, "rs_options.scattered has an invalid value " + std::to_string(sc));
   check_common_options(checks, "rs_options", opt.strategy, opt.algorithm, opt.epilogue);
@@ -290,10 +290,125 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
     checks.require(x.c.cols == lb.cols, dim("c.cols", x.c.cols) + " must equal " + dim(bn + ".cols", lb.cols));
   else
     checks.require(x.c.rows == la.rows, dim("c.rows", x.c.rows) + " must equal " + dim(an + ".rows", la.rows));
-  const int backend = checked_backend<T>(ctx, checks);
+  return checked_backend<T>(ctx, checks);
+}
 
-  const int chunks = ctx.config().rs_chunks;
-  const std::vector<int64_t> options{sc, static_cast<int64_t>(opt.strategy), chunks, opt.transpose_a, opt.transpose_b,
+/// Where each value sits in the row a rank contributes to the exchange, after
+/// the options that must agree.
+struct rs_row {
+  enum : size_t { a_rows, a_cols, b_rows, b_cols, c_rows, c_cols, knee };
+};
+
+/// What the exchanged table says about the whole problem.
+struct rs_global {
+  bool rows = true;
+  int64_t m = 0, n = 0;
+  shard_layout layout;        ///< the scattered dimension over the ranks
+  std::vector<int64_t> ks;    ///< every rank's K_r
+  int64_t knee_units = 0;     ///< the largest GEMM rate knee over ranks
+};
+
+/// Step 3: the rules that span ranks, on the exchanged table (row r = rank
+/// r's values from `o` on); every rank sees the same table, so all throw alike.
+inline rs_global rs_global_checks(const arg_checks& checks, const rs_options& opt, const std::vector<int64_t>& all,
+                                  size_t row_len, size_t o, int R) {
+  auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * row_len + o + i]; };
+  auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
+  const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
+  rs_global g;
+  g.rows = opt.scattered == scattered::rows;
+  std::vector<int64_t> sizes(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    for (const auto& [idx, name] :
+         {std::pair<size_t, std::string>{rs_row::a_rows, an + ".rows (M)"}, {rs_row::b_cols, bn + ".cols (N)"}})
+      if (at(r, idx) != at(0, idx))
+        fail(name + " must agree across ranks (rank 0: " + std::to_string(at(0, idx)) + ", rank " +
+             std::to_string(r) + ": " + std::to_string(at(r, idx)) + ")");
+    sizes[static_cast<size_t>(r)] = at(r, g.rows ? rs_row::c_rows : rs_row::c_cols);
+    g.ks.push_back(at(r, rs_row::a_cols));
+    g.knee_units = std::max(g.knee_units, at(r, rs_row::knee));
+  }
+  g.m = at(0, rs_row::a_rows);
+  g.n = at(0, rs_row::b_cols);
+  g.layout = shard_layout(sizes);
+  const int64_t want = g.rows ? g.m : g.n;
+  if (g.layout.total() != want)
+    fail(std::string(g.rows ? "the sum of c.rows over ranks (" : "the sum of c.cols over ranks (") +
+         std::to_string(g.layout.total()) + ") must equal " + (g.rows ? an + ".rows (M = " : bn + ".cols (N = ") +
+         std::to_string(want) + ")");
+  return g;
+}
+
+/// The type partial sums travel and are summed in: bf16 products' in fp32,
+/// unless a ring may send bf16 (MPI cannot sum bf16, so bulk reduces in fp32).
+inline dtype rs_acc_type(dtype t, const rs_options& opt, overlap::strategy s) {
+  const dtype wide = t == dtype::bf16 ? dtype::f32 : t;
+  return s == strategy::bulk || !opt.bf16_transfers ? wide : t;
+}
+
+/// Step 4: the schedule, as asked or as the cost model chooses (the same on
+/// every rank: it depends on the exchanged table and one calibration).
+template <class T>
+schedule rs_choose(context& ctx, const rs_options& opt, const rs_global& g) {
+  const int R = ctx.size();
+  const dtype t = dtype_of<T>();
+  // Chunks split the scattered dimension; the choice depends on global sizes only.
+  auto chunks_for = [&](int lanes) {
+    const int64_t acc = static_cast<int64_t>(size_of(rs_acc_type(t, opt, strategy::ring)));
+    return plan_chunks(ctx.config().rs_chunks, rs_chunk_rule.min_chunks, rs_chunk_rule.preferred, R, lanes,
+                       g.layout.total() / R / lanes, (g.rows ? g.n : g.m) * acc, ctx.one_node(), g.knee_units);
+  };
+  return choose_schedule(ctx, {opt.strategy, opt.algorithm, true}, t, chunks_for, [&](const candidate& c) {
+    return rs_work(g.rows, g.m, g.n, g.ks, g.layout, R, c, sizeof(T), size_of(rs_acc_type(t, opt, c.strategy)));
+  });
+}
+
+/// Step 5: builds the plan of the schedule; buffers, datatypes and primitives
+/// may fail on one rank only, so the outcome is agreed before any transfer.
+template <class T>
+std::unique_ptr<rs_plan<T>> rs_make_plan(context& ctx, const arg_checks& checks, const rs_args<T>& x,
+                                         const rs_options& opt, const rs_global& g, const schedule& sched,
+                                         uint64_t fingerprint) {
+  auto plan = std::make_unique<rs_plan<T>>();
+  plan->rows = g.rows;
+  plan->m = g.m;
+  plan->n = g.n;
+  plan->layout = g.layout;
+  plan->sched = sched;
+  plan->algorithm = sched.algorithm;
+  plan->strategy = sched.strategy;
+  plan->lanes = sched.lanes;
+  plan->acc = rs_acc_type(dtype_of<T>(), opt, sched.strategy);
+  plan->fingerprint = fingerprint;
+  plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) + " ranks: " +
+                  to_string(plan->strategy) +
+                  (plan->algorithm == algorithm::others ? std::string(" moving the inputs") : std::string()) +
+                  ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(plan->m) + " x " +
+                  std::to_string(plan->n) + ", accumulators " + to_string(plan->acc);
+  build_agreed(ctx, checks.op(), [&] {
+    if (plan->algorithm == algorithm::others) rs_others_build<T>(ctx, *plan, x, opt, g.ks);
+    else rs_build<T>(ctx, *plan, x, opt, sched.chunks);
+    return 0;
+  });
+  if (ctx.config().verbose && ctx.rank() == 0)
+    log_built_plan(ctx, plan->summary,
+                   ring_summary(opt.strategy, *plan, sched.chunks, ctx.config().rs_chunks == 0, plan->slots.size()) +
+                       "; schedule: " + to_string(sched),
+                   dtype_of<T>());
+  return plan;
+}
+
+/// Checks a call, agrees with the other ranks, and returns the plan (built
+/// and cached on first use). Collective; the steps as in ag_prepare.
+template <class T>
+rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt) {
+  arg_checks checks(op_id::matmul_reduce_scatter, dtype_of<T>(),
+                    std::string("overlap::matmul_reduce_scatter(scattered=") + to_string(opt.scattered) + ")");
+  const int backend = rs_local_checks(ctx, checks, x, opt);
+
+  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+  const std::vector<int64_t> options{static_cast<int64_t>(opt.scattered), static_cast<int64_t>(opt.strategy),
+                                     ctx.config().rs_chunks, opt.transpose_a, opt.transpose_b,
                                      static_cast<int64_t>(opt.epilogue.activation), opt.bf16_transfers,
                                      static_cast<int64_t>(ctx.config().phases), static_cast<int64_t>(opt.algorithm)};
   const char* option_names[] = {"rs_options.scattered", "rs_options.strategy", "config.rs_chunks",
@@ -310,80 +425,12 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   const agreement agreed_on = agree_or_exchange(ctx, checks, key, mine, options.size(), option_names);
   if (agreed_on.cached != nullptr) return static_cast<rs_plan<T>&>(*agreed_on.cached);
 
-  // Plan miss on some rank: check the cross-rank rules on the exchanged table.
-  const size_t nv = mine.size();
-  const std::vector<int64_t>& all = agreed_on.table;
-  const int R = ctx.size();
-  auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * nv + i]; };
-  auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
-  const size_t o = options.size(), ar = o, ac = o + 1, bc = o + 3, cr = o + 4, cc = o + 5, knee = o + 6;
-  const bool rows = opt.scattered == scattered::rows;
-  std::vector<int64_t> sizes(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) {
-    for (const auto& [idx, name] : {std::pair<size_t, std::string>{ar, an + ".rows (M)"}, {bc, bn + ".cols (N)"}})
-      if (at(r, idx) != at(0, idx))
-        fail(name + " must agree across ranks (rank 0: " + std::to_string(at(0, idx)) + ", rank " +
-             std::to_string(r) + ": " + std::to_string(at(r, idx)) + ")");
-    sizes[static_cast<size_t>(r)] = at(r, rows ? cr : cc);
-  }
-  auto plan = std::make_unique<rs_plan<T>>();
-  plan->rows = rows;
-  plan->m = at(0, ar);
-  plan->n = at(0, bc);
-  plan->layout = shard_layout(sizes);
-  const int64_t want = rows ? plan->m : plan->n;
-  if (plan->layout.total() != want)
-    fail(std::string(rows ? "the sum of c.rows over ranks (" : "the sum of c.cols over ranks (") +
-         std::to_string(plan->layout.total()) + ") must equal " + (rows ? an + ".rows (M = " : bn + ".cols (N = ") +
-         std::to_string(want) + ")");
-  std::vector<int64_t> ks(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) ks[static_cast<size_t>(r)] = at(r, ac);
-  // Partial sums of bf16 products travel in fp32 unless a ring may send bf16
-  // (MPI cannot sum bf16, so bulk reduces in fp32).
-  const dtype t = dtype_of<T>(), wide = t == dtype::bf16 ? dtype::f32 : t;
-  const dtype ring_acc = opt.bf16_transfers ? t : wide;
-  // Chunks split the scattered dimension; the choice depends on global sizes only.
-  int64_t knee_units = 0;
-  for (int r = 0; r < R; ++r) knee_units = std::max(knee_units, at(r, knee));
-  auto chunks_for = [&](int lanes) {
-    return plan_chunks(chunks, rs_chunk_rule.min_chunks, rs_chunk_rule.preferred, R, lanes, want / R / lanes,
-                       (rows ? plan->n : plan->m) * static_cast<int64_t>(size_of(ring_acc)), ctx.one_node(),
-                       knee_units);
-  };
-  const schedule sched =
-      choose_schedule(ctx, {opt.strategy, opt.algorithm, true}, t, chunks_for, [&](const candidate& c) {
-        const dtype acc = c.strategy == strategy::bulk ? wide : ring_acc;
-        return rs_work(rows, plan->m, plan->n, ks, plan->layout, R, c, sizeof(T), size_of(acc));
-      });
-  plan->sched = sched;
-  plan->algorithm = sched.algorithm;
-  plan->strategy = sched.strategy;
-  plan->lanes = sched.lanes;
-  plan->acc = plan->strategy == strategy::bulk ? wide : ring_acc;
-  const int used_chunks = sched.chunks;
+  const rs_global g = rs_global_checks(checks, opt, agreed_on.table, mine.size(), options.size(), ctx.size());
+  const schedule sched = rs_choose<T>(ctx, opt, g);
   // The same on every rank: the exchanged table (which names the options) and the op.
-  plan->fingerprint = hash_values(all, hash_values({static_cast<int64_t>(checks.id())}));
-  plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(R) + " ranks: " +
-                  to_string(plan->strategy) +
-                  (plan->algorithm == algorithm::others ? std::string(" moving the inputs") : std::string()) +
-                  ", scattered sizes [" + list(sizes) + "], C " + std::to_string(plan->m) +
-                  " x " + std::to_string(plan->n) + ", accumulators " + to_string(plan->acc);
-  // Buffers, datatypes and primitives may fail on one rank only: agreed
-  // before any transfer.
-  build_agreed(ctx, checks.op(), [&] {
-    if (plan->algorithm == algorithm::others) {
-      rs_others_build<T>(ctx, *plan, x, opt, ks);
-    } else {
-      rs_build<T>(ctx, *plan, x, opt, used_chunks);
-    }
-    return 0;
-  });
-  if (ctx.config().verbose && ctx.rank() == 0)
-    log_built_plan(ctx, plan->summary,
-                   ring_summary(opt.strategy, *plan, used_chunks, chunks == 0, plan->slots.size()) +
-                       "; schedule: " + to_string(sched),
-                   dtype_of<T>());
-  return static_cast<rs_plan<T>&>(*ctx.store_plan(key, std::move(plan)));
+  const uint64_t fingerprint = hash_values(agreed_on.table, hash_values({static_cast<int64_t>(checks.id())}));
+  return static_cast<rs_plan<T>&>(
+      *ctx.store_plan(key, rs_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
 }
 
 /// The ring pattern of matmul_reduce_scatter, for engine::run_ring.

@@ -66,9 +66,12 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
     const double compute = w.steps * piece;
     if (w.transfer_steps == 0) return compute;
     const double comm = w.transfer_steps * (l.latency_s + w.step_bytes / rate);
-    // One piece's product is never overlapped (all-gather: the last one after
-    // its transfer; reduce-scatter: the first one before any).
-    return std::max(compute * l.gemm_slowdown, comm + piece);
+    // GEMMs run slower only while transfers run: for the share of the compute
+    // that has transfers beside it. One piece's product is never overlapped
+    // (all-gather: the last one after its transfer; reduce-scatter: the first
+    // one before any).
+    const double beside = std::min(1.0, comm / std::max(compute, 1e-12));
+    return std::max(compute * (1 + (l.gemm_slowdown - 1) * beside), comm + piece);
   }
   double t = 0;
   for (const gemm_work& x : w.gemms) t += gemm_seconds(g, x);

@@ -1,0 +1,108 @@
+// overlap-projection: the cost model's projection of a tensor-parallel MLP
+// block (all_gather_matmul lhs_rows up-projection, matmul_reduce_scatter rows
+// down-projection) to 8-1024 ranks, one rank per node, on stated link and
+// core figures, from the GEMM rates of a calibration file (per core here,
+// scaled to a node). Prints one JSON object per (link, cores, ranks) with
+// every candidate's predicted time; bench/scaling.sh turns them into
+// docs/scaling.md. No MPI communication: it evaluates the same model the
+// library chooses with.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "overlap/overlap.hpp"
+
+namespace {
+
+using overlap::detail::work;
+
+struct figures {
+  double gbit = 10, latency_us = 5, slowdown = 1.1, efficiency = 0.9;
+  int cores = 32;
+};
+
+/// The candidates of one op on R ranks and their predicted seconds.
+template <class WorkOf, class ChunksFor>
+nlohmann::json candidates(const overlap::link_rates& l, const overlap::gemm_rates& g, int R, WorkOf&& work_of,
+                          ChunksFor&& chunks_for) {
+  nlohmann::json out;
+  const std::pair<overlap::strategy, overlap::algorithm> all[] = {
+      {overlap::strategy::bulk, overlap::algorithm::named},
+      {overlap::strategy::ring, overlap::algorithm::named},
+      {overlap::strategy::bidirectional, overlap::algorithm::named},
+      {overlap::strategy::bulk, overlap::algorithm::others}};
+  for (const auto& [s, a] : all) {
+    const int lanes = s == overlap::strategy::bidirectional ? 2 : 1;
+    const overlap::candidate c{s, a, s == overlap::strategy::bulk ? 0 : chunks_for(lanes), -1};
+    const std::string name = a == overlap::algorithm::others ? "others" : overlap::to_string(s);
+    out[name] = overlap::detail::predict(l, g, R, work_of(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string path;
+  int64_t tokens = 8192, hidden = 8192;
+  std::vector<double> links{10, 25, 100};
+  std::vector<int> cores{32, 128};
+  figures f;
+  CLI::App app{"overlap-projection: the cost model's speedup over bulk for 8-1024 ranks on stated figures"};
+  app.add_option("calibration", path, "calibration file whose f32 GEMM grid is one core's rates")->required();
+  app.add_option("--tokens", tokens, "rows of the activation (sequence x batch)");
+  app.add_option("--hidden", hidden, "hidden size; the MLP's inner size is 4x");
+  app.add_option("--gbit", links, "NIC rates (Gbit/s each way; a switched network, full duplex)")->delimiter(',');
+  app.add_option("--cores", cores, "cores per node (one rank per node)")->delimiter(',');
+  app.add_option("--latency-us", f.latency_us, "per-message latency");
+  app.add_option("--slowdown", f.slowdown, "GEMM time factor while the links carry data");
+  app.add_option("--efficiency", f.efficiency, "a node's GEMM rate = cores x one core's x this");
+  CLI11_PARSE(app, argc, argv);
+  const overlap::calibration cal = overlap::calibration::load(path);
+  if (!cal.has(overlap::dtype::f32)) {
+    std::cerr << "overlap-projection: " << path << " has no f32 GEMM rates\n";
+    return 1;
+  }
+  for (double gbit : links)
+    for (int c : cores) {
+      overlap::gemm_rates g = cal.gemm.at(overlap::dtype::f32);
+      for (double& r : g.flops_per_s) r *= c * f.efficiency;
+      // A switched network: one NIC per node, full duplex; two lanes share its
+      // send side, so each gets half of it.
+      const overlap::link_rates l{f.latency_us * 1e-6, gbit / 8e-9, gbit / 16e-9, f.slowdown};
+      for (int R = 8; R <= 1024; R *= 2) {
+        const int64_t ffn = 4 * hidden;
+        // Up-projection: AG lhs_rows, A = activation (tokens x hidden) sharded by rows,
+        // B = this rank's ffn / R columns of W1.
+        overlap::ag_options ao;
+        overlap::detail::ag_geometry geo(ao);
+        geo.layout = overlap::shard_layout::balanced(tokens, R);
+        geo.x_rows = tokens, geo.x_cols = hidden;
+        const std::vector<int64_t> n_r = overlap::shard_layout::balanced(ffn, R).sizes();
+        auto ag_chunks = [&](int lanes) {
+          return overlap::detail::plan_chunks(0, 1, 2, R, lanes, tokens / R / lanes, hidden * 4, false, 0);
+        };
+        const nlohmann::json up = candidates(l, g, R, [&](const overlap::candidate& cand) {
+          return overlap::detail::ag_work(geo, n_r, R, cand, 4, 4);
+        }, ag_chunks);
+        // Down-projection: RS rows, A = H_r (tokens x ffn / R), B = W2_r (ffn / R x hidden).
+        const overlap::shard_layout rows = overlap::shard_layout::balanced(tokens, R);
+        auto rs_chunks = [&](int lanes) {
+          return overlap::detail::plan_chunks(0, 2, 3, R, lanes, tokens / R / lanes, hidden * 4, false, 0);
+        };
+        const nlohmann::json down = candidates(l, g, R, [&](const overlap::candidate& cand) {
+          return overlap::detail::rs_work(true, tokens, hidden, n_r, rows, R, cand, 4, 4);
+        }, rs_chunks);
+        std::cout << nlohmann::json{{"gbit", gbit},   {"cores", c},        {"ranks", R},
+                                    {"tokens", tokens}, {"hidden", hidden}, {"latency_us", f.latency_us},
+                                    {"slowdown", f.slowdown}, {"efficiency", f.efficiency},
+                                    {"up", up},        {"down", down}}
+                         .dump()
+                  << "\n";
+      }
+    }
+  return 0;
+}
