@@ -254,6 +254,7 @@ void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const 
     for (int q = 0; q < R; ++q) {
       const int64_t oq = other[static_cast<size_t>(q)], off = o.gathered_at.displs[static_cast<size_t>(q)];
       others_gemm g;
+      g.peer = q;
       if (geo.lhs) {
         g.a = x_src, g.b = others_src::gathered, g.b_off = off;
         g.desc = others_desc(sh.size(p), oq, k, mine.ld, packed_ld(to ? k : oq), oq, tx, to, t, t, false);
@@ -275,9 +276,15 @@ void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const 
     o.recv_into_c = geo.lhs && x.c.ld == x.c.cols;
     for (int q = 0; q < R && !o.recv_into_c; ++q) {
       const int64_t from = o.owners_recv.displs[static_cast<size_t>(q)];
-      o.place.push_back(geo.lhs ? others_block{others_src::caller_a, sh.offset(q), 0, sh.size(q), own, from}
-                                : others_block{others_src::caller_a, 0, sh.offset(q), own, sh.size(q), from});
+      if (q != p)
+        o.place.push_back(geo.lhs ? others_block{others_src::caller_a, sh.offset(q), 0, sh.size(q), own, from}
+                                  : others_block{others_src::caller_a, 0, sh.offset(q), own, sh.size(q), from});
     }
+    // This rank's own block stays here: from the products to its place in c.
+    o.own_place = true;
+    const int64_t mine_at = o.gemms[static_cast<size_t>(p)].out;
+    o.own = geo.lhs ? others_block{others_src::caller_a, sh.offset(p), 0, sh.size(p), own, mine_at}
+                    : others_block{others_src::caller_a, 0, sh.offset(p), own, sh.size(p), mine_at};
     others_finish(o, x.c, opt.epilogue, false, t);
   } else {
     // lhs_cols: op(A_p) (M x K_p) @ op(b_q)[K_p rows] (K_p x N_q) is rank q's partial sum.
@@ -300,13 +307,19 @@ void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const 
     }
     std::vector<int64_t> sums(static_cast<size_t>(R));
     for (int q = 0; q < R; ++q) {
-      const int64_t oq = other[static_cast<size_t>(q)], off = o.exchanged_at.displs[static_cast<size_t>(q)];
+      // This rank's own slice is read where it was packed to be sent: it is
+      // there before the exchange completes.
+      const bool own_slice = q == p;
+      const others_src ex = own_slice ? others_src::sent : others_src::exchanged;
+      const int64_t oq = other[static_cast<size_t>(q)], off = own_slice ? o.sent_at.displs[static_cast<size_t>(q)]
+                                                                        : o.exchanged_at.displs[static_cast<size_t>(q)];
       others_gemm g;
+      g.peer = q;
       if (geo.lhs) {
-        g.a = x_src, g.b = others_src::exchanged, g.b_off = off;
+        g.a = x_src, g.b = ex, g.b_off = off;
         g.desc = others_desc(free, oq, kp, mine.ld, packed_ld(to ? kp : oq), oq, tx, to, t, o.out, false);
       } else {
-        g.a = others_src::exchanged, g.b = x_src, g.a_off = off;
+        g.a = ex, g.b = x_src, g.a_off = off;
         g.desc = others_desc(oq, free, kp, packed_ld(to ? oq : kp), mine.ld, free, to, tx, t, o.out, false);
       }
       g.out = at;
@@ -317,6 +330,9 @@ void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const 
     others_reduce_into(o, sums, x.c, opt.epilogue);
   }
   for (others_gemm& g : o.gemms) g.kernel = ctx.make_kernel(g.desc);
+  // This rank's own block first: its inputs are local, so it runs while the
+  // input collective moves the others.
+  std::rotate(o.gemms.begin(), o.gemms.begin() + p, o.gemms.end());
   others_allocate(o, at);
 }
 
@@ -332,6 +348,8 @@ inline work ag_work(const ag_geometry& g, const std::vector<int64_t>& other, int
   auto o = [&](int q) { return other[static_cast<size_t>(q)]; };
   work w;
   if (c.algorithm == algorithm::others) {
+    w.pipelined = true;
+    w.alltoall_out = !g.contracting;
     if (!g.contracting) {  // the other operand gathered, output blocks to their owners
       w.allgather_block = double(k * omax * elem);
       for (int q = 0; q < R; ++q) w.gemms.push_back(g.lhs ? gemm_work{shard, o(q), k} : gemm_work{o(q), shard, k});

@@ -208,21 +208,26 @@ void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const 
   const int64_t m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
   const bool fp32_sum = t == dtype::bf16 && R > 1;
   o.out = fp32_sum ? dtype::f32 : t;
-  for (int q = 0; q < R; ++q) {
-    const int64_t kq = ks[static_cast<size_t>(q)];
-    const int64_t ex = o.exchanged_at.displs[static_cast<size_t>(q)], ga = o.gathered_at.displs[static_cast<size_t>(q)];
-    const bool last = q == R - 1;
+  // This rank's own term first (its inputs are local: its block is read
+  // where it was packed to be sent), while the input collectives run.
+  for (int i = 0; i < R; ++i) {
+    const int q = (p + i) % R;
+    const int64_t kq = ks[static_cast<size_t>(q)], ga = o.gathered_at.displs[static_cast<size_t>(q)];
+    const others_src exchanged = q == p ? others_src::sent : others_src::exchanged;
+    const int64_t ex = q == p ? o.sent_at.displs[static_cast<size_t>(q)] : o.exchanged_at.displs[static_cast<size_t>(q)];
+    const bool last = i == R - 1;
     others_gemm g;
+    g.peer = q;
     g.to_c = last || !fp32_sum;
     g.addend = last && fp32_sum;
     const dtype out = g.to_c ? t : dtype::f32;
     const int64_t ldc = g.to_c ? x.c.ld : n;
-    const bool accumulate = q > 0 && !g.addend;
+    const bool accumulate = i > 0 && !g.addend;
     if (plan.rows) {  // op(A_q)[my rows] (M_p x K_q) @ op(B_q) (K_q x N)
-      g.a = others_src::exchanged, g.a_off = ex, g.b = others_src::gathered, g.b_off = ga;
+      g.a = exchanged, g.a_off = ex, g.b = others_src::gathered, g.b_off = ga;
       g.desc = others_desc(m, n, kq, packed_ld(ta ? m : kq), packed_ld(tb ? kq : n), ldc, ta, tb, t, out, accumulate);
     } else {          // op(A_q) (M x K_q) @ op(B_q)[:, my cols] (K_q x N_p)
-      g.a = others_src::gathered, g.a_off = ga, g.b = others_src::exchanged, g.b_off = ex;
+      g.a = others_src::gathered, g.a_off = ga, g.b = exchanged, g.b_off = ex;
       g.desc = others_desc(m, n, kq, packed_ld(ta ? m : kq), packed_ld(tb ? kq : n), ldc, ta, tb, t, out, accumulate);
     }
     if (g.addend) g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
@@ -243,6 +248,7 @@ inline work rs_work(bool rows, int64_t m, int64_t n, const std::vector<int64_t>&
   auto k = [&](int q) { return ks[static_cast<size_t>(q)]; };
   work w;
   if (c.algorithm == algorithm::others) {
+    w.pipelined = true;
     // Rows: A's row blocks exchanged, B gathered; columns: A gathered, B's column blocks exchanged.
     w.allgather_block = double(kmax * (rows ? n : m) * elem);
     w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return out.size(q) * k(p); });

@@ -36,9 +36,12 @@ enum class algorithm {
   /// sums) to their owners; matmul_reduce_scatter exchanges the input blocks
   /// each rank needs for its own output. Moves less than `named` for thin
   /// products (all-gather: K*N + M*N instead of M*K for lhs_rows). Runs as
-  /// bulk collectives (strategy bulk or automatic; ring and bidirectional
-  /// are rejected), and not with all_gather_matmul's gathered_out, which
-  /// needs the sharded operand gathered anyway (the plan runs `named` there).
+  /// non-blocking collectives and point-to-point blocks, this rank's own
+  /// product computed while the inputs move and every output block sent as
+  /// soon as it is computed; it is not a ring (strategy bulk or automatic;
+  /// ring and bidirectional are rejected), and not with all_gather_matmul's
+  /// gathered_out, which needs the sharded operand gathered anyway (the plan
+  /// runs `named` there).
   others,
 };
 

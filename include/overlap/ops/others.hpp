@@ -22,8 +22,10 @@
 
 namespace overlap::detail {
 
-/// Where a GEMM operand or a packed block is read.
-enum class others_src { caller_a, caller_b, gathered, exchanged };
+/// Where a GEMM operand or a packed block is read: the caller's operands,
+/// the gathered or exchanged blocks, or the blocks this rank sends (its own
+/// block is there before the exchange completes).
+enum class others_src { caller_a, caller_b, gathered, exchanged, sent };
 
 /// A stored block of the caller's a or b, packed densely (ld = nc) at
 /// element `to` of a plan buffer, or, for placements, a dense block at
@@ -48,6 +50,7 @@ inline int64_t packed_ld(int64_t cols) { return std::max<int64_t>(1, cols); }
 /// products buffer (element offset `out` of the plan's out type). addend: the
 /// fp32 sum so far (products at 0) is added while writing c (bf16).
 struct others_gemm {
+  int peer = 0;  ///< the rank whose block it multiplies (and, for owners, who gets the product)
   others_src a = others_src::caller_a, b = others_src::caller_b;
   int64_t a_off = 0, b_off = 0, out = 0;
   bool to_c = false;
@@ -100,6 +103,8 @@ struct others_plan {
   bool recv_into_c = false;                ///< owners: received straight into c (dense row blocks)
   engine::buffer<T> received;
   std::vector<others_block> place;         ///< owners: received blocks to c
+  bool own_place = false;                  ///< owners: this rank's own block goes from products to c
+  others_block own;                        ///< ... at element `to` of products
   others_counts reduce_at;                 ///< reduced: the sums each rank gets
   engine::buffer<std::byte> result;        ///< reduced: when not straight into c
   bool finish = false;                     ///< a pass over c for the epilogue (and the fp32 result)
@@ -128,7 +133,12 @@ void others_finish(others_plan<T>& plan, matrix_view<T> c, const epilogue& e, bo
   plan.finish_desc = d;
 }
 
-/// Runs an others plan on the call's operands (collective).
+/// Runs an others plan on the call's operands (collective). The input
+/// collectives are non-blocking: the first GEMM (this rank's own block, whose
+/// inputs are local) runs while they move data, and with output `owners`
+/// every block goes to its owner (MPI_Isend) as soon as it is computed, while
+/// the next is computed. Transfers are progressed as in the ring engine, and
+/// a failure once the ranks agreed is fatal like one in a ring.
 template <class T>
 void others_run(context& ctx, const plan_base& info, others_plan<T>& plan, matrix_view<const T> a,
                 matrix_view<const T> b, matrix_view<T> c, const T* bias) {
@@ -138,6 +148,7 @@ void others_run(context& ctx, const plan_base& info, others_plan<T>& plan, matri
       case others_src::caller_b: return b.data;
       case others_src::gathered: return plan.gathered.data();
       case others_src::exchanged: return plan.exchanged.data();
+      case others_src::sent: return plan.send.data();
     }
     return nullptr;
   };
@@ -145,61 +156,72 @@ void others_run(context& ctx, const plan_base& info, others_plan<T>& plan, matri
     const matrix_view<const T>& v = k.from == others_src::caller_a ? a : b;
     copy_block<T>(v.block(k.r0, k.c0, k.nr, k.nc), {dst + k.to, k.nr, k.nc});
   };
+  const bool comm = ctx.config().phases != ring_phases::compute_only;
+  const bool compute = ctx.config().phases != ring_phases::comm_only;
+  const int p = ctx.rank();
   const MPI_Datatype type = mpi_type_of(dtype_of<T>());
-  if (plan.gather) {
-    pack(plan.gather_own, plan.gathered.data());
-    const others_counts& g = plan.gathered_at;
-    run_collective(
-        ctx, info, "MPI_Allgatherv",
-        [&] {
-          return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan.gathered.data(), g.counts.data(),
-                                g.displs.data(), type, ctx.comm());
-        },
-        [&](MPI_Request* r) {
-          return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan.gathered.data(), g.counts.data(),
-                                 g.displs.data(), type, ctx.comm(), r);
-        });
-  }
-  if (plan.exchange) {
-    for (const others_block& k : plan.exchange_out) pack(k, plan.send.data());
-    const others_counts &s = plan.sent_at, &r = plan.exchanged_at;
-    run_collective(
-        ctx, info, "MPI_Alltoallv",
-        [&] {
-          return MPI_Alltoallv(plan.send.data(), s.counts.data(), s.displs.data(), type, plan.exchanged.data(),
-                               r.counts.data(), r.displs.data(), type, ctx.comm());
-        },
-        [&](MPI_Request* q) {
-          return MPI_Ialltoallv(plan.send.data(), s.counts.data(), s.displs.data(), type, plan.exchanged.data(),
-                                r.counts.data(), r.displs.data(), type, ctx.comm(), q);
-        });
-  }
+  constexpr int tag = 7;  // apart from the rings' tags (2..5)
   std::byte* products = plan.products.data();
   const auto out_size = static_cast<int64_t>(size_of(plan.out));
-  run_local_step(ctx, info, [&] {
-    for (const others_gemm& g : plan.gemms) {
-      void* dst = g.to_c ? static_cast<void*>(c.data + g.out) : static_cast<void*>(products + g.out * out_size);
-      g.kernel->run(source(g.a) + g.a_off, source(g.b) + g.b_off, dst, g.desc.bias ? bias : nullptr,
-                    g.addend ? products : nullptr);
+  const bool owners = plan.output == others_output::owners;
+  T* owned = plan.recv_into_c ? c.data : plan.received.data();
+  if (plan.gather) pack(plan.gather_own, plan.gathered.data());
+  if (plan.exchange)
+    for (const others_block& k : plan.exchange_out) pack(k, plan.send.data());
+  mpi::request_group& g = ctx.requests();
+  try {
+    if (comm) {
+      maybe_stall(p);
+      const others_counts &ga = plan.gathered_at, &s = plan.sent_at, &r = plan.exchanged_at;
+      if (plan.gather)
+        OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan.gathered.data(), ga.counts.data(),
+                    ga.displs.data(), type, ctx.comm(), g.add(0));
+      if (plan.exchange)
+        OVERLAP_MPI(MPI_Ialltoallv, plan.send.data(), s.counts.data(), s.displs.data(), type, plan.exchanged.data(),
+                    r.counts.data(), r.displs.data(), type, ctx.comm(), g.add(0));
+      for (int q = 0; owners && q < ctx.size(); ++q) {
+        const auto qi = static_cast<size_t>(q);
+        if (q != p && plan.owners_recv.counts[qi] > 0)
+          OVERLAP_MPI(MPI_Irecv, owned + plan.owners_recv.displs[qi], plan.owners_recv.counts[qi], type, q, tag,
+                      ctx.comm(), g.add(1, {0, q, type, false}));
+      }
     }
-  });
-  void* result = plan.result.data() != nullptr ? static_cast<void*>(plan.result.data()) : static_cast<void*>(c.data);
-  if (plan.output == others_output::owners) {
-    T* dst = plan.recv_into_c ? c.data : plan.received.data();
-    const others_counts &s = plan.owners_send, &r = plan.owners_recv;
-    run_collective(
-        ctx, info, "MPI_Alltoallv",
-        [&] {
-          return MPI_Alltoallv(products, s.counts.data(), s.displs.data(), type, dst, r.counts.data(),
-                               r.displs.data(), type, ctx.comm());
-        },
-        [&](MPI_Request* q) {
-          return MPI_Ialltoallv(products, s.counts.data(), s.displs.data(), type, dst, r.counts.data(),
-                                r.displs.data(), type, ctx.comm(), q);
-        });
+    for (size_t i = 0; i < plan.gemms.size(); ++i) {
+      const others_gemm& gm = plan.gemms[i];
+      if (i == 1 && comm) g.wait_due(0);  // the inputs of every block but this rank's own
+      if (compute) {
+        void* dst = gm.to_c ? static_cast<void*>(c.data + gm.out) : static_cast<void*>(products + gm.out * out_size);
+        engine::progress_scope scope(ctx.progress(), g);
+        gm.kernel->run(source(gm.a) + gm.a_off, source(gm.b) + gm.b_off, dst, gm.desc.bias ? bias : nullptr,
+                       gm.addend ? products : nullptr);
+        scope.finish();
+      }
+      const auto qi = static_cast<size_t>(gm.peer);
+      if (comm && owners && gm.peer != p && plan.owners_send.counts[qi] > 0)
+        OVERLAP_MPI(MPI_Isend, products + int64_t{plan.owners_send.displs[qi]} * out_size,
+                    plan.owners_send.counts[qi], type, gm.peer, tag, ctx.comm(), g.add(1, {0, gm.peer, type, true}));
+    }
+    if (comm) g.wait_all();
+  } catch (const mpi::wait_timeout& e) {
+    g.leak();
+    ctx.fatal("watchdog: " + info.summary + ": " + e.what(), "wait", 0, error_source::watchdog);
+  } catch (const error& e) {
+    g.leak();
+    ctx.fatal(info.summary + ": " + e.what(), e.call().c_str(), e.code(), e.source());
+  } catch (const std::exception& e) {
+    g.leak();
+    ctx.fatal(info.summary + ": " + e.what(), "others step", 0, error_source::backend);
+  }
+  if (owners) {
+    if (plan.own_place && compute) {
+      const others_block& k = plan.own;
+      copy_block<T>({reinterpret_cast<const T*>(products) + k.to, k.nr, k.nc}, c.block(k.r0, k.c0, k.nr, k.nc));
+    }
     for (const others_block& k : plan.place)
       copy_block<T>({plan.received.data() + k.to, k.nr, k.nc}, c.block(k.r0, k.c0, k.nr, k.nc));
-  } else if (plan.output == others_output::reduced) {
+  }
+  void* result = plan.result.data() != nullptr ? static_cast<void*>(plan.result.data()) : static_cast<void*>(c.data);
+  if (plan.output == others_output::reduced) {
     const MPI_Datatype acc = mpi_type_of(plan.out);
     const others_counts& r = plan.reduce_at;
     run_collective(
