@@ -25,6 +25,11 @@ struct work {
   double allgather_block = 0;       ///< bytes of the largest block a rank contributes
   double reduce_scatter_block = 0;  ///< bytes of the largest block a rank gets
   double alltoall_bytes = 0;        ///< the most bytes one rank sends or receives
+  /// The other-operands algorithm: gemms[0] (this rank's own block) runs
+  /// while the input collectives move data, and when the all-to-all carries
+  /// the output blocks (alltoall_out) they leave while the next are computed.
+  bool pipelined = false;
+  bool alltoall_out = false;
   // Ring.
   bool ring = false;
   int steps = 0;           ///< ring steps (ranks x chunks)
@@ -73,14 +78,18 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
     const double beside = std::min(1.0, comm / std::max(compute, 1e-12));
     return std::max(compute * (1 + (l.gemm_slowdown - 1) * beside), comm + piece);
   }
-  double t = 0;
-  for (const gemm_work& x : w.gemms) t += gemm_seconds(g, x);
+  double own = 0, rest = 0;
+  for (size_t i = 0; i < w.gemms.size(); ++i) (i == 0 ? own : rest) += gemm_seconds(g, w.gemms[i]);
+  double gather = 0, reduce = 0, alltoall = 0;
   if (R > 1) {
-    if (w.allgather_block > 0) t += hops * (l.latency_s + w.allgather_block / l.bytes_per_s);
-    if (w.reduce_scatter_block > 0) t += hops * (l.latency_s + w.reduce_scatter_block / l.bytes_per_s);
-    if (w.alltoall_bytes > 0) t += hops * l.latency_s + w.alltoall_bytes / l.bytes_per_s;
+    if (w.allgather_block > 0) gather = hops * (l.latency_s + w.allgather_block / l.bytes_per_s);
+    if (w.reduce_scatter_block > 0) reduce = hops * (l.latency_s + w.reduce_scatter_block / l.bytes_per_s);
+    if (w.alltoall_bytes > 0) alltoall = hops * l.latency_s + w.alltoall_bytes / l.bytes_per_s;
   }
-  return t;
+  if (!w.pipelined) return own + rest + gather + reduce + alltoall;
+  const double inputs = gather + (w.alltoall_out ? 0 : alltoall);
+  const double after = w.alltoall_out ? std::max(rest, alltoall) : rest;
+  return std::max(inputs, own) + after + reduce;
 }
 
 }  // namespace overlap::detail
