@@ -7,6 +7,7 @@
 //   fault_driver absent SECONDS    the last rank sleeps instead of calling
 //   fault_driver ring-stall STEP SECONDS   the last rank sleeps at ring step STEP
 //   fault_driver bulk-stall SECONDS        the last rank sleeps before the bulk all-gather
+//   fault_driver others-stall SECONDS      the same before the other-operands algorithm's transfers
 //   fault_driver loop SECONDS      every rank calls ops until SECONDS pass (for kill tests)
 //
 // Under OVERLAP_ON_FATAL=throw each rank prints "rank R caught: MESSAGE" for
@@ -26,12 +27,14 @@
 #include "overlap/overlap.hpp"
 
 namespace {
-void one_call(overlap::context& ctx, int64_t m_r, overlap::strategy s = overlap::strategy::ring) {
+void one_call(overlap::context& ctx, int64_t m_r, overlap::strategy s = overlap::strategy::ring,
+              overlap::algorithm alg = overlap::algorithm::named) {
   const int64_t k = 256, n = 256;
   std::vector<float> a(static_cast<size_t>(m_r * k), 1.0f), b(static_cast<size_t>(k * n), 0.5f);
   std::vector<float> c(static_cast<size_t>(m_r * ctx.size() * n));
   overlap::ag_options opt;
   opt.strategy = s;
+  opt.algorithm = alg;
   overlap::all_gather_matmul<float>(ctx, {a.data(), m_r, k}, {b.data(), k, n}, {c.data(), m_r * ctx.size(), n}, opt);
 }
 }  // namespace
@@ -55,6 +58,10 @@ int main(int argc, char** argv) {
       one_call(ctx, 64, overlap::strategy::bulk);  // the plan exists: the next call goes straight to the collective
       overlap::detail::test_fault = {size - 1, -1, arg};
       one_call(ctx, 64, overlap::strategy::bulk);
+    } else if (mode == "others-stall") {
+      one_call(ctx, 64, overlap::strategy::bulk, overlap::algorithm::others);
+      overlap::detail::test_fault = {size - 1, -1, arg};
+      one_call(ctx, 64, overlap::strategy::bulk, overlap::algorithm::others);
     } else if (mode == "absent") {
       one_call(ctx, 64);  // everybody there once
       if (rank == size - 1) std::this_thread::sleep_for(std::chrono::duration<double>(arg));
@@ -67,6 +74,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: fault_driver ring-fault STEP | ring-stall STEP SECONDS | bulk-stall SECONDS | "
+                   "others-stall SECONDS | "
                    "absent SECONDS | loop SECONDS\n");
       return 2;
     }

@@ -91,6 +91,12 @@ grep -q "watchdog: overlap::all_gather_matmul.*bulk.*waited more than 2 s in MPI
 ((ms < (2 + 10) * 1000)) || failed "bulk stall took $secs s"
 echo "rank stalled before a bulk all-gather, 2 s watchdog, 3 ranks: exit $rc after $secs s"
 grep -m1 "watchdog" "$out/bulk-stall.err" | sed 's/^/  /'
+run 60 others-stall -np 3 -x OVERLAP_TIMEOUT_S=2 "$driver" others-stall 40
+grep -q "watchdog: overlap::all_gather_matmul.*moving the other operands" "$out/others-stall.err" ||
+  failed "others stall: no watchdog message: $(head -c 800 "$out/others-stall.err")"
+((ms < (2 + 10) * 1000)) || failed "others stall took $secs s"
+echo "rank stalled before the other-operands algorithm's transfers, 2 s watchdog, 3 ranks: exit $rc after $secs s"
+grep -m1 "watchdog" "$out/others-stall.err" | sed 's/^/  /'
 
 # SIGKILL one rank of three mid-run.
 "${mpi[@]}" -np 3 "$driver" loop 60 >"$out/kill.out" 2>"$out/kill.err" &

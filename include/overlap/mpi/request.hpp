@@ -27,6 +27,7 @@ class request_group {
     int peer = MPI_PROC_NULL;
     MPI_Datatype type = MPI_DATATYPE_NULL;  ///< count 1 of it
     bool send = false;
+    bool collective = false;  ///< a non-blocking collective (MPI cannot free one that is pending)
   };
 
   request_group() = default;
@@ -78,10 +79,11 @@ class request_group {
   /// Forgets every request without cancelling or waiting (for a fatal error:
   /// a send to a peer that is gone may never complete, and MPI_Cancel cannot
   /// take back a send that was matched). Point-to-point requests are freed,
-  /// so MPI releases them whenever they complete.
+  /// so MPI releases them whenever they complete; pending non-blocking
+  /// collectives cannot be freed (MPI_ERR_REQUEST) and are only forgotten.
   void leak() noexcept {
-    for (auto& r : reqs_)
-      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    for (size_t i = 0; i < reqs_.size(); ++i)
+      if (reqs_[i] != MPI_REQUEST_NULL && !about_[i].collective) MPI_Request_free(&reqs_[i]);
     clear();
   }
 
@@ -142,6 +144,10 @@ class request_group {
                        " for";
     for (size_t i = 0; i < n; ++i) {
       if (reqs_[i] == MPI_REQUEST_NULL) continue;
+      if (about_[i].collective) {
+        what += std::string(i ? ";" : "") + " a non-blocking collective of every rank";
+        continue;
+      }
       int bytes = 0;
       if (about_[i].type != MPI_DATATYPE_NULL) MPI_Type_size(about_[i].type, &bytes);
       what += std::string(i ? ";" : "") + (about_[i].send ? " a send of " : " a receive of ") + std::to_string(bytes) +
@@ -152,8 +158,9 @@ class request_group {
   }
 
   void abandon() noexcept {
-    for (auto& r : reqs_) {
-      if (r == MPI_REQUEST_NULL) continue;
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      MPI_Request& r = reqs_[i];
+      if (r == MPI_REQUEST_NULL || about_[i].collective) continue;  // a collective cannot be cancelled
       MPI_Cancel(&r);
       MPI_Wait(&r, MPI_STATUS_IGNORE);
     }

@@ -175,10 +175,10 @@ void others_run(context& ctx, const plan_base& info, others_plan<T>& plan, matri
       const others_counts &ga = plan.gathered_at, &s = plan.sent_at, &r = plan.exchanged_at;
       if (plan.gather)
         OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan.gathered.data(), ga.counts.data(),
-                    ga.displs.data(), type, ctx.comm(), g.add(0));
+                    ga.displs.data(), type, ctx.comm(), g.add(0, {0, MPI_PROC_NULL, type, false, true}));
       if (plan.exchange)
         OVERLAP_MPI(MPI_Ialltoallv, plan.send.data(), s.counts.data(), s.displs.data(), type, plan.exchanged.data(),
-                    r.counts.data(), r.displs.data(), type, ctx.comm(), g.add(0));
+                    r.counts.data(), r.displs.data(), type, ctx.comm(), g.add(0, {0, MPI_PROC_NULL, type, false, true}));
       for (int q = 0; owners && q < ctx.size(); ++q) {
         const auto qi = static_cast<size_t>(q);
         if (q != p && plan.owners_recv.counts[qi] > 0)
@@ -202,14 +202,11 @@ void others_run(context& ctx, const plan_base& info, others_plan<T>& plan, matri
                     plan.owners_send.counts[qi], type, gm.peer, tag, ctx.comm(), g.add(1, {0, gm.peer, type, true}));
     }
     if (comm) g.wait_all();
-  } catch (const mpi::wait_timeout& e) {
-    g.leak();
+  } catch (const mpi::wait_timeout& e) {  // ctx.fatal forgets the pending requests
     ctx.fatal("watchdog: " + info.summary + ": " + e.what(), "wait", 0, error_source::watchdog);
   } catch (const error& e) {
-    g.leak();
     ctx.fatal(info.summary + ": " + e.what(), e.call().c_str(), e.code(), e.source());
   } catch (const std::exception& e) {
-    g.leak();
     ctx.fatal(info.summary + ": " + e.what(), "others step", 0, error_source::backend);
   }
   if (owners) {
