@@ -62,6 +62,15 @@ inline double gemm_seconds(const gemm_rates& g, const gemm_work& w) {
   return 2.0 * double(w.m) * double(w.n) * double(w.k) / g.at(w.m, w.n, w.k);
 }
 
+/// GEMM seconds lost per byte a rank sends or receives while it computes
+/// (the cores also move the data: TCP stacks, shared-memory copies). From the
+/// calibration: a GEMM ran gemm_slowdown times longer while the rank sent and
+/// received 4 streams (both neighbours, both ways) at bytes_per_s_both each.
+inline double seconds_per_byte(const link_rates& l) {
+  if (l.gemm_slowdown <= 1) return 0;
+  return (l.gemm_slowdown - 1) / (4 * l.gemm_slowdown * l.bytes_per_s_both);
+}
+
 /// Predicted seconds of `w` on R ranks over links `l` with GEMM rates `g`.
 inline double predict(const link_rates& l, const gemm_rates& g, int R, const work& w) {
   const double hops = R - 1;
@@ -71,12 +80,11 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
     const double compute = w.steps * piece;
     if (w.transfer_steps == 0) return compute;
     const double comm = w.transfer_steps * (l.latency_s + w.step_bytes / rate);
-    // GEMMs run slower only while transfers run: for the share of the compute
-    // that has transfers beside it. One piece's product is never overlapped
-    // (all-gather: the last one after its transfer; reduce-scatter: the first
-    // one before any).
-    const double beside = std::min(1.0, comm / std::max(compute, 1e-12));
-    return std::max(compute * (1 + (l.gemm_slowdown - 1) * beside), comm + piece);
+    // GEMMs lose time for every byte the rank sends and receives meanwhile.
+    // One piece's product is never overlapped (all-gather: the last one after
+    // its transfer; reduce-scatter: the first one before any).
+    const double moved = 2.0 * w.transfer_steps * w.lanes * w.step_bytes;
+    return std::max(compute + moved * seconds_per_byte(l), comm + piece);
   }
   double own = 0, rest = 0;
   for (size_t i = 0; i < w.gemms.size(); ++i) (i == 0 ? own : rest) += gemm_seconds(g, w.gemms[i]);
@@ -87,9 +95,12 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
     if (w.alltoall_bytes > 0) alltoall = hops * l.latency_s + w.alltoall_bytes / l.bytes_per_s;
   }
   if (!w.pipelined) return own + rest + gather + reduce + alltoall;
+  // Bytes each phase moves to and from this rank, while products are computed.
+  const double k = seconds_per_byte(l), gathered = 2.0 * hops * w.allgather_block, exchanged = 2.0 * w.alltoall_bytes;
   const double inputs = gather + (w.alltoall_out ? 0 : alltoall);
-  const double after = w.alltoall_out ? std::max(rest, alltoall) : rest;
-  return std::max(inputs, own) + after + reduce;
+  const double in_bytes = gathered + (w.alltoall_out ? 0 : exchanged);
+  const double after = w.alltoall_out ? std::max(rest + k * exchanged, alltoall) : rest;
+  return std::max(inputs, own + k * in_bytes) + after + reduce;
 }
 
 }  // namespace overlap::detail
