@@ -98,7 +98,7 @@ TEST_F(fixture, others_algorithm_with_a_ring_strategy) {
     opt.algorithm = overlap::algorithm::others;
     if (p == last) opt.strategy = strategy::ring;
     call(a.cview(), b.cview(), c.view(), opt);
-  }, "ag_options.algorithm others runs as bulk collectives; ag_options.strategy ring cannot run it");
+  }, "ag_options.algorithm others is not a ring schedule; ag_options.strategy ring cannot run it");
 }
 
 TEST_F(fixture, invalid_algorithm_value) {
@@ -255,7 +255,7 @@ TEST_F(rs_fixture, others_algorithm_with_bidirectional) {
     opt.algorithm = overlap::algorithm::others;
     opt.strategy = strategy::bidirectional;
     call(a.cview(), b.cview(), c.view(), opt);
-  }, "rs_options.algorithm others runs as bulk collectives");
+  }, "rs_options.algorithm others is not a ring schedule");
 }
 
 TEST(context_errors, bad_chunk_counts) {

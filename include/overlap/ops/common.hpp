@@ -117,7 +117,7 @@ inline void check_common_options(arg_checks& checks, const char* opts, overlap::
   checks.require(av >= 0 && av <= 2,
                  std::string(opts) + ".epilogue.activation has an invalid value " + std::to_string(av));
   if (alg == algorithm::others && (s == strategy::ring || s == strategy::bidirectional))
-    checks.require(false, std::string(opts) + ".algorithm others runs as bulk collectives; " + opts + ".strategy " +
+    checks.require(false, std::string(opts) + ".algorithm others is not a ring schedule; " + opts + ".strategy " +
                               to_string(s) + " cannot run it (use bulk or automatic)");
 }
 
