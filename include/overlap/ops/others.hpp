@@ -6,10 +6,11 @@
 /// travel, every rank computes the products it can, and the results go where
 /// the caller asked for them. It moves less for thin products
 /// (docs/design.md, "Choosing a schedule"). A plan here is a list of steps,
-/// built by each op for its layout and run by others_run: pack, input
-/// collectives (MPI_Allgatherv, MPI_Alltoallv), one GEMM per peer block, the
-/// output collective (MPI_Alltoallv to the blocks' owners, or
-/// MPI_Reduce_scatter of partial sums), and a pass for the epilogue.
+/// built by each op for its layout and run by others_run: pack, non-blocking
+/// input collectives (MPI_Iallgatherv, MPI_Ialltoallv) while this rank's own
+/// product is computed, one GEMM per peer block, each output block sent to
+/// its owner (MPI_Isend) as soon as it is computed, or MPI_Reduce_scatter of
+/// partial sums, and a pass for the epilogue.
 
 #include <cstdint>
 #include <memory>
