@@ -61,11 +61,7 @@ int main(int argc, char** argv) {
     }
     const double t0 = MPI_Wtime();
     for (const std::string& t : types) cal.gemm[dtype_named(t)] = overlap::detail::measure_gemm(ctx, dtype_named(t), sizes);
-    if (ctx.size() >= 2) {
-      overlap::link_rates l = overlap::detail::measure_links(ctx);
-      l.gemm_slowdown = overlap::detail::measure_slowdown(ctx, overlap::dtype::f32, l);
-      cal.links[ctx.links()] = l;
-    }
+    if (ctx.size() >= 2) cal.links[ctx.links()] = overlap::detail::measure_link_class(ctx, overlap::dtype::f32);
     const double took = MPI_Wtime() - t0;
     if (rank == 0) {
       std::ofstream(output) << cal.to_json() << "\n";

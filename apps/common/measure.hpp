@@ -10,23 +10,6 @@
 
 namespace overlap::apps {
 
-/// Collective. Runs `body` warmup + iters times; returns the median over the
-/// measured iterations of the slowest rank's time, in milliseconds.
-inline double median_max_ms(MPI_Comm comm, int warmup, int iters, const std::function<void()>& body) {
-  std::vector<double> times;
-  for (int it = 0; it < warmup + iters; ++it) {
-    MPI_Barrier(comm);
-    const double t0 = MPI_Wtime();
-    body();
-    double local = (MPI_Wtime() - t0) * 1e3, slowest = 0;
-    MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
-    if (it >= warmup) times.push_back(slowest);
-  }
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  return n == 0 ? 0.0 : (n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]));
-}
-
 /// Collective. Runs every body once per round, warmup + iters rounds, so that
 /// a slow phase of a shared machine hits them alike; returns each body's
 /// median over the measured rounds of the slowest rank's time, in ms.
@@ -49,6 +32,12 @@ inline std::vector<double> interleaved_median_max_ms(MPI_Comm comm, int warmup, 
     medians.push_back(n == 0 ? 0.0 : (n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2])));
   }
   return medians;
+}
+
+/// Collective. Runs `body` warmup + iters times; returns the median over the
+/// measured iterations of the slowest rank's time, in milliseconds.
+inline double median_max_ms(MPI_Comm comm, int warmup, int iters, const std::function<void()>& body) {
+  return interleaved_median_max_ms(comm, warmup, iters, {body}).front();
 }
 
 }  // namespace overlap::apps

@@ -85,18 +85,20 @@ for policy in thread poll none; do
   echo "rank stalled in a ring, progress $policy, 2 s watchdog, 3 ranks: exit $rc after $secs s"
 done
 grep -m1 "watchdog" "$out/stall-thread.err" | sed 's/^/  /'
-run 60 bulk-stall -np 3 -x OVERLAP_TIMEOUT_S=2 "$driver" bulk-stall 40
-grep -q "watchdog: overlap::all_gather_matmul.*bulk.*waited more than 2 s in MPI_Allgatherv" "$out/bulk-stall.err" ||
-  failed "bulk stall: no watchdog message: $(head -c 800 "$out/bulk-stall.err")"
-((ms < (2 + 10) * 1000)) || failed "bulk stall took $secs s"
-echo "rank stalled before a bulk all-gather, 2 s watchdog, 3 ranks: exit $rc after $secs s"
-grep -m1 "watchdog" "$out/bulk-stall.err" | sed 's/^/  /'
-run 60 others-stall -np 3 -x OVERLAP_TIMEOUT_S=2 "$driver" others-stall 40
-grep -q "watchdog: overlap::all_gather_matmul.*moving the other operands" "$out/others-stall.err" ||
-  failed "others stall: no watchdog message: $(head -c 800 "$out/others-stall.err")"
-((ms < (2 + 10) * 1000)) || failed "others stall took $secs s"
-echo "rank stalled before the other-operands algorithm's transfers, 2 s watchdog, 3 ranks: exit $rc after $secs s"
-grep -m1 "watchdog" "$out/others-stall.err" | sed 's/^/  /'
+# stalled MODE PATTERN WHAT: the last of 3 ranks sleeps 40 s before MODE's
+# transfers; the 2 s watchdog must end the job with a message matching PATTERN.
+stalled() {
+  local mode=$1 pattern=$2 what=$3
+  run 60 "$mode" -np 3 -x OVERLAP_TIMEOUT_S=2 "$driver" "$mode" 40
+  grep -q "$pattern" "$out/$mode.err" || failed "$mode: no watchdog message: $(head -c 800 "$out/$mode.err")"
+  ((ms < (2 + 10) * 1000)) || failed "$mode took $secs s"
+  echo "rank stalled before $what, 2 s watchdog, 3 ranks: exit $rc after $secs s"
+  grep -m1 "watchdog" "$out/$mode.err" | sed 's/^/  /'
+}
+stalled bulk-stall "watchdog: overlap::all_gather_matmul.*bulk.*waited more than 2 s in MPI_Allgatherv" \
+  "a bulk all-gather"
+stalled others-stall "watchdog: overlap::all_gather_matmul.*moving the other operands" \
+  "the other-operands algorithm's transfers"
 
 # SIGKILL one rank of three mid-run.
 "${mpi[@]}" -np 3 "$driver" loop 60 >"$out/kill.out" 2>"$out/kill.err" &

@@ -272,6 +272,24 @@ struct faulty_pattern {
   }
 };
 
+/// Runs `f`, a part of an op after the ranks agreed to run it, on the one
+/// error path of such parts: the peers are in it too, so a watchdog timeout,
+/// an MPI or backend error or any other exception is fatal (context::fatal
+/// applies the policy). where() describes the place; `part` names it in
+/// the call of the report ("ring": "ring wait", "ring step").
+template <class Where, class F>
+void fatal_on_failure(context& ctx, const plan_base& plan, const std::string& part, Where&& where, F&& f) {
+  try {
+    f();
+  } catch (const mpi::wait_timeout& e) {
+    ctx.fatal("watchdog: " + plan.summary + ": " + e.what(), (part + " wait").c_str(), 0, error_source::watchdog);
+  } catch (const error& e) {
+    ctx.fatal(where() + ": " + e.what(), e.call().c_str(), e.code(), e.source());
+  } catch (const std::exception& e) {
+    ctx.fatal(where() + ": " + e.what(), (part + " step").c_str(), 0, error_source::backend);
+  }
+}
+
 /// Runs an op's ring pattern on the context's ring. Lane 0 carries data from
 /// rank p + 1 to p - 1, lane 1 (bidirectional) from p - 1 to p + 1; `tag`
 /// keeps the ops' messages apart, and each lane has its own. Any failure
@@ -294,20 +312,14 @@ void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, int tag,
                     " and sends to rank " + std::to_string(links.lanes[0].to);
     return s + (lanes == 2 ? "; lane 1 the other way)" : ")");
   };
-  try {
+  fatal_on_failure(ctx, plan, "ring", where, [&] {
     if (test_fault.rank == p) {
       faulty_pattern<Pattern> faulty{pattern, test_fault.step};
       engine::run_ring(links, faulty, ctx.requests(), ctx.progress(), ctx.config().phases, trace, &step);
     } else {
       engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases, trace, &step);
     }
-  } catch (const mpi::wait_timeout& e) {
-    ctx.fatal("watchdog: " + plan.summary + ": " + e.what(), "ring wait", 0, error_source::watchdog);
-  } catch (const error& e) {
-    ctx.fatal(where() + ": " + e.what(), e.call().c_str(), e.code(), e.source());
-  } catch (const std::exception& e) {
-    ctx.fatal(where() + ": " + e.what(), "ring step", 0, error_source::backend);
-  }
+  });
 }
 
 /// Runs a bulk collective of a plan (blocking, or bounded by the watchdog);

@@ -170,7 +170,8 @@ void others_run(context& ctx, const plan_base& info, others_plan<T>& plan, matri
   if (plan.exchange)
     for (const others_block& k : plan.exchange_out) pack(k, plan.send.data());
   mpi::request_group& g = ctx.requests();
-  try {
+  // ctx.fatal forgets the pending requests.
+  fatal_on_failure(ctx, info, "others", [&] { return info.summary; }, [&] {
     if (comm) {
       maybe_stall(p);
       const others_counts &ga = plan.gathered_at, &s = plan.sent_at, &r = plan.exchanged_at;
@@ -203,13 +204,7 @@ void others_run(context& ctx, const plan_base& info, others_plan<T>& plan, matri
                     plan.owners_send.counts[qi], type, gm.peer, tag, ctx.comm(), g.add(1, {0, gm.peer, type, true}));
     }
     if (comm) g.wait_all();
-  } catch (const mpi::wait_timeout& e) {  // ctx.fatal forgets the pending requests
-    ctx.fatal("watchdog: " + info.summary + ": " + e.what(), "wait", 0, error_source::watchdog);
-  } catch (const error& e) {
-    ctx.fatal(info.summary + ": " + e.what(), e.call().c_str(), e.code(), e.source());
-  } catch (const std::exception& e) {
-    ctx.fatal(info.summary + ": " + e.what(), "others step", 0, error_source::backend);
-  }
+  });
   if (owners) {
     if (plan.own_place && compute) {
       const others_block& k = plan.own;

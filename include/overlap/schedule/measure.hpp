@@ -177,15 +177,19 @@ inline const std::vector<int64_t>& calibration_sizes() {
   return s;
 }
 
+/// The ring links of ctx with the slowdown of a GEMM of t while they carry
+/// data (needs >= 2 ranks). Collective.
+inline link_rates measure_link_class(context& ctx, dtype t) {
+  link_rates l = measure_links(ctx);
+  l.gemm_slowdown = measure_slowdown(ctx, t, l);
+  return l;
+}
+
 /// Measures what `into` lacks for a context of this link class and element
 /// type: the ring links (with >= 2 ranks) and the GEMM grid. Collective.
 inline void measure_missing(context& ctx, calibration& into, link_class lc, dtype t) {
   if (!into.has(t)) into.gemm[t] = measure_gemm(ctx, t, calibration_sizes());
-  if (ctx.size() >= 2 && !into.has(lc)) {
-    link_rates l = measure_links(ctx);
-    l.gemm_slowdown = measure_slowdown(ctx, dtype::f32 == t || dtype::bf16 == t ? t : dtype::f64, l);
-    into.links[lc] = l;
-  }
+  if (ctx.size() >= 2 && !into.has(lc)) into.links[lc] = measure_link_class(ctx, t);
 }
 
 }  // namespace overlap::detail
