@@ -132,7 +132,7 @@ void ag(benchmark::State& st, overlap::strategy s) {
 // (B and C column-sharded: 2048 gathered rows x N_r = 1024 x K = 2048) and
 // reduce-scatter rows M = N = K = 2048 (2048 rows x N = 2048 x K_r = 1024),
 // each as P row pieces with P = 2 x the chunks per shard the op's plan
-// chooses (ops/common.hpp plan_chunks, with this CPU's rate knee).
+// chooses (ops/chunks.hpp plan_chunks, with this CPU's rate knee).
 struct plan_shape {
   int64_t m, n, k;
   bool reduce_scatter;
@@ -142,9 +142,10 @@ constexpr plan_shape ag_shape{2048, 1024, 2048, false}, rs_shape{2048, 2048, 102
 int64_t plan_pieces(const plan_shape& s, bool f32_gemm) {
   const int64_t knee = overlap::backend::detail::gemm_jit_knee(f32_gemm, s.n);
   const int64_t shard = s.m / 2, row_bytes = (s.reduce_scatter ? s.n : s.k) * 4;
-  const overlap::detail::chunk_rule rule = s.reduce_scatter ? overlap::detail::rs_chunk_rule
-                                                             : overlap::detail::ag_chunk_rule;
-  const int chunks = overlap::detail::plan_chunks(0, rule.min_chunks, rule.preferred, 2, 1, shard, row_bytes, false, knee);
+  overlap::detail::chunk_request r;  // 2 ranks on a cluster, one lane
+  r.rule = s.reduce_scatter ? overlap::detail::rs_chunk_rule : overlap::detail::ag_chunk_rule;
+  r.ranks = 2, r.piece_units = shard, r.bytes_per_unit = row_bytes, r.knee_units = knee;
+  const int chunks = overlap::detail::plan_chunks(r);
   return 2 * int64_t{chunks};
 }
 

@@ -82,17 +82,20 @@ int main(int argc, char** argv) {
         geo.layout = overlap::shard_layout::balanced(tokens, R);
         geo.x_rows = tokens, geo.x_cols = hidden;
         const std::vector<int64_t> n_r = overlap::shard_layout::balanced(ffn, R).sizes();
-        auto ag_chunks = [&](int lanes) {
-          return overlap::detail::plan_chunks(0, 1, 2, R, lanes, tokens / R / lanes, hidden * 4, false, 0);
+        // The plan's own chunk choice for these global sizes, on a cluster (not one node).
+        auto chunks = [&](overlap::detail::chunk_rule rule, int lanes) {
+          overlap::detail::chunk_request r;
+          r.rule = rule, r.ranks = R, r.lanes = lanes;
+          r.piece_units = tokens / R / lanes, r.bytes_per_unit = hidden * 4;
+          return overlap::detail::plan_chunks(r);
         };
+        auto ag_chunks = [&](int lanes) { return chunks(overlap::detail::ag_chunk_rule, lanes); };
         const nlohmann::json up = candidates(l, g, R, [&](const overlap::candidate& cand) {
           return overlap::detail::ag_work(geo, n_r, R, cand, 4, 4);
         }, ag_chunks);
         // Down-projection: RS rows, A = H_r (tokens x ffn / R), B = W2_r (ffn / R x hidden).
         const overlap::shard_layout rows = overlap::shard_layout::balanced(tokens, R);
-        auto rs_chunks = [&](int lanes) {
-          return overlap::detail::plan_chunks(0, 2, 3, R, lanes, tokens / R / lanes, hidden * 4, false, 0);
-        };
+        auto rs_chunks = [&](int lanes) { return chunks(overlap::detail::rs_chunk_rule, lanes); };
         const nlohmann::json down = candidates(l, g, R, [&](const overlap::candidate& cand) {
           return overlap::detail::rs_work(true, tokens, hidden, n_r, rows, R, cand, 4, 4);
         }, rs_chunks);

@@ -3,9 +3,12 @@
 // padded leading dimensions, chunked rings and the gathered by-product.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "ag_cases.hpp"
+#include "named_cases.hpp"
 
 using namespace testing_support;
 using overlap::backend_kind;
@@ -18,38 +21,71 @@ struct shape {
   int64_t m, n, k;
 };
 // 1x1x1; primes; sharded extent smaller than the rank count; a mid size.
-const shape shapes[] = {{1, 1, 1}, {7, 13, 5}, {2, 3, 2}, {31, 17, 37}, {64, 40, 48}};
-const split splits[] = {split::balanced, split::skewed, split::first_empty, split::last_takes_all};
+const std::vector<shape> shapes = {{1, 1, 1}, {7, 13, 5}, {2, 3, 2}, {31, 17, 37}, {64, 40, 48}};
+const std::vector<split> splits = {split::balanced, split::skewed, split::first_empty, split::last_takes_all};
+const std::vector<gathered> variants = {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols};
+const std::vector<backend_kind> backends = {backend_kind::onednn, backend_kind::eigen};
 
-using param = std::tuple<gathered, plan_choice, backend_kind>;
+// One registered case: a layout, a schedule, a backend, a chunk count (0:
+// the plan chooses), a shape and a split; each runs with and without padded
+// leading dimensions.
+struct ag_param {
+  gathered variant;
+  plan_choice choice;
+  backend_kind backend;
+  int chunks;
+  shape sh;
+  split how;
+  uint32_t seed;
+};
 
-class ag_test : public ::testing::TestWithParam<param> {};
+std::vector<ag_param> ag_params() {
+  std::vector<ag_param> out;
+  uint32_t seed = 1;
+  for (gathered v : variants)
+    for (const plan_choice& choice : plan_choices)
+      for (backend_kind be : backends)
+        for (int chunks : {0, 1, 3})
+          for (const shape& sh : shapes)
+            for (split how : splits) out.push_back({v, choice, be, chunks, sh, how, seed++});
+  return out;
+}
+
+std::string ag_param_name(const ::testing::TestParamInfo<ag_param>& info) {
+  const ag_param& c = info.param;
+  return case_name(std::string(overlap::to_string(c.variant)) + "_" + to_string(c.choice) + "_" +
+                   overlap::to_string(c.backend) + "_chunks" + std::to_string(c.chunks) + "_m" +
+                   std::to_string(c.sh.m) + "n" + std::to_string(c.sh.n) + "k" + std::to_string(c.sh.k) + "_" +
+                   to_string(c.how));
+}
+
+class ag_test : public suite_with_contexts<ag_param> {};
 
 TEST_P(ag_test, matches_reference) {
-  const auto [variant, choice, backend] = GetParam();
-  for (int chunks : {0, 1, 3}) {  // 0: the plan chooses
-    overlap::config cfg;
-    cfg.backend = backend;
-    cfg.ag_chunks = chunks;
-    overlap::context ctx(MPI_COMM_WORLD, cfg);
-    uint32_t seed = 1;
-    for (const auto& sh : shapes)
-      for (const auto how : splits)
-        for (const int64_t pad : {0, 3}) {
-          // gathered_out needs the sharded operand gathered: the others cases
-          // keep their padded views without it.
-          ag_case cs{variant, choice.strategy, sh.m, sh.n, sh.k, how, pad,
-                     pad != 0 && choice.algorithm != overlap::algorithm::others, seed++};
-          cs.algorithm = choice.algorithm;
-          SCOPED_TRACE(cs.name() + " chunks=" + std::to_string(chunks));
-          run_ag_case<float>(ctx, cs);
-        }
+  const ag_param& c = GetParam();
+  overlap::config cfg;
+  cfg.backend = c.backend;
+  cfg.ag_chunks = c.chunks;
+  overlap::context& ctx = suite_context(cfg);
+  for (const int64_t pad : {0, 3}) {
+    // gathered_out needs the sharded operand gathered: the others cases
+    // keep their padded views without it.
+    ag_case cs{c.variant, c.choice.strategy, c.sh.m, c.sh.n, c.sh.k, c.how, pad,
+               pad != 0 && c.choice.algorithm != overlap::algorithm::others, c.seed};
+    cs.algorithm = c.choice.algorithm;
+    SCOPED_TRACE(cs.name() + " chunks=" + std::to_string(c.chunks));
+    run_ag_case<float>(ctx, cs);
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(all, ag_test, ::testing::ValuesIn(ag_params()), ag_param_name);
+
+using reuse_param = std::tuple<gathered, plan_choice, backend_kind>;
+class ag_reuse : public ::testing::TestWithParam<reuse_param> {};
+
 // A repeated call reuses the cached plan and still computes the right thing
 // with new data at new addresses.
-TEST_P(ag_test, plan_reuse_with_new_buffers) {
+TEST_P(ag_reuse, plan_reuse_with_new_buffers) {
   const auto [variant, choice, backend] = GetParam();
   overlap::config cfg;
   cfg.backend = backend;
@@ -64,17 +100,15 @@ TEST_P(ag_test, plan_reuse_with_new_buffers) {
   EXPECT_EQ(ctx.plans_built(), 1u) << "the plan was rebuilt although nothing changed";
 }
 
-std::string param_name(const ::testing::TestParamInfo<param>& info) {
+std::string reuse_name(const ::testing::TestParamInfo<reuse_param>& info) {
   return std::string(overlap::to_string(std::get<0>(info.param))) + "_" + to_string(std::get<1>(info.param)) + "_" +
          overlap::to_string(std::get<2>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(all, ag_test,
-                         ::testing::Combine(::testing::Values(gathered::lhs_rows, gathered::lhs_cols,
-                                                              gathered::rhs_rows, gathered::rhs_cols),
-                                            ::testing::ValuesIn(plan_choices),
-                                            ::testing::Values(backend_kind::onednn, backend_kind::eigen)),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(all, ag_reuse,
+                         ::testing::Combine(::testing::ValuesIn(variants), ::testing::ValuesIn(plan_choices),
+                                            ::testing::ValuesIn(backends)),
+                         reuse_name);
 
 // Shards of different sizes from one call to the next: ranks that still hold a
 // plan for their own shape must not run it against peers that moved on.

@@ -96,16 +96,25 @@ TEST(ring_engine, a_throwing_step_leaves_no_pending_request) {
 
 }  // namespace
 
-// The plan's chunk choice (ops/common.hpp): configured counts win; one node
+// The plan's chunk choice (ops/chunks.hpp): configured counts win; one node
 // takes the minimum; otherwise 12+ pieces, at least `preferred` chunks, and
 // no piece below 128 rows or 512 KiB unless the minimum forces it.
-#include "overlap/ops/common.hpp"
+#include "overlap/ops/chunks.hpp"
+#include "overlap/backend/onednn.hpp"
 
 namespace {
-using overlap::detail::plan_chunks;
+
+// The table below reads: configured, min, preferred, ranks, lanes, piece
+// rows, bytes per row, one node, knee rows.
+int plan_chunks(int configured, int min_chunks, int preferred, int ranks, int lanes, int64_t units, int64_t bytes,
+                bool one_node, int64_t knee = 0) {
+  overlap::detail::chunk_request r;
+  r.configured = configured, r.rule = {min_chunks, preferred}, r.ranks = ranks, r.lanes = lanes;
+  r.piece_units = units, r.bytes_per_unit = bytes, r.one_node = one_node, r.knee_units = knee;
+  return overlap::detail::plan_chunks(r);
+}
 
 TEST(plan_chunks, rules) {
-  // plan_chunks(configured, min, preferred, ranks, lanes, piece rows, bytes per row, one node)
   const int64_t row = 2048 * 4;  // 8 KiB per row: 64 rows make 512 KiB
   EXPECT_EQ(plan_chunks(5, 1, 2, 2, 1, 1024, row, false), 5);
   EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, true), 1);

@@ -101,6 +101,18 @@ TEST_F(fixture, others_algorithm_with_a_ring_strategy) {
   }, "ag_options.algorithm others is not a ring schedule; ag_options.strategy ring cannot run it");
 }
 
+// The bias remembers its element type: a double bias on a float op is
+// rejected on every rank (a void* or int* bias does not compile, see
+// tests/compile_fail).
+TEST_F(fixture, bias_of_another_element_type) {
+  const std::vector<double> bias(static_cast<size_t>(c.cols), 1.0);
+  expect_all_ranks_reject(ctx, [&] {
+    overlap::ag_options opt;
+    if (p == last) opt.epilogue.bias = bias.data();
+    call(a.cview(), b.cview(), c.view(), opt);
+  }, "the epilogue's bias holds f64 values; this op's element type is f32");
+}
+
 TEST_F(fixture, invalid_algorithm_value) {
   expect_all_ranks_reject(ctx, [&] {
     overlap::ag_options opt;

@@ -3,7 +3,12 @@
 // once per output element, and the gathered by-product; float and double.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+#include <string>
+#include <vector>
+
 #include "ag_cases.hpp"
+#include "named_cases.hpp"
 #include "rs_cases.hpp"
 
 using namespace testing_support;
@@ -17,49 +22,76 @@ namespace {
 
 const activation acts[] = {activation::none, activation::relu, activation::gelu};
 
-class layer_options : public ::testing::TestWithParam<backend_kind> {};
+// One registered case per backend, op layout (gathered or scattered), schedule,
+// transposes, activation and bias; the seed (which also picks padding and
+// the gathered by-product) counts the cases of a backend.
+template <class Layout>
+struct option_param {
+  backend_kind backend;
+  Layout layout;
+  plan_choice choice;
+  bool ta, tb;
+  activation act;
+  bool bias;
+  uint32_t seed;
+};
 
-TEST_P(layer_options, all_gather_matmul) {
+template <class Layout>
+std::vector<option_param<Layout>> option_params(std::initializer_list<Layout> layouts) {
+  std::vector<option_param<Layout>> out;
+  for (backend_kind be : {backend_kind::onednn, backend_kind::eigen}) {
+    uint32_t seed = 1;
+    for (Layout l : layouts)
+      for (const plan_choice& choice : plan_choices)
+        for (bool ta : {false, true})
+          for (bool tb : {false, true})
+            for (activation act : acts)
+              for (bool bias : {false, true}) out.push_back({be, l, choice, ta, tb, act, bias, seed++});
+  }
+  return out;
+}
+
+template <class Layout>
+std::string option_name(const ::testing::TestParamInfo<option_param<Layout>>& info) {
+  const auto& c = info.param;
+  return case_name(std::string(overlap::to_string(c.backend)) + "_" + overlap::to_string(c.layout) + "_" +
+                   to_string(c.choice) + (c.ta ? "_aT" : "") + (c.tb ? "_bT" : "") + "_" +
+                   overlap::to_string(c.act) + (c.bias ? "_bias" : ""));
+}
+
+class layer_options_ag : public suite_with_contexts<option_param<gathered>> {};
+class layer_options_rs : public suite_with_contexts<option_param<scattered>> {};
+
+TEST_P(layer_options_ag, all_gather_matmul) {
+  const auto& c = GetParam();
   overlap::config cfg;
-  cfg.backend = GetParam();
+  cfg.backend = c.backend;
   cfg.ag_chunks = 2;
-  overlap::context ctx(MPI_COMM_WORLD, cfg);
-  uint32_t seed = 1;
-  for (auto variant : {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols})
-    for (const plan_choice& choice : plan_choices)
-      for (bool ta : {false, true})
-        for (bool tb : {false, true})
-          for (auto act : acts)
-            for (bool bias : {false, true}) {
-              ag_case cs{variant, choice.strategy, 11, 9, 13, split::skewed, (seed % 2) * 2, seed % 3 == 0, seed};
-              cs.transpose_a = ta, cs.transpose_b = tb, cs.act = act, cs.bias = bias;
-              cs.algorithm = choice.algorithm;
-              ++seed;
-              run_ag_case<float>(ctx, cs);
-            }
+  const uint32_t seed = c.seed;
+  ag_case cs{c.layout, c.choice.strategy, 11, 9, 13, split::skewed, (seed % 2) * 2, seed % 3 == 0, seed};
+  cs.transpose_a = c.ta, cs.transpose_b = c.tb, cs.act = c.act, cs.bias = c.bias;
+  cs.algorithm = c.choice.algorithm;
+  run_ag_case<float>(suite_context(cfg), cs);
 }
 
-TEST_P(layer_options, matmul_reduce_scatter) {
+TEST_P(layer_options_rs, matmul_reduce_scatter) {
+  const auto& c = GetParam();
   overlap::config cfg;
-  cfg.backend = GetParam();
-  overlap::context ctx(MPI_COMM_WORLD, cfg);
-  uint32_t seed = 1;
-  for (auto sc : {scattered::rows, scattered::cols})
-    for (const plan_choice& choice : plan_choices)
-      for (bool ta : {false, true})
-        for (bool tb : {false, true})
-          for (auto act : acts)
-            for (bool bias : {false, true}) {
-              rs_case cs{sc, choice.strategy, 11, 9, 13, split::skewed, split::first_empty, (seed % 2) * 2, seed};
-              cs.transpose_a = ta, cs.transpose_b = tb, cs.act = act, cs.bias = bias;
-              cs.algorithm = choice.algorithm;
-              ++seed;
-              run_rs_case<float>(ctx, cs);
-            }
+  cfg.backend = c.backend;
+  const uint32_t seed = c.seed;
+  rs_case cs{c.layout, c.choice.strategy, 11, 9, 13, split::skewed, split::first_empty, (seed % 2) * 2, seed};
+  cs.transpose_a = c.ta, cs.transpose_b = c.tb, cs.act = c.act, cs.bias = c.bias;
+  cs.algorithm = c.choice.algorithm;
+  run_rs_case<float>(suite_context(cfg), cs);
 }
 
-INSTANTIATE_TEST_SUITE_P(backends, layer_options, ::testing::Values(backend_kind::onednn, backend_kind::eigen),
-                         [](const auto& pi) { return std::string(overlap::to_string(pi.param)); });
+INSTANTIATE_TEST_SUITE_P(all, layer_options_ag,
+                         ::testing::ValuesIn(option_params({gathered::lhs_rows, gathered::lhs_cols,
+                                                            gathered::rhs_rows, gathered::rhs_cols})),
+                         option_name<gathered>);
+INSTANTIATE_TEST_SUITE_P(all, layer_options_rs,
+                         ::testing::ValuesIn(option_params({scattered::rows, scattered::cols})),
+                         option_name<scattered>);
 
 TEST(layer_options_double, both_ops) {
   overlap::context ctx(MPI_COMM_WORLD);

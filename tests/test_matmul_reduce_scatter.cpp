@@ -3,8 +3,11 @@
 // views and chunk counts.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <tuple>
+#include <vector>
 
+#include "named_cases.hpp"
 #include "rs_cases.hpp"
 
 using namespace testing_support;
@@ -17,48 +20,71 @@ namespace {
 struct shape {
   int64_t m, n, k;
 };
-const shape shapes[] = {{1, 1, 1}, {7, 13, 5}, {2, 3, 2}, {31, 17, 37}, {40, 64, 48}};
-const split splits[] = {split::balanced, split::skewed, split::first_empty, split::last_takes_all};
+const std::vector<shape> shapes = {{1, 1, 1}, {7, 13, 5}, {2, 3, 2}, {31, 17, 37}, {40, 64, 48}};
+const std::vector<split> splits = {split::balanced, split::skewed, split::first_empty, split::last_takes_all};
+const std::vector<scattered> layouts = {scattered::rows, scattered::cols};
+const std::vector<backend_kind> backends = {backend_kind::onednn, backend_kind::eigen};
 
-using param = std::tuple<scattered, plan_choice, backend_kind>;
-class rs_test : public ::testing::TestWithParam<param> {};
+// One registered case: a scattering, a schedule, a backend, a chunk count (0:
+// the plan chooses), a shape and the split of K; each runs with and without
+// padded views, and with the output split the other way round too.
+struct rs_param {
+  scattered sc;
+  plan_choice choice;
+  backend_kind backend;
+  int chunks;
+  shape sh;
+  split how;
+  uint32_t seed;
+};
+
+std::vector<rs_param> rs_params() {
+  std::vector<rs_param> out;
+  uint32_t seed = 1;
+  for (scattered sc : layouts)
+    for (const plan_choice& choice : plan_choices)
+      for (backend_kind be : backends)
+        for (int chunks : {0, 2, 3})
+          for (const shape& sh : shapes)
+            for (split how : splits) out.push_back({sc, choice, be, chunks, sh, how, seed++});
+  return out;
+}
+
+std::string rs_param_name(const ::testing::TestParamInfo<rs_param>& info) {
+  const rs_param& c = info.param;
+  return case_name(std::string(overlap::to_string(c.sc)) + "_" + to_string(c.choice) + "_" +
+                   overlap::to_string(c.backend) + "_chunks" + std::to_string(c.chunks) + "_m" +
+                   std::to_string(c.sh.m) + "n" + std::to_string(c.sh.n) + "k" + std::to_string(c.sh.k) + "_" +
+                   to_string(c.how));
+}
+
+class rs_test : public suite_with_contexts<rs_param> {};
 
 TEST_P(rs_test, matches_reference) {
-  const auto [sc, choice, backend] = GetParam();
-  for (int chunks : {0, 2, 3}) {  // 0: the plan chooses
-    overlap::config cfg;
-    cfg.backend = backend;
-    cfg.rs_chunks = chunks;
-    overlap::context ctx(MPI_COMM_WORLD, cfg);
-    uint32_t seed = 1;
-    for (const auto& sh : shapes)
-      for (const auto how : splits)
-        for (const int64_t pad : {0, 3}) {
-          // K and the output are split differently, so both kinds of unevenness meet.
-          const split out = how == split::balanced ? split::skewed : split::balanced;
-          rs_case cs{sc, choice.strategy, sh.m, sh.n, sh.k, how, out, pad, seed++};
-          cs.algorithm = choice.algorithm;
-          SCOPED_TRACE(cs.name() + " chunks=" + std::to_string(chunks));
-          run_rs_case<float>(ctx, cs);
-          cs.k_split = out, cs.out_split = how;
-          run_rs_case<float>(ctx, cs);
-        }
+  const rs_param& c = GetParam();
+  overlap::config cfg;
+  cfg.backend = c.backend;
+  cfg.rs_chunks = c.chunks;
+  overlap::context& ctx = suite_context(cfg);
+  for (const int64_t pad : {0, 3}) {
+    // K and the output are split differently, so both kinds of unevenness meet.
+    const split out = c.how == split::balanced ? split::skewed : split::balanced;
+    rs_case cs{c.sc, c.choice.strategy, c.sh.m, c.sh.n, c.sh.k, c.how, out, pad, c.seed};
+    cs.algorithm = c.choice.algorithm;
+    SCOPED_TRACE(cs.name() + " chunks=" + std::to_string(c.chunks));
+    run_rs_case<float>(ctx, cs);
+    cs.k_split = out, cs.out_split = c.how;
+    run_rs_case<float>(ctx, cs);
   }
 }
 
-std::string param_name(const ::testing::TestParamInfo<param>& info) {
-  return std::string(overlap::to_string(std::get<0>(info.param))) + "_" + to_string(std::get<1>(info.param)) + "_" +
-         overlap::to_string(std::get<2>(info.param));
-}
+INSTANTIATE_TEST_SUITE_P(all, rs_test, ::testing::ValuesIn(rs_params()), rs_param_name);
 
-INSTANTIATE_TEST_SUITE_P(all, rs_test,
-                         ::testing::Combine(::testing::Values(scattered::rows, scattered::cols),
-                                            ::testing::ValuesIn(plan_choices),
-                                            ::testing::Values(backend_kind::onednn, backend_kind::eigen)),
-                         param_name);
+using reuse_param = std::tuple<scattered, plan_choice, backend_kind>;
+class rs_reuse : public ::testing::TestWithParam<reuse_param> {};
 
 // A repeated call with uneven shards reuses its plan: built once, on every rank.
-TEST_P(rs_test, plan_is_built_once) {
+TEST_P(rs_reuse, plan_is_built_once) {
   const auto [sc, choice, backend] = GetParam();
   overlap::config cfg;
   cfg.backend = backend;
@@ -70,6 +96,16 @@ TEST_P(rs_test, plan_is_built_once) {
   }
   EXPECT_EQ(ctx.plans_built(), 1u) << "the plan was rebuilt although nothing changed";
 }
+
+std::string reuse_name(const ::testing::TestParamInfo<reuse_param>& info) {
+  return std::string(overlap::to_string(std::get<0>(info.param))) + "_" + to_string(std::get<1>(info.param)) + "_" +
+         overlap::to_string(std::get<2>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(all, rs_reuse,
+                         ::testing::Combine(::testing::ValuesIn(layouts), ::testing::ValuesIn(plan_choices),
+                                            ::testing::ValuesIn(backends)),
+                         reuse_name);
 
 TEST(rs_double, matches_reference) {
   overlap::context ctx(MPI_COMM_WORLD);

@@ -1,18 +1,35 @@
 #pragma once
 /// @file
-/// Run-time configuration of a context, and the one registry of the OVERLAP_*
-/// environment variables that can set it (settings(): name, default, range,
-/// meaning), from which parsing, validation and the help text derive.
+/// Run-time configuration of a context, and the one table of its settings
+/// (settings(): variable, field, default, range, meaning), from which reading
+/// the OVERLAP_* environment, validation, the help text and the verbose
+/// description all derive.
 
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
 
-#include "overlap/backend/gemm.hpp"
+#include "overlap/enum_names.hpp"
 
 namespace overlap {
+
+/// Which GEMM library computes the products.
+enum class backend_kind {
+  automatic,  ///< oneDNN for float and bfloat16, Eigen for double
+  onednn,     ///< oneDNN matmul primitives (float, bfloat16)
+  eigen,      ///< Eigen products (float, double)
+};
+
+template <>
+struct enum_names<backend_kind> {
+  static constexpr std::array<enum_entry<backend_kind>, 3> entries{
+      {{backend_kind::automatic, "automatic"}, {backend_kind::onednn, "onednn"}, {backend_kind::eigen, "eigen"}}};
+};
 
 /// How outstanding ring transfers are progressed while the cores compute.
 /// Open MPI moves data only inside MPI calls, so without a policy a transfer
@@ -23,14 +40,11 @@ enum class progress_policy {
   none,    ///< no help: the MPI library progresses on its own (or not at all)
 };
 
-[[nodiscard]] inline const char* to_string(progress_policy p) {
-  switch (p) {
-    case progress_policy::thread: return "thread";
-    case progress_policy::poll: return "poll";
-    case progress_policy::none: return "none";
-  }
-  return "?";
-}
+template <>
+struct enum_names<progress_policy> {
+  static constexpr std::array<enum_entry<progress_policy>, 3> entries{
+      {{progress_policy::thread, "thread"}, {progress_policy::poll, "poll"}, {progress_policy::none, "none"}}};
+};
 
 /// What a rank does when an op fails after the ranks agreed to run it (an MPI
 /// or backend error inside a ring or a collective, or the watchdog firing):
@@ -46,7 +60,11 @@ enum class fatal_policy {
   throw_error,
 };
 
-[[nodiscard]] inline const char* to_string(fatal_policy f) { return f == fatal_policy::abort ? "abort" : "throw"; }
+template <>
+struct enum_names<fatal_policy> {
+  static constexpr std::array<enum_entry<fatal_policy>, 2> entries{
+      {{fatal_policy::abort, "abort"}, {fatal_policy::throw_error, "throw"}}};
+};
 
 /// How bfloat16 products are computed.
 enum class bf16_gemm {
@@ -57,20 +75,23 @@ enum class bf16_gemm {
   widened,
 };
 
-[[nodiscard]] inline const char* to_string(bf16_gemm g) {
-  switch (g) {
-    case bf16_gemm::automatic: return "automatic";
-    case bf16_gemm::native: return "native";
-    case bf16_gemm::widened: return "widened";
-  }
-  return "?";
-}
+template <>
+struct enum_names<bf16_gemm> {
+  static constexpr std::array<enum_entry<bf16_gemm>, 3> entries{
+      {{bf16_gemm::automatic, "automatic"}, {bf16_gemm::native, "native"}, {bf16_gemm::widened, "widened"}}};
+};
 
 /// Which halves of a schedule run. Anything but `both` gives wrong results:
 /// it exists so benchmarks can time a ring schedule's GEMMs alone and its
 /// transfers alone (the two sides of the limit max(compute, comm)), and the
 /// bulk strategy's one GEMM alone and its one collective alone.
 enum class ring_phases { both, compute_only, comm_only };
+
+template <>
+struct enum_names<ring_phases> {
+  static constexpr std::array<enum_entry<ring_phases>, 3> entries{
+      {{ring_phases::both, "both"}, {ring_phases::compute_only, "compute_only"}, {ring_phases::comm_only, "comm_only"}}};
+};
 
 /// Settings of a context. Every field that changes the communication schedule
 /// (chunk counts) must agree across ranks; a disagreement is detected and
@@ -125,123 +146,173 @@ struct config {
   [[nodiscard]] static config from_env();
 };
 
-/// One OVERLAP_* variable: its name, default and range as text, and meaning.
-struct setting {
-  const char* name;
-  const char* values;  ///< what it takes: a range or the names of an enum's values
-  const char* fallback;
-  const char* meaning;
-};
-
-/// The registry of every OVERLAP_* variable (docs/cluster.md shows the same table).
-[[nodiscard]] inline const setting* settings(size_t* count) {
-  static const setting table[] = {
-      {"OVERLAP_BACKEND", "automatic|onednn|eigen", "automatic", "GEMM library (automatic: oneDNN for f32/bf16, Eigen for f64)"},
-      {"OVERLAP_PROGRESS", "thread|poll|none", "thread", "progress policy of the ring engine"},
-      {"OVERLAP_PROGRESS_INTERVAL_US", "0..1000000", "100", "progress thread sleep between tests; 0 = yield"},
-      {"OVERLAP_POLL_CHUNKS", "1..1024", "4", "poll policy: GEMM row bands per ring step (fewer below the GEMM rate knee)"},
-      {"OVERLAP_AG_CHUNKS", "0..1024", "0", "ring steps per all-gathered shard (0: the plan chooses)"},
-      {"OVERLAP_RS_CHUNKS", "0|2..1024", "0", "ring steps per reduce-scattered shard (0: the plan chooses)"},
-      {"OVERLAP_BF16_GEMM", "automatic|native|widened", "automatic",
-       "bf16 products: oneDNN's bf16 matmul, or f32 on widened pieces (CPUs without AVX-512)"},
-      {"OVERLAP_TIMEOUT_S", "0..604800", "0", "watchdog: seconds a wait may last before it is fatal (0: off)"},
-      {"OVERLAP_ON_FATAL", "abort|throw", "abort", "a failure after the ranks agreed: MPI_Abort, or throw on this rank"},
-      {"OVERLAP_PLAN_CACHE", "1..65536", "32", "plans kept per context, least recently used evicted"},
-      {"OVERLAP_VERBOSE", "0..2", "0", "1: rank 0 prints the configuration and each plan; 2: also every ring step"},
-      {"OVERLAP_CALIBRATION", "path", "", "cost model calibration file (overlap-calibrate); empty: measured when needed"},
-  };
-  *count = sizeof table / sizeof table[0];
-  return table;
-}
-
-/// One line per OVERLAP_* variable: name=values, (default), meaning.
-[[nodiscard]] inline std::string env_help() {
-  size_t n = 0;
-  const setting* s = settings(&n);
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    std::string head = std::string(s[i].name) + "=" + s[i].values;
-    if (head.size() < 44) head.resize(44, ' ');
-    out += head + " (" + s[i].fallback + ") " + s[i].meaning + "\n";
-  }
-  return out;
-}
-
 namespace detail {
 inline const char* env(const char* name) {
   const char* v = std::getenv(name);
   return (v != nullptr && *v != '\0') ? v : nullptr;
 }
-[[noreturn]] inline void bad_setting(const char* name, const std::string& value, const std::string& rule) {
-  throw std::invalid_argument(std::string("overlap: ") + name + "='" + value + "' " + rule);
+
+/// A config field as a whole number (settings are ints, enums or microseconds).
+template <class F>
+long long as_number(const F& v) {
+  if constexpr (std::is_enum_v<F>) return static_cast<long long>(v);
+  else if constexpr (std::is_same_v<F, std::chrono::microseconds>) return v.count();
+  else return v;
 }
-/// An integer setting in [min, max]; rejects junk, overflow and out-of-range values.
-inline long long env_int(const char* name, long long fallback, long long min, long long max) {
-  const char* v = env(name);
-  if (v == nullptr) return fallback;
-  errno = 0;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  if (end == v || *end != '\0' || errno == ERANGE || x < min || x > max)
-    bad_setting(name, v, "must be an integer from " + std::to_string(min) + " to " + std::to_string(max));
-  return x;
-}
-/// An enum setting: the value whose to_string() is the variable's text.
-template <class E, size_t N>
-E env_enum(const char* name, E fallback, const E (&values)[N]) {
-  const char* v = env(name);
-  if (v == nullptr) return fallback;
-  std::string allowed;
-  for (E e : values) {
-    const char* n = to_string(e);
-    if (std::string(v) == n) return e;
-    allowed += (allowed.empty() ? "" : ", ") + std::string(n);
-  }
-  bad_setting(name, v, "must be one of " + allowed);
+template <class F>
+F from_number(long long x) {
+  if constexpr (std::is_same_v<F, std::chrono::microseconds>) return std::chrono::microseconds(x);
+  else return static_cast<F>(x);
 }
 
+/// The typed part of a setting: its field of config and how it is read,
+/// checked and printed. Integers lie in [lo, hi] without `gap` (0: none);
+/// enums are one of enum_names; a path is any text.
+template <auto Field>
+struct field_rules {
+  using value_type = std::remove_reference_t<decltype(config{}.*Field)>;
+  static constexpr bool is_enum = std::is_enum_v<value_type>;
+  static constexpr bool is_text = std::is_same_v<value_type, std::string>;
+
+  static std::string text(const config& c) {
+    if constexpr (is_enum) return to_string(c.*Field);
+    else if constexpr (is_text) return c.*Field;
+    else return std::to_string(as_number(c.*Field));
+  }
+  /// "" when the field's value is allowed, else why not.
+  static std::string problem(const config& c, long long lo, long long hi, long long gap) {
+    if constexpr (is_enum) {
+      return is_valid(c.*Field) ? std::string() : "has an invalid value " + std::to_string(as_number(c.*Field));
+    } else if constexpr (is_text) {
+      return {};
+    } else {
+      const long long v = as_number(c.*Field);
+      if (v >= lo && v <= hi && !(gap != 0 && v == gap)) return {};
+      return "(" + std::to_string(v) + ") must be " + range_text(lo, hi, gap);
+    }
+  }
+  /// Sets the field from the variable's text; "" or why the text is refused.
+  static std::string parse(config& c, const char* v, long long lo, long long hi, long long gap) {
+    if constexpr (is_enum) {
+      return parse_enum(v, c.*Field) ? std::string() : "must be one of " + enum_choices<value_type>(", ");
+    } else if constexpr (is_text) {
+      c.*Field = v;
+      return {};
+    } else {
+      errno = 0;
+      char* end = nullptr;
+      const long long x = std::strtoll(v, &end, 10);
+      if (end == v || *end != '\0' || errno == ERANGE) return "must be an integer " + range_text(lo, hi, gap);
+      if (x < lo || x > hi || (gap != 0 && x == gap)) return "must be " + range_text(lo, hi, gap);
+      c.*Field = from_number<value_type>(x);
+      return {};
+    }
+  }
+  static std::string range_text(long long lo, long long hi, long long gap) {
+    if (gap == 0) return "from " + std::to_string(lo) + " to " + std::to_string(hi);
+    return std::to_string(lo) + " or from " + std::to_string(gap + 1) + " to " + std::to_string(hi);
+  }
+};
+}  // namespace detail
+
+/// One setting of a context: the OVERLAP_* variable that sets it (null:
+/// none, the field is set in code only), the config field, its range and
+/// meaning. Its default is the field's value in config{}.
+struct setting {
+  const char* variable;
+  const char* field;
+  const char* meaning;
+  long long lo = 0, hi = 0, gap = 0;  ///< integers: [lo, hi] without gap (0: none)
+  std::string (*values)(const setting&);
+  std::string (*text)(const config&);
+  std::string (*problem)(const config&, long long, long long, long long);
+  std::string (*parse)(config&, const char*, long long, long long, long long);
+
+  /// What the variable takes: "0..1024", "0|2..1024", "thread|poll|none" or "path".
+  [[nodiscard]] std::string allowed() const { return values(*this); }
+  [[nodiscard]] std::string fallback() const { return text(config{}); }
+};
+
+namespace detail {
+template <auto Field>
+setting make_setting(const char* variable, const char* field, const char* meaning, long long lo = 0,
+                     long long hi = 0, long long gap = 0) {
+  using rules = field_rules<Field>;
+  auto values = [](const setting& s) -> std::string {
+    if constexpr (rules::is_enum) return enum_choices<typename rules::value_type>();
+    else if constexpr (rules::is_text) return "path";
+    else if (s.gap != 0) return std::to_string(s.lo) + "|" + std::to_string(s.gap + 1) + ".." + std::to_string(s.hi);
+    else return std::to_string(s.lo) + ".." + std::to_string(s.hi);
+  };
+  return {variable, field, meaning, lo, hi, gap, values, &rules::text, &rules::problem, &rules::parse};
+}
+}  // namespace detail
+
+/// The table of every setting (docs/cluster.md shows the same table).
+[[nodiscard]] inline const std::vector<setting>& settings() {
+  using detail::make_setting;
+  static const std::vector<setting> table{
+      make_setting<&config::backend>("OVERLAP_BACKEND", "backend",
+                                     "GEMM library (automatic: oneDNN for f32/bf16, Eigen for f64)"),
+      make_setting<&config::progress>("OVERLAP_PROGRESS", "progress", "progress policy of the ring engine"),
+      make_setting<&config::progress_interval>("OVERLAP_PROGRESS_INTERVAL_US", "progress_interval (us)",
+                                               "progress thread sleep between tests; 0 = yield", 0, 1000000),
+      make_setting<&config::poll_chunks>("OVERLAP_POLL_CHUNKS", "poll_chunks",
+                                         "poll policy: GEMM row bands per ring step (fewer below the GEMM rate knee)",
+                                         1, 1024),
+      make_setting<&config::ag_chunks>("OVERLAP_AG_CHUNKS", "ag_chunks",
+                                       "ring steps per all-gathered shard (0: the plan chooses)", 0, 1024),
+      make_setting<&config::rs_chunks>("OVERLAP_RS_CHUNKS", "rs_chunks",
+                                       "ring steps per reduce-scattered shard (0: the plan chooses)", 0, 1024, 1),
+      make_setting<&config::bf16>("OVERLAP_BF16_GEMM", "bf16",
+                                  "bf16 products: oneDNN's bf16 matmul, or f32 on widened pieces (CPUs without "
+                                  "AVX-512)"),
+      make_setting<&config::timeout_s>("OVERLAP_TIMEOUT_S", "timeout_s",
+                                       "watchdog: seconds a wait may last before it is fatal (0: off)", 0, 604800),
+      make_setting<&config::on_fatal>("OVERLAP_ON_FATAL", "on_fatal",
+                                      "a failure after the ranks agreed: MPI_Abort, or throw on this rank"),
+      make_setting<&config::plan_cache>("OVERLAP_PLAN_CACHE", "plan_cache",
+                                        "plans kept per context, least recently used evicted", 1, 65536),
+      make_setting<&config::verbose>("OVERLAP_VERBOSE", "verbose",
+                                     "1: rank 0 prints the configuration and each plan; 2: also every ring step", 0,
+                                     2),
+      make_setting<&config::calibration>("OVERLAP_CALIBRATION", "calibration",
+                                         "cost model calibration file (overlap-calibrate); empty: measured when "
+                                         "needed"),
+      make_setting<&config::phases>(nullptr, "phases", "benchmarks only: which halves of a schedule run"),
+  };
+  return table;
+}
+
+/// One line per OVERLAP_* variable: name=values, (default), meaning.
+[[nodiscard]] inline std::string env_help() {
+  std::string out;
+  for (const setting& s : settings()) {
+    if (s.variable == nullptr) continue;
+    std::string head = std::string(s.variable) + "=" + s.allowed();
+    if (head.size() < 44) head.resize(44, ' ');
+    out += head + " (" + s.fallback() + ") " + s.meaning + "\n";
+  }
+  return out;
+}
+
+namespace detail {
 /// The first rule a config breaks, or "" (ranges as in settings()).
 [[nodiscard]] inline std::string config_problem(const config& c) {
-  auto out_of = [](const char* field, long long v, long long lo, long long hi) {
-    return v < lo || v > hi ? std::string("config.") + field + " (" + std::to_string(v) + ") must be from " +
-                                  std::to_string(lo) + " to " + std::to_string(hi)
-                            : std::string();
-  };
-  const auto e = [](auto v, int hi) { return static_cast<int>(v) < 0 || static_cast<int>(v) > hi; };
-  if (e(c.backend, 2)) return "config.backend has an invalid value";
-  if (e(c.progress, 2)) return "config.progress has an invalid value";
-  if (e(c.bf16, 2)) return "config.bf16 has an invalid value";
-  if (e(c.on_fatal, 1)) return "config.on_fatal has an invalid value";
-  if (e(c.phases, 2)) return "config.phases has an invalid value";
-  for (const std::string& p :
-       {out_of("progress_interval (us)", c.progress_interval.count(), 0, 1000000),
-        out_of("poll_chunks", c.poll_chunks, 1, 1024), out_of("ag_chunks", c.ag_chunks, 0, 1024),
-        out_of("rs_chunks", c.rs_chunks, 0, 1024), out_of("timeout_s", c.timeout_s, 0, 604800),
-        out_of("plan_cache", c.plan_cache, 1, 65536), out_of("verbose", c.verbose, 0, 2)})
-    if (!p.empty()) return p;
-  if (c.rs_chunks == 1) return "config.rs_chunks must be 0 (the plan chooses) or >= 2";
+  for (const setting& s : settings())
+    if (std::string p = s.problem(c, s.lo, s.hi, s.gap); !p.empty()) return std::string("config.") + s.field + " " + p;
   return {};
 }
 }  // namespace detail
 
 inline config config::from_env() {
   config c;
-  c.backend = detail::env_enum("OVERLAP_BACKEND", c.backend,
-                               {backend_kind::automatic, backend_kind::onednn, backend_kind::eigen});
-  c.progress = detail::env_enum("OVERLAP_PROGRESS", c.progress,
-                                {progress_policy::thread, progress_policy::poll, progress_policy::none});
-  c.progress_interval = std::chrono::microseconds(
-      detail::env_int("OVERLAP_PROGRESS_INTERVAL_US", c.progress_interval.count(), 0, 1000000));
-  c.poll_chunks = static_cast<int>(detail::env_int("OVERLAP_POLL_CHUNKS", c.poll_chunks, 1, 1024));
-  c.ag_chunks = static_cast<int>(detail::env_int("OVERLAP_AG_CHUNKS", c.ag_chunks, 0, 1024));
-  c.rs_chunks = static_cast<int>(detail::env_int("OVERLAP_RS_CHUNKS", c.rs_chunks, 0, 1024));
-  if (c.rs_chunks == 1) detail::bad_setting("OVERLAP_RS_CHUNKS", "1", "must be 0 (the plan chooses) or from 2 to 1024");
-  c.bf16 = detail::env_enum("OVERLAP_BF16_GEMM", c.bf16, {bf16_gemm::automatic, bf16_gemm::native, bf16_gemm::widened});
-  c.timeout_s = static_cast<int>(detail::env_int("OVERLAP_TIMEOUT_S", c.timeout_s, 0, 604800));
-  c.on_fatal = detail::env_enum("OVERLAP_ON_FATAL", c.on_fatal, {fatal_policy::abort, fatal_policy::throw_error});
-  c.plan_cache = static_cast<int>(detail::env_int("OVERLAP_PLAN_CACHE", c.plan_cache, 1, 65536));
-  c.verbose = static_cast<int>(detail::env_int("OVERLAP_VERBOSE", 0, 0, 2));
-  if (const char* path = detail::env("OVERLAP_CALIBRATION")) c.calibration = path;
+  for (const setting& s : settings()) {
+    const char* v = s.variable == nullptr ? nullptr : detail::env(s.variable);
+    if (v == nullptr) continue;
+    if (std::string why = s.parse(c, v, s.lo, s.hi, s.gap); !why.empty())
+      throw std::invalid_argument(std::string("overlap: ") + s.variable + "='" + v + "' " + why);
+  }
   return c;
 }
 
@@ -257,17 +328,20 @@ inline config config::from_env() {
   return "?";
 }
 
-/// The configuration as the OVERLAP_* variables that would produce it.
+/// The configuration as the OVERLAP_* variables that would produce it (the
+/// verbose banner); settings without a variable appear as field=value when
+/// they differ from the default.
 [[nodiscard]] inline std::string describe(const config& c) {
-  return std::string("OVERLAP_BACKEND=") + to_string(c.backend) + " OVERLAP_PROGRESS=" + to_string(c.progress) +
-         " OVERLAP_PROGRESS_INTERVAL_US=" + std::to_string(c.progress_interval.count()) +
-         " OVERLAP_POLL_CHUNKS=" + std::to_string(c.poll_chunks) +
-         " OVERLAP_AG_CHUNKS=" + std::to_string(c.ag_chunks) + " OVERLAP_RS_CHUNKS=" + std::to_string(c.rs_chunks) +
-         " OVERLAP_BF16_GEMM=" + to_string(c.bf16) + " OVERLAP_TIMEOUT_S=" + std::to_string(c.timeout_s) +
-         " OVERLAP_ON_FATAL=" + to_string(c.on_fatal) + " OVERLAP_PLAN_CACHE=" + std::to_string(c.plan_cache) +
-         (c.calibration.empty() ? "" : " OVERLAP_CALIBRATION=" + c.calibration) +
-         (c.phases == ring_phases::both ? "" : c.phases == ring_phases::compute_only ? " phases=compute_only"
-                                                                                      : " phases=comm_only");
+  std::string out;
+  for (const setting& s : settings()) {
+    const std::string v = s.text(c);
+    if (s.variable == nullptr || (v.empty() && s.fallback().empty())) {
+      if (v != s.fallback()) out += std::string(out.empty() ? "" : " ") + s.field + "=" + v;
+      continue;
+    }
+    out += std::string(out.empty() ? "" : " ") + s.variable + "=" + v;
+  }
+  return out;
 }
 
 }  // namespace overlap

@@ -47,6 +47,7 @@ struct agreement_scratch {
   int ints[4] = {};
   std::vector<int64_t> mine, table;
   std::string text;
+  plan_key key;  ///< the key of the call being prepared (reused: no allocation on a cached call)
 };
 
 /// Where a fatal error leaves what MPI may still use (requests given up on):
@@ -320,7 +321,7 @@ class context {
  private:
   context(MPI_Comm comm, std::optional<overlap::config> given) {
     const std::string who = "overlap::context";
-    detail::require_mpi_running(who);
+    detail::require_mpi_running(who.c_str());
     if (comm == MPI_COMM_NULL) throw std::invalid_argument(who + ": comm is MPI_COMM_NULL");
     int inter = 0;
     OVERLAP_MPI(MPI_Comm_test_inter, comm, &inter);

@@ -33,15 +33,15 @@ namespace overlap::detail {
 }
 
 /// std::logic_error unless MPI is initialised and not yet finalised.
-inline void require_mpi_running(const std::string& who) {
+inline void require_mpi_running(const char* who) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (finalized)
-    throw std::logic_error(who + ": MPI has already been finalised; overlap needs MPI between MPI_Init_thread and "
+    throw std::logic_error(std::string(who) + ": MPI has already been finalised; overlap needs MPI between MPI_Init_thread and "
                                  "MPI_Finalize (destroy contexts before MPI_Finalize)");
   if (!initialized)
-    throw std::logic_error(who + ": MPI is not initialised; call MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) "
+    throw std::logic_error(std::string(who) + ": MPI is not initialised; call MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) "
                                  "first (or use overlap::mpi::environment)");
 }
 

@@ -5,23 +5,27 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cstddef>
 #include <type_traits>
 
 #include "overlap/bfloat16.hpp"
+#include "overlap/enum_names.hpp"
 
 namespace overlap {
 
 enum class dtype { f32, f64, bf16 };
 
-[[nodiscard]] inline const char* to_string(dtype t) {
-  switch (t) {
-    case dtype::f32: return "f32";
-    case dtype::f64: return "f64";
-    case dtype::bf16: return "bf16";
-  }
-  return "?";
-}
+template <>
+struct enum_names<dtype> {
+  static constexpr std::array<enum_entry<dtype>, 3> entries{
+      {{dtype::f32, "f32"}, {dtype::f64, "f64"}, {dtype::bf16, "bf16"}}};
+};
+
+/// Whether the ops take T as an element type.
+template <class T>
+inline constexpr bool is_element_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bfloat16>;
 
 template <class T>
 constexpr dtype dtype_of() {

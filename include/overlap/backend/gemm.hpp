@@ -16,36 +16,9 @@
 #include <cstddef>
 
 #include "overlap/backend/dtype.hpp"
+#include "overlap/epilogue.hpp"
 
 namespace overlap {
-
-/// Which GEMM library computes the products.
-enum class backend_kind {
-  automatic,  ///< oneDNN for float and bfloat16, Eigen for double
-  onednn,     ///< oneDNN matmul primitives (float, bfloat16)
-  eigen,      ///< Eigen products (float, double)
-};
-
-[[nodiscard]] inline const char* to_string(backend_kind b) {
-  switch (b) {
-    case backend_kind::automatic: return "automatic";
-    case backend_kind::onednn: return "onednn";
-    case backend_kind::eigen: return "eigen";
-  }
-  return "?";
-}
-
-/// Elementwise function applied to each output element by a fused epilogue.
-enum class activation { none, relu, gelu };
-
-[[nodiscard]] inline const char* to_string(activation a) {
-  switch (a) {
-    case activation::none: return "none";
-    case activation::relu: return "relu";
-    case activation::gelu: return "gelu";
-  }
-  return "?";
-}
 
 /// C (m x n, ldc) = act(op(A) (m x k) * op(B) (k x n) [+ C] [+ D] [+ bias]).
 /// op(A) = A stored m x k with lda, or, with trans_a, A^T of a k x m matrix.

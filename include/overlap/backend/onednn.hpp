@@ -9,7 +9,6 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -145,47 +144,12 @@ class onednn_gemm final : public gemm_kernel {
       const dnnl::memory::desc b_md = d.pack_b ? dnnl::memory::desc(dims{d.k, d.n}, dt, dnnl::memory::format_tag::any)
                                                : b_stored;
       const dnnl::memory::desc c_md(dims{d.m, d.n}, dt_out, dims{d.ldc, 1});
-      // Post-ops run in this order on the fp32 result: + C (beta = 1), + D,
-      // + bias, activation; then one rounding to the output type.
-      dnnl::primitive_attr attr;
-      dnnl::post_ops ops;
-      if (d.accumulate) ops.append_sum(1.0f);
-      if (d.addend) {
-        addend_md_ = dnnl::memory::desc(dims{d.m, d.n}, detail::onednn_type(d.addend_type), dims{d.ld_addend, 1});
-        addend_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1;
-        ops.append_binary(dnnl::algorithm::binary_add, addend_md_);
-      }
-      if (d.bias) {
-        bias_md_ = dnnl::memory::desc(dims{1, d.n}, dt_out, dims{d.n, 1});
-        bias_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1;
-        ops.append_binary(dnnl::algorithm::binary_add, bias_md_);
-      }
-      if (d.act == activation::relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-      if (d.act == activation::gelu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
-      attr.set_post_ops(ops);
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, h_->engine);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), post_ops(dt_out), h_->engine);
       prim_ = dnnl::matmul(pd);
       name_ = pd.impl_info_str();
       const dnnl::memory::desc b_used = pd.weights_desc();
-      if (d.pack_b && b_used != b_stored) {
-        packed_bytes_ = b_used.get_size();
-        packed_layout_ = detail::hash_desc(b_used);
-        pack_ = dnnl::reorder(dnnl::reorder::primitive_desc(h_->engine, b_stored, h_->engine, b_used));
-        pack_src_ = dnnl::memory(b_stored, h_->engine, DNNL_MEMORY_NONE);
-        pack_dst_ = dnnl::memory(b_used, h_->engine, DNNL_MEMORY_NONE);
-      }
-      a_mem_ = dnnl::memory(a_md, h_->engine, DNNL_MEMORY_NONE);
-      b_mem_ = dnnl::memory(b_used, h_->engine, DNNL_MEMORY_NONE);
-      c_mem_ = dnnl::memory(c_md, h_->engine, DNNL_MEMORY_NONE);
-      args_ = {{DNNL_ARG_SRC, a_mem_}, {DNNL_ARG_WEIGHTS, b_mem_}, {DNNL_ARG_DST, c_mem_}};
-      if (d.bias) {
-        bias_mem_ = dnnl::memory(bias_md_, h_->engine, DNNL_MEMORY_NONE);
-        args_.emplace(bias_arg_, bias_mem_);
-      }
-      if (d.addend) {
-        addend_mem_ = dnnl::memory(addend_md_, h_->engine, DNNL_MEMORY_NONE);
-        args_.emplace(addend_arg_, addend_mem_);
-      }
+      if (d.pack_b && b_used != b_stored) make_packer(b_stored, b_used);
+      bind(a_md, b_used, c_md);
       return 0;
     });
   }
@@ -198,7 +162,7 @@ class onednn_gemm final : public gemm_kernel {
       c_mem_.set_data_handle(c);
       if (d_.bias) bias_mem_.set_data_handle(const_cast<void*>(bias));
       if (d_.addend) addend_mem_.set_data_handle(const_cast<void*>(addend));
-      prim_.execute(h_->stream, args_);  // args_ holds handles to the memories above
+      execute(prim_, args_);  // args_ holds handles to the memories above
       h_->stream.wait();
       return 0;
     });
@@ -210,7 +174,7 @@ class onednn_gemm final : public gemm_kernel {
     detail::onednn_call("dnnl::reorder::execute", [&] {
       pack_src_.set_data_handle(const_cast<void*>(b));
       pack_dst_.set_data_handle(dst);
-      pack_.execute(h_->stream, pack_src_, pack_dst_);
+      execute(pack_, pack_args_);
       h_->stream.wait();
       return 0;
     });
@@ -218,6 +182,61 @@ class onednn_gemm final : public gemm_kernel {
   [[nodiscard]] std::string name() const override { return name_; }
 
  private:
+  /// Post-ops run in this order on the fp32 result: + C (beta = 1), + D,
+  /// + bias, activation; then one rounding to the output type.
+  dnnl::primitive_attr post_ops(dnnl::memory::data_type dt_out) {
+    using dims = dnnl::memory::dims;
+    const gemm_desc& d = d_;
+    dnnl::primitive_attr attr;
+    dnnl::post_ops ops;
+    if (d.accumulate) ops.append_sum(1.0f);
+    if (d.addend) {
+      addend_md_ = dnnl::memory::desc(dims{d.m, d.n}, detail::onednn_type(d.addend_type), dims{d.ld_addend, 1});
+      addend_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1;
+      ops.append_binary(dnnl::algorithm::binary_add, addend_md_);
+    }
+    if (d.bias) {
+      bias_md_ = dnnl::memory::desc(dims{1, d.n}, dt_out, dims{d.n, 1});
+      bias_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1;
+      ops.append_binary(dnnl::algorithm::binary_add, bias_md_);
+    }
+    if (d.act == activation::relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (d.act == activation::gelu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+    return attr;
+  }
+  /// B as the primitive reads it differs from B as stored: one reorder per call packs it.
+  void make_packer(const dnnl::memory::desc& b_stored, const dnnl::memory::desc& b_used) {
+    packed_bytes_ = b_used.get_size();
+    packed_layout_ = detail::hash_desc(b_used);
+    pack_ = dnnl::reorder(dnnl::reorder::primitive_desc(h_->engine, b_stored, h_->engine, b_used));
+    pack_src_ = dnnl::memory(b_stored, h_->engine, DNNL_MEMORY_NONE);
+    pack_dst_ = dnnl::memory(b_used, h_->engine, DNNL_MEMORY_NONE);
+    pack_args_ = {{DNNL_ARG_FROM, pack_src_.get()}, {DNNL_ARG_TO, pack_dst_.get()}};
+  }
+  /// The memory objects run() points at each call's buffers.
+  void bind(const dnnl::memory::desc& a_md, const dnnl::memory::desc& b_md, const dnnl::memory::desc& c_md) {
+    a_mem_ = dnnl::memory(a_md, h_->engine, DNNL_MEMORY_NONE);
+    b_mem_ = dnnl::memory(b_md, h_->engine, DNNL_MEMORY_NONE);
+    c_mem_ = dnnl::memory(c_md, h_->engine, DNNL_MEMORY_NONE);
+    args_ = {{DNNL_ARG_SRC, a_mem_.get()}, {DNNL_ARG_WEIGHTS, b_mem_.get()}, {DNNL_ARG_DST, c_mem_.get()}};
+    if (d_.bias) {
+      bias_mem_ = dnnl::memory(bias_md_, h_->engine, DNNL_MEMORY_NONE);
+      args_.push_back({bias_arg_, bias_mem_.get()});
+    }
+    if (d_.addend) {
+      addend_mem_ = dnnl::memory(addend_md_, h_->engine, DNNL_MEMORY_NONE);
+      args_.push_back({addend_arg_, addend_mem_.get()});
+    }
+  }
+  /// Runs a primitive through the C API with arguments built once: the C++
+  /// API's execute() copies its argument map into a new vector every call.
+  void execute(const dnnl::primitive& p, const std::vector<dnnl_exec_arg_t>& args) const {
+    dnnl::error::wrap_c_api(
+        dnnl_primitive_execute(p.get(), h_->stream.get(), static_cast<int>(args.size()), args.data()),
+        "could not execute a primitive");
+  }
+
   std::shared_ptr<onednn_handles> h_;
   gemm_desc d_;
   dnnl::matmul prim_;
@@ -229,7 +248,7 @@ class onednn_gemm final : public gemm_kernel {
   dnnl::memory::desc bias_md_, addend_md_;
   int bias_arg_ = 0, addend_arg_ = 0;
   mutable dnnl::memory a_mem_, b_mem_, c_mem_, bias_mem_, addend_mem_;
-  std::unordered_map<int, dnnl::memory> args_;  // built once: no allocation per call
+  std::vector<dnnl_exec_arg_t> args_, pack_args_;  // built once: no allocation per call
 };
 
 /// A bf16 GEMM for CPUs whose oneDNN has no bf16 matmul: each call widens

@@ -89,7 +89,7 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
   // are forgotten (freed, not waited for: a send to a peer that is gone may
   // never complete) so the group is empty again. The peers of this rank
   // cannot finish this call then: such errors are fatal to the collective,
-  // and the caller applies the context's fatal policy (ops/common.hpp). The
+  // and the caller applies the context's fatal policy (ops/run.hpp). The
   // buffers of the failed run must outlive whatever MPI still does with them.
   struct leak_on_throw {
     mpi::request_group& g;

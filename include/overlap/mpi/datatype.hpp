@@ -63,6 +63,15 @@ inline int to_count(int64_t n, const char* what) {
 }
 }  // namespace detail
 
+/// `n` consecutive values of `base` as one committed type.
+[[nodiscard]] inline datatype contiguous_type(int64_t n, MPI_Datatype base) {
+  MPI_Datatype t = MPI_DATATYPE_NULL;
+  OVERLAP_MPI(MPI_Type_contiguous, detail::to_count(n, "contiguous type length"), base, &t);
+  datatype owned(t);
+  OVERLAP_MPI(MPI_Type_commit, &t);
+  return owned;
+}
+
 /// A rows x cols block of `base` elements with leading dimension ld as one
 /// element of a derived type (MPI_Type_vector); send or receive it with count 1.
 [[nodiscard]] inline datatype block_type(int64_t rows, int64_t cols, int64_t ld, MPI_Datatype base) {

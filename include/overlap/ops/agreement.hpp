@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <type_traits>
 #include <string>
@@ -23,83 +24,11 @@
 #include "overlap/context.hpp"
 #include "overlap/failure.hpp"
 #include "overlap/matrix.hpp"
+#include "overlap/mpi/datatype.hpp"
+#include "overlap/ops/checks.hpp"
+#include "overlap/ops/op_id.hpp"
 
 namespace overlap::detail {
-
-/// The ops, as the agreement and the plan keys name them.
-enum class op_id : int64_t { all_gather_matmul = 1, matmul_reduce_scatter = 2 };
-
-[[nodiscard]] inline const char* to_string(op_id op) {
-  return op == op_id::all_gather_matmul ? "all_gather_matmul" : "matmul_reduce_scatter";
-}
-
-/// floor(a / b) for b > 0.
-[[nodiscard]] inline int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
-
-/// Whether two strided row-major blocks share a byte: x and y start at byte
-/// addresses bx, by and have rows of `cols` bytes every `ld` bytes. Exact,
-/// and O(1) unless their address spans intersect.
-[[nodiscard]] inline bool blocks_overlap(uintptr_t bx, int64_t rx, int64_t cx, int64_t ldx, uintptr_t by,
-                                         int64_t ry, int64_t cy, int64_t ldy) {
-  if (rx == 0 || cx == 0 || ry == 0 || cy == 0) return false;
-  const auto span = [](int64_t r, int64_t c, int64_t ld) { return static_cast<uintptr_t>((r - 1) * ld + c); };
-  if (bx + span(rx, cx, ldx) <= by || by + span(ry, cy, ldy) <= bx) return false;
-  if (ry > rx) {  // walk the block with fewer rows
-    std::swap(bx, by), std::swap(rx, ry), std::swap(cx, cy), std::swap(ldx, ldy);
-  }
-  for (int64_t j = 0; j < ry; ++j) {
-    // Row j of y is [s, e); row i of x meets it iff bx + i ldx < e and bx + i ldx + cx > s.
-    const auto s = static_cast<int64_t>(by - bx) + j * ldy, e = s + cy;
-    const int64_t lo = std::max<int64_t>(0, floor_div(s - cx, ldx) + 1);
-    const int64_t hi = std::min<int64_t>(rx - 1, floor_div(e - 1, ldx));
-    if (lo <= hi) return true;
-  }
-  return false;
-}
-
-/// Collects the first failed rule of a call on this rank.
-class arg_checks {
- public:
-  arg_checks(op_id id, dtype type, std::string op) : id_(id), type_(type), op_(std::move(op)) {}
-  /// Records msg unless cond holds or an earlier rule already failed.
-  void require(bool cond, const std::string& msg) {
-    if (!cond && failure_.empty()) failure_ = msg;
-  }
-  template <class T>
-  void view(const char* name, const matrix_view<T>& v) {
-    if (v.rows >= 0 && v.cols >= 0 && v.ld >= v.cols && (v.empty() || v.data != nullptr)) return;
-    const std::string n(name);  // messages are built only for a view that breaks a rule
-    require(v.rows >= 0, n + ".rows (" + std::to_string(v.rows) + ") must be >= 0");
-    require(v.cols >= 0, n + ".cols (" + std::to_string(v.cols) + ") must be >= 0");
-    require(v.ld >= v.cols, n + ".ld (" + std::to_string(v.ld) + ") must be >= " + n + ".cols (" +
-                                std::to_string(v.cols) + ")");
-    require(v.empty() || v.data != nullptr, n + ".data must not be null for a non-empty " +
-                                                std::to_string(v.rows) + " x " + std::to_string(v.cols) +
-                                                " view");
-  }
-  /// An output must not share memory with another view of the call (the ring
-  /// writes it while the other is still read, or sent).
-  template <class T, class U>
-  void disjoint(const char* out_name, const matrix_view<T>& out, const char* other_name, const matrix_view<U>& other) {
-    if (failed()) return;  // views may be invalid
-    const auto es = static_cast<int64_t>(sizeof(std::remove_const_t<T>)), eu = static_cast<int64_t>(sizeof(U));
-    if (blocks_overlap(reinterpret_cast<uintptr_t>(out.data), out.rows, out.cols * es, out.ld * es,
-                       reinterpret_cast<uintptr_t>(other.data), other.rows, other.cols * eu, other.ld * eu))
-      require(false, std::string(out_name) + " overlaps " + other_name +
-                         " in memory; outputs must not alias the op's other arguments");
-  }
-  [[nodiscard]] bool failed() const noexcept { return !failure_.empty(); }
-  [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
-  [[nodiscard]] const std::string& op() const noexcept { return op_; }
-  [[nodiscard]] op_id id() const noexcept { return id_; }
-  [[nodiscard]] dtype type() const noexcept { return type_; }
-
- private:
-  op_id id_;
-  dtype type_;
-  std::string op_;
-  std::string failure_;
-};
 
 [[nodiscard]] inline uint64_t hash_values(const std::vector<int64_t>& values, uint64_t seed = 1469598103934665603ull) {
   uint64_t h = seed;  // FNV-1a over the bytes
@@ -162,22 +91,76 @@ inline bool agree(context& ctx, const arg_checks& checks, const plan_base* cache
   return s.out[1] == 0 && s.out[2] == -s.out[3];
 }
 
-/// Collective: every rank's `mine` (all of the same length, which agree()
-/// ensured: same op); row r of the result is rank r's values.
-[[nodiscard]] inline std::vector<int64_t> allgather_values(context& ctx, const std::vector<int64_t>& mine,
-                                                           const std::string& op) {
-  agreement_scratch& s = ctx.scratch();
-  s.mine = mine;
-  s.table.resize(mine.size() * static_cast<size_t>(ctx.size()));
-  const int n = static_cast<int>(mine.size());
+/// An option in an op's exchanged row that must be the same on every rank,
+/// with its name in messages.
+template <class Row>
+struct agreed_field {
+  const char* name;
+  int64_t Row::*member;
+};
+
+/// A row's values in declaration order (Row: a struct of int64_t only).
+template <class Row>
+void append_values(std::vector<int64_t>& out, const Row& row) {
+  static_assert(std::is_trivially_copyable_v<Row> && sizeof(Row) % sizeof(int64_t) == 0,
+                "an exchanged row holds int64_t fields only");
+  const size_t n = sizeof(Row) / sizeof(int64_t), at = out.size();
+  out.resize(at + n);
+  std::memcpy(out.data() + at, &row, sizeof(Row));
+}
+
+/// Collective: every rank's row, exchanged as one MPI datatype (element r is
+/// rank r's); agree() ensured that every rank called the same op. Then every
+/// field of Row::agreed must equal rank 0's, else std::invalid_argument on
+/// every rank (all see the same table) naming the field and the ranks.
+template <class Row>
+[[nodiscard]] std::vector<Row> exchange_rows(context& ctx, const Row& mine, const std::string& op) {
+  agreement_scratch& s = ctx.scratch();  // owned by the context: see agreement_scratch
+  s.mine.clear();
+  append_values(s.mine, mine);
+  s.table.resize(s.mine.size() * static_cast<size_t>(ctx.size()));
+  const mpi::datatype row = mpi::contiguous_type(static_cast<int64_t>(s.mine.size()), MPI_INT64_T);
   ctx.collective(
       "MPI_Allgather",
-      [&] { return MPI_Allgather(s.mine.data(), n, MPI_INT64_T, s.table.data(), n, MPI_INT64_T, ctx.comm()); },
+      [&] { return MPI_Allgather(s.mine.data(), 1, row.get(), s.table.data(), 1, row.get(), ctx.comm()); },
       [&](MPI_Request* r) {
-        return MPI_Iallgather(s.mine.data(), n, MPI_INT64_T, s.table.data(), n, MPI_INT64_T, ctx.comm(), r);
+        return MPI_Iallgather(s.mine.data(), 1, row.get(), s.table.data(), 1, row.get(), ctx.comm(), r);
       },
       [&] { return op + " (exchanging shard sizes)"; });
-  return s.table;
+  std::vector<Row> rows(static_cast<size_t>(ctx.size()));
+  std::memcpy(rows.data(), s.table.data(), rows.size() * sizeof(Row));
+  for (size_t r = 1; r < rows.size(); ++r)
+    for (const agreed_field<Row>& f : Row::agreed) {
+      const int64_t v0 = rows[0].*f.member, vr = rows[r].*f.member;
+      if (vr != v0)
+        throw std::invalid_argument(op + ": " + f.name + " differs across ranks (rank 0: " + std::to_string(v0) +
+                                    ", rank " + std::to_string(r) + ": " + std::to_string(vr) + "); it must agree");
+    }
+  return rows;
+}
+
+/// What the ranks agreed on: every rank's cached plan matches (`cached`), or
+/// the table of every rank's row (element r = rank r's).
+template <class Row>
+struct agreement {
+  plan_base* cached = nullptr;
+  std::vector<Row> table;
+  /// The same on every rank: the exchanged table (which names the options) and the op.
+  [[nodiscard]] uint64_t fingerprint(op_id op) const {
+    std::vector<int64_t> values;
+    for (const Row& r : table) append_values(values, r);
+    return hash_values(values, hash_values({static_cast<int64_t>(op)}));
+  }
+};
+
+/// Collective: agree() on the cached plan for `key`, and on a miss anywhere
+/// exchange every rank's row (exchange_rows checks the options that must agree).
+template <class Row>
+[[nodiscard]] agreement<Row> agree_or_exchange(context& ctx, const arg_checks& checks, const plan_key& key,
+                                               const Row& mine) {
+  plan_base* cached = checks.failed() ? nullptr : ctx.find_plan(key);
+  if (agree(ctx, checks, cached)) return {cached, {}};
+  return {nullptr, exchange_rows(ctx, mine, checks.op())};
 }
 
 /// Builds a plan on this rank and agrees on the outcome with the others

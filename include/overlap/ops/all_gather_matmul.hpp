@@ -4,6 +4,7 @@
 /// first, decomposed into ring steps that overlap each shard's transfer with
 /// the partial product of the shard before it.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,7 +15,14 @@
 #include "overlap/engine/ring.hpp"
 #include "overlap/matrix.hpp"
 #include "overlap/ops/agreement.hpp"
-#include "overlap/ops/common.hpp"
+#include "overlap/ops/block_types.hpp"
+#include "overlap/ops/checks.hpp"
+#include "overlap/ops/chunks.hpp"
+#include "overlap/ops/geometry.hpp"
+#include "overlap/ops/op_id.hpp"
+#include "overlap/ops/packing.hpp"
+#include "overlap/ops/run.hpp"
+#include "overlap/ops/verbose.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/others.hpp"
 #include "overlap/schedule/choose.hpp"
@@ -104,236 +112,279 @@ struct ag_args {
   [[nodiscard]] const matrix_view<const T>& local(const ag_geometry& g) const { return g.lhs ? a : b; }
 };
 
+/// How a piece's product enters the output.
+struct ag_piece_output {
+  bool accumulate = false;  ///< C += product (contracting pieces after the first)
+  bool last = false;        ///< the output block's last contribution: the epilogue runs
+  bool into_acc = false;    ///< to the fp32 accumulator (ld = c.cols) instead of c (bf16 products)
+  bool add_acc = false;     ///< c = product + accumulator (a bf16 product's last step)
+};
+
 /// The GEMM of one piece of op(X) (lnr x lnc, stored with ld):
 /// lhs: C[lr0:+lnr, :] (+)= op(X piece) @ op(b)[lc0:+lnc, :];
 /// rhs: C[:, lc0:+lnc] (+)= op(a)[:, lr0:+lnr] @ op(X piece).
-/// into_acc: the product goes to the fp32 accumulator (ld = c.cols) instead
-/// of c; add_acc: c = product + accumulator (a bf16 product's last step).
 template <class T>
 gemm_desc ag_gemm(const ag_geometry& geo, const ag_args<T>& x, const ag_options& opt, int64_t lnr, int64_t lnc,
-                  int64_t ld, bool accumulate, bool last, bool into_acc = false, bool add_acc = false) {
+                  int64_t ld, const ag_piece_output& how) {
   gemm_desc d;
-  if (geo.lhs) d = gemm_desc{lnr, op_dims(x.b, geo.trans_o).cols, lnc, ld, x.b.ld, x.c.ld, geo.trans_x, geo.trans_o};
-  else d = gemm_desc{op_dims(x.a, geo.trans_o).rows, lnc, lnr, x.a.ld, ld, x.c.ld, geo.trans_o, geo.trans_x};
-  d.accumulate = accumulate;
+  if (geo.lhs) {
+    d.m = lnr, d.n = op_dims(x.b, geo.trans_o).cols, d.k = lnc;
+    d.lda = ld, d.ldb = x.b.ld, d.trans_a = geo.trans_x, d.trans_b = geo.trans_o;
+  } else {
+    d.m = op_dims(x.a, geo.trans_o).rows, d.n = lnc, d.k = lnr;
+    d.lda = x.a.ld, d.ldb = ld, d.trans_a = geo.trans_o, d.trans_b = geo.trans_x;
+  }
+  d.ldc = x.c.ld;
+  d.accumulate = how.accumulate;
   d.in = d.out = dtype_of<T>();
-  if (into_acc) d.out = dtype::f32, d.ldc = x.c.cols;
-  if (add_acc) d.addend = true, d.ld_addend = x.c.cols, d.addend_type = dtype::f32;
-  if (last) {  // the epilogue runs once, with an output block's last contribution
-    d.bias = opt.epilogue.bias != nullptr;
+  if (how.into_acc) d.out = dtype::f32, d.ldc = x.c.cols;
+  if (how.add_acc) d.addend = true, d.ld_addend = x.c.cols, d.addend_type = dtype::f32;
+  if (how.last) {  // the epilogue runs once, with an output block's last contribution
+    d.bias = static_cast<bool>(opt.epilogue.bias);
     d.act = opt.epilogue.activation;
   }
   return d;
 }
 
+/// The bulk plan: one MPI_Allgatherv and one GEMM on the gathered operand.
 template <class T>
-void ag_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int chunks) {
+void ag_build_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt) {
   const ag_geometry& geo = plan.geo;
   const int R = ctx.size();
-  const int p = ctx.rank();
   const int64_t srows = geo.stored_rows(), scols = geo.stored_cols();
-
-  if (plan.strategy == strategy::bulk) {
-    const bool sr = geo.stored_shard_rows();
-    const int64_t per_unit = sr ? scols : srows;  // elements per stored shard row / column
-    plan.counts.resize(static_cast<size_t>(R));
-    plan.displs.resize(static_cast<size_t>(R));
-    for (int r = 0; r < R; ++r) {
-      plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(geo.layout.size(r) * per_unit, "all-gather count");
-      plan.displs[static_cast<size_t>(r)] = mpi::detail::to_count(geo.layout.offset(r) * per_unit, "all-gather displacement");
-    }
-    const auto elems = static_cast<size_t>(srows * scols);
-    // Row shards land as contiguous row blocks of X: straight into gathered_out
-    // when it is dense, else into gather_ws. Column shards land as blocks in
-    // blocks_ws and are unpacked side by side into gathered_out or gather_ws.
-    plan.gather_into_out = x.has_out && sr && x.out.ld == scols;
-    if (!sr) plan.blocks_ws = engine::buffer<T>(elems);
-    if (!plan.gather_into_out && (sr || !x.has_out)) plan.gather_ws = engine::buffer<T>(elems);
-    const int64_t x_ld = x.has_out ? x.out.ld : scols;
-    plan.bulk_kernel = ctx.make_kernel(ag_gemm(geo, x, opt, geo.x_rows, geo.x_cols, x_ld, false, true));
-    return;
+  const bool sr = geo.stored_shard_rows();
+  const int64_t per_unit = sr ? scols : srows;  // elements per stored shard row / column
+  plan.counts.resize(static_cast<size_t>(R));
+  plan.displs.resize(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(geo.layout.size(r) * per_unit, "all-gather count");
+    plan.displs[static_cast<size_t>(r)] = mpi::detail::to_count(geo.layout.offset(r) * per_unit, "all-gather displacement");
   }
+  const auto elems = static_cast<size_t>(srows * scols);
+  // Row shards land as contiguous row blocks of X: straight into gathered_out
+  // when it is dense, else into gather_ws. Column shards land as blocks in
+  // blocks_ws and are unpacked side by side into gathered_out or gather_ws.
+  plan.gather_into_out = x.has_out && sr && x.out.ld == scols;
+  if (!sr) plan.blocks_ws = engine::buffer<T>(elems);
+  if (!plan.gather_into_out && (sr || !x.has_out)) plan.gather_ws = engine::buffer<T>(elems);
+  const int64_t x_ld = x.has_out ? x.out.ld : scols;
+  plan.bulk_kernel = ctx.make_kernel(ag_gemm(geo, x, opt, geo.x_rows, geo.x_cols, x_ld, {false, true}));
+}
 
-  // Ring. Lane 0 holds, at round i, shard (p + i) % R: it arrived from p + 1
-  // and is forwarded to p - 1 unless it has gone all the way round. With two
-  // lanes (bidirectional), each shard is halved along op(X)'s output
-  // dimension: lane 0 carries the first halves that way, lane 1 the second
-  // halves the other way (shard (p - i) % R, from p - 1 to p + 1). Each half is
-  // split into `chunks` pieces; step t = i * chunks + j computes piece j of
-  // every lane. A piece is received `lead` = chunks steps before its step and
-  // forwarded in its step, and its send may stay in flight chunks - 1 steps
-  // more: 2 * chunks slots per lane are never rewritten while in use.
-  const int L = plan.lanes;
+/// bf16 with a contracting shard: partial sums stay in an fp32 accumulator.
+template <class T>
+bool ag_fp32_acc(const ag_geometry& geo, int R) {
+  return dtype_of<T>() == dtype::bf16 && geo.contracting && R > 1;
+}
+
+/// Where a ring plan's pieces live: the slots (slots per lane, lanes) and the
+/// largest piece, which sizes every slot.
+struct ag_slots {
+  int per_lane = 0, lanes = 1;
+  int64_t elems = 0;
+};
+
+/// Ring step t = i * chunks + j of lane l: piece j of the shard the lane
+/// holds at round i (docs in ag_build_ring).
+template <class T>
+ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int i, int j,
+                        int l, int chunks, ag_slots& slots) {
+  const ag_geometry& geo = plan.geo;
+  const int R = ctx.size(), p = ctx.rank();
+  const int shard = l == 0 ? (p + i) % R : (p - i + R) % R;
+  range rows{0, geo.stored_rows()}, cols{0, geo.stored_cols()};
+  (geo.stored_shard_rows() ? rows : cols) = range{geo.layout.offset(shard), geo.layout.size(shard)};
+  range& chunked = geo.stored_chunk_rows() ? rows : cols;
+  chunked = chunked.chunk(slots.lanes, l).chunk(chunks, j);
+  ag_step<T> st;
+  st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
+  st.lr0 = geo.trans_x ? st.c0 : st.r0;
+  st.lc0 = geo.trans_x ? st.r0 : st.c0;
+  if (x.has_out) {
+    st.home = piece_home::gathered_out;
+    st.ld = x.out.ld;
+  } else if (i == 0) {
+    st.home = piece_home::local;
+    st.ld = x.local(geo).ld;
+  } else {
+    st.home = piece_home::slot;
+    st.ld = st.nc;
+    st.slot_offset = ((i * chunks + j) % slots.per_lane) * slots.lanes + l;  // scaled to elements later
+    slots.elems = std::max(slots.elems, st.nr * st.nc);
+  }
+  st.send = st.nonempty() && i < R - 1;
+  st.recv = st.nonempty() && i > 0;
+  if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld);
+  const int64_t lnr = geo.trans_x ? st.nc : st.nr, lnc = geo.trans_x ? st.nr : st.nc;
+  const bool last = !geo.contracting || i == R - 1;
+  const bool fp32_acc = ag_fp32_acc<T>(geo, R);
+  st.into_acc = fp32_acc && !last;
+  st.add_acc = fp32_acc && last;
+  const bool accumulate = geo.contracting && i > 0 && !st.add_acc;
+  st.desc = ag_gemm(geo, x, opt, lnr, lnc, st.ld, {accumulate, last, st.into_acc, st.add_acc});
+  st.desc.pack_b = geo.lhs && geo.shard_rows;  // the pieces of lhs_rows read all of b
+  st.kernel = ctx.make_step_kernel(st.desc);
+  return st;
+}
+
+/// The ring plan. Lane 0 holds, at round i, shard (p + i) % R: it arrived
+/// from p + 1 and is forwarded to p - 1 unless it has gone all the way round.
+/// With two lanes (bidirectional), each shard is halved along op(X)'s output
+/// dimension: lane 0 carries the first halves that way, lane 1 the second
+/// halves the other way (shard (p - i) % R, from p - 1 to p + 1). Each half is
+/// split into `chunks` pieces; step t = i * chunks + j computes piece j of
+/// every lane. A piece is received `lead` = chunks steps before its step and
+/// forwarded in its step, and its send may stay in flight chunks - 1 steps
+/// more: 2 * chunks slots per lane are never rewritten while in use.
+template <class T>
+void ag_build_ring(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int chunks) {
+  const int R = ctx.size();
   plan.window = {chunks, chunks - 1};
-  const int slots = plan.window.lead + 1 + plan.window.send_slack;
   plan.n_steps = R * chunks;
-  int64_t slot_elems = 0;
-  const matrix_view<const T>& local = x.local(geo);
-  const bool fp32_acc = dtype_of<T>() == dtype::bf16 && geo.contracting && R > 1;
-  if (fp32_acc) plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
-  for (int i = 0; i < R; ++i) {
-    for (int j = 0; j < chunks; ++j) {
-      for (int l = 0; l < L; ++l) {
-        const int shard = l == 0 ? (p + i) % R : (p - i + R) % R;
-        range rows{0, srows}, cols{0, scols};
-        (geo.stored_shard_rows() ? rows : cols) = range{geo.layout.offset(shard), geo.layout.size(shard)};
-        range& chunked = geo.stored_chunk_rows() ? rows : cols;
-        chunked = chunked.chunk(L, l).chunk(chunks, j);
-        ag_step<T> st;
-        st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
-        st.lr0 = geo.trans_x ? st.c0 : st.r0;
-        st.lc0 = geo.trans_x ? st.r0 : st.c0;
-        const int t = i * chunks + j;
-        if (x.has_out) {
-          st.home = piece_home::gathered_out;
-          st.ld = x.out.ld;
-        } else if (i == 0) {
-          st.home = piece_home::local;
-          st.ld = local.ld;
-        } else {
-          st.home = piece_home::slot;
-          st.ld = st.nc;
-          st.slot_offset = (t % slots) * L + l;  // scaled to elements below
-          slot_elems = std::max(slot_elems, st.nr * st.nc);
-        }
-        const bool nonempty = st.nr > 0 && st.nc > 0;
-        st.send = nonempty && i < R - 1;
-        st.recv = nonempty && i > 0;
-        if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld);
-        const int64_t lnr = geo.trans_x ? st.nc : st.nr, lnc = geo.trans_x ? st.nr : st.nc;
-        const bool last = !geo.contracting || i == R - 1;
-        st.into_acc = fp32_acc && !last;
-        st.add_acc = fp32_acc && last;
-        const bool accumulate = geo.contracting && i > 0 && !st.add_acc;
-        st.desc = ag_gemm(geo, x, opt, lnr, lnc, st.ld, accumulate, last, st.into_acc, st.add_acc);
-        st.desc.pack_b = geo.lhs && geo.shard_rows;  // the pieces of lhs_rows read all of b
-        st.kernel = ctx.make_step_kernel(st.desc);
-        plan.steps.push_back(std::move(st));
-      }
-    }
-  }
+  ag_slots slots{plan.window.lead + 1 + plan.window.send_slack, plan.lanes, 0};
+  if (ag_fp32_acc<T>(plan.geo, R))
+    plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < chunks; ++j)
+      for (int l = 0; l < plan.lanes; ++l) plan.steps.push_back(ag_ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
   plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
   for (auto& st : plan.steps)
-    if (st.home == piece_home::slot) st.slot_offset *= slot_elems;
-  plan.slots = engine::buffer<T>(static_cast<size_t>(slot_elems * slots * L));
+    if (st.home == piece_home::slot) st.slot_offset *= slots.elems;
+  plan.slots = engine::buffer<T>(static_cast<size_t>(slots.elems * slots.per_lane * plan.lanes));
+}
+
+/// The operands of an others plan for all_gather_matmul: where this rank's
+/// shard of X and the other operand are read, and their extents.
+struct ag_others_ctx {
+  int R = 1, p = 0;
+  dtype t = dtype::f32;
+  bool tx = false, to = false;
+  int64_t x_ld = 0;          ///< ld of this rank's shard of X
+  others_src x_src, o_src;   ///< the caller's views holding X and the other operand
+  const std::vector<int64_t>& other;  ///< every rank's extent of the other operand's free dimension
+  [[nodiscard]] int64_t o(int q) const { return other[static_cast<size_t>(q)]; }
+};
+
+/// Not contracting (lhs_rows, rhs_cols): every rank's other operand is
+/// gathered, this rank multiplies its shard of X by each, and the output
+/// blocks go to their owners.
+/// lhs_rows: A_p (M_p x K) @ op(b_q) (K x N_q) is rows p of rank q's c.
+/// rhs_cols: op(a_q) (M_q x K) @ B_p (K x N_p) is columns p of rank q's c.
+/// Returns the elements of the products buffer.
+template <class T>
+int64_t ag_others_gather(const ag_geometry& geo, others_plan<T>& o, const ag_args<T>& x, const ag_options& opt,
+                         const ag_others_ctx& c) {
+  const shard_layout& sh = geo.layout;
+  const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows, own = c.o(c.p);
+  std::vector<int64_t> gathered, to_each, from_each;
+  for (int q = 0; q < c.R; ++q) gathered.push_back(k * c.o(q));
+  o.gather = true;
+  o.gathered_at = others_counts(gathered);
+  const dims2 od = op_dims(geo.lhs ? x.b : x.a, c.to);
+  o.gather_own = stored_block(c.o_src, c.to, {0, od.rows}, {0, od.cols}, o.gathered_at.displs[static_cast<size_t>(c.p)]);
+  int64_t at = 0;
+  for (int q = 0; q < c.R; ++q) {
+    others_gemm g;
+    g.peer = q;
+    const int64_t oq = c.o(q), off = o.gathered_at.displs[static_cast<size_t>(q)];
+    if (geo.lhs) {
+      g.a = c.x_src, g.b = others_src::gathered, g.b_off = off;
+      g.desc = others_desc(sh.size(c.p), oq, k, c.x_ld, packed_ld(c.to ? k : oq), oq, c.tx, c.to, c.t, c.t, false);
+    } else {
+      g.a = others_src::gathered, g.b = c.x_src, g.a_off = off;
+      g.desc = others_desc(oq, sh.size(c.p), k, packed_ld(c.to ? oq : k), c.x_ld, sh.size(c.p), c.to, c.tx, c.t, c.t,
+                           false);
+    }
+    g.out = at;
+    at += g.desc.m * g.desc.n;
+    to_each.push_back(g.desc.m * g.desc.n);
+    from_each.push_back(sh.size(q) * own);
+    o.gemms.push_back(std::move(g));
+  }
+  o.output = others_output::owners;
+  o.owners_send = others_counts(to_each);
+  o.owners_recv = others_counts(from_each);
+  // The block of rank q's output this rank computed, at element `from`.
+  auto block_of = [&](int q, int64_t from) {
+    return geo.lhs ? others_block{others_src::caller_a, sh.offset(q), 0, sh.size(q), own, from}
+                   : others_block{others_src::caller_a, 0, sh.offset(q), own, sh.size(q), from};
+  };
+  // lhs_rows: the blocks received are c's row blocks in order.
+  o.recv_into_c = geo.lhs && x.c.ld == x.c.cols;
+  for (int q = 0; q < c.R && !o.recv_into_c; ++q)
+    if (q != c.p) o.place.push_back(block_of(q, o.owners_recv.displs[static_cast<size_t>(q)]));
+  // This rank's own block stays here: from the products to its place in c.
+  o.own_place = true;
+  o.own = block_of(c.p, o.gemms[static_cast<size_t>(c.p)].out);
+  others_finish(o, x.c, opt.epilogue, false, c.t);
+  return at;
+}
+
+/// Contracting (lhs_cols, rhs_rows): each rank sends every peer the slice of
+/// its other operand that meets the peer's K shard, multiplies its shard of X
+/// by the slices it got, and the partial sums are reduced and scattered.
+/// lhs_cols: op(A_p) (M x K_p) @ op(b_q)[K_p rows] (K_p x N_q) is rank q's partial sum.
+/// rhs_rows: op(a_q)[:, K_p] (M_q x K_p) @ B_p (K_p x N) is rank q's partial sum.
+/// Returns the elements of the products buffer.
+template <class T>
+int64_t ag_others_exchange(const ag_geometry& geo, others_plan<T>& o, const ag_args<T>& x, const ag_options& opt,
+                           const ag_others_ctx& c) {
+  const shard_layout& sh = geo.layout;
+  o.out = c.t == dtype::bf16 ? dtype::f32 : c.t;
+  const int64_t free = geo.lhs ? geo.x_rows : geo.x_cols;  // M (lhs) or N (rhs), the same on every rank
+  const int64_t kp = sh.size(c.p), own = c.o(c.p);
+  std::vector<int64_t> sent, got, sums;
+  for (int q = 0; q < c.R; ++q) sent.push_back(sh.size(q) * own), got.push_back(kp * c.o(q));
+  o.exchange = true;
+  o.sent_at = others_counts(sent);
+  o.exchanged_at = others_counts(got);
+  for (int q = 0; q < c.R; ++q) {
+    const range kq{sh.offset(q), sh.size(q)}, all{0, own};
+    const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
+    o.exchange_out.push_back(geo.lhs ? stored_block(c.o_src, c.to, kq, all, dst)
+                                     : stored_block(c.o_src, c.to, all, kq, dst));
+  }
+  int64_t at = 0;
+  for (int q = 0; q < c.R; ++q) {
+    // This rank's own slice is read where it was packed to be sent: it is
+    // there before the exchange completes.
+    const bool own_slice = q == c.p;
+    const others_src ex = own_slice ? others_src::sent : others_src::exchanged;
+    const int64_t oq = c.o(q), off = (own_slice ? o.sent_at : o.exchanged_at).displs[static_cast<size_t>(q)];
+    others_gemm g;
+    g.peer = q;
+    if (geo.lhs) {
+      g.a = c.x_src, g.b = ex, g.b_off = off;
+      g.desc = others_desc(free, oq, kp, c.x_ld, packed_ld(c.to ? kp : oq), oq, c.tx, c.to, c.t, o.out, false);
+    } else {
+      g.a = ex, g.b = c.x_src, g.a_off = off;
+      g.desc = others_desc(oq, free, kp, packed_ld(c.to ? oq : kp), c.x_ld, free, c.to, c.tx, c.t, o.out, false);
+    }
+    g.out = at;
+    sums.push_back(g.desc.m * g.desc.n);
+    at += sums.back();
+    o.gemms.push_back(std::move(g));
+  }
+  others_reduce_into(o, sums, x.c, opt.epilogue);
+  return at;
 }
 
 /// algorithm::others for all_gather_matmul. `other[q]` is rank q's extent
 /// of the other operand's free dimension (N_q for lhs_*, M_q for rhs_*).
-/// Not contracting (lhs_rows, rhs_cols): every rank's other operand is
-/// gathered, this rank multiplies its shard of X by each of them, and the
-/// output blocks go to their owners. Contracting (lhs_cols, rhs_rows): each
-/// rank sends every peer the slice of its other operand that meets the peer's
-/// K shard, multiplies its shard of X by the slices it got, and the partial
-/// sums are reduced and scattered to their owners.
 template <class T>
 void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
                      const std::vector<int64_t>& other) {
   const ag_geometry& geo = plan.geo;
   others_plan<T>& o = plan.others;
-  const int R = ctx.size(), p = ctx.rank();
-  const dtype t = dtype_of<T>();
-  const bool tx = geo.trans_x, to = geo.trans_o;
-  const matrix_view<const T>& mine = x.local(geo);
-  const others_src x_src = geo.lhs ? others_src::caller_a : others_src::caller_b;
-  const others_src o_src = geo.lhs ? others_src::caller_b : others_src::caller_a;
-  const shard_layout& sh = geo.layout;
-  std::vector<int64_t> to_each(static_cast<size_t>(R)), from_each(static_cast<size_t>(R));
-  int64_t at = 0;
-  if (!geo.contracting) {
-    // lhs_rows: A_p (M_p x K) @ op(b_q) (K x N_q) is rows p of rank q's c.
-    // rhs_cols: op(a_q) (M_q x K) @ B_p (K x N_p) is columns p of rank q's c.
-    const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows;
-    std::vector<int64_t> gathered(static_cast<size_t>(R));
-    for (int q = 0; q < R; ++q) gathered[static_cast<size_t>(q)] = k * other[static_cast<size_t>(q)];
-    o.gather = true;
-    o.gathered_at = others_counts(gathered);
-    const matrix_view<const T>& ov = geo.lhs ? x.b : x.a;
-    const dims2 od = op_dims(ov, to);
-    o.gather_own = stored_block(o_src, to, {0, od.rows}, {0, od.cols}, o.gathered_at.displs[static_cast<size_t>(p)]);
-    for (int q = 0; q < R; ++q) {
-      const int64_t oq = other[static_cast<size_t>(q)], off = o.gathered_at.displs[static_cast<size_t>(q)];
-      others_gemm g;
-      g.peer = q;
-      if (geo.lhs) {
-        g.a = x_src, g.b = others_src::gathered, g.b_off = off;
-        g.desc = others_desc(sh.size(p), oq, k, mine.ld, packed_ld(to ? k : oq), oq, tx, to, t, t, false);
-      } else {
-        g.a = others_src::gathered, g.b = x_src, g.a_off = off;
-        g.desc = others_desc(oq, sh.size(p), k, packed_ld(to ? oq : k), mine.ld, sh.size(p), to, tx, t, t, false);
-      }
-      g.out = at;
-      at += g.desc.m * g.desc.n;
-      to_each[static_cast<size_t>(q)] = g.desc.m * g.desc.n;
-      o.gemms.push_back(std::move(g));
-    }
-    o.output = others_output::owners;
-    const int64_t own = other[static_cast<size_t>(p)];
-    for (int q = 0; q < R; ++q) from_each[static_cast<size_t>(q)] = sh.size(q) * own;
-    o.owners_send = others_counts(to_each);
-    o.owners_recv = others_counts(from_each);
-    // lhs_rows: the blocks received are c's row blocks in order.
-    o.recv_into_c = geo.lhs && x.c.ld == x.c.cols;
-    for (int q = 0; q < R && !o.recv_into_c; ++q) {
-      const int64_t from = o.owners_recv.displs[static_cast<size_t>(q)];
-      if (q != p)
-        o.place.push_back(geo.lhs ? others_block{others_src::caller_a, sh.offset(q), 0, sh.size(q), own, from}
-                                  : others_block{others_src::caller_a, 0, sh.offset(q), own, sh.size(q), from});
-    }
-    // This rank's own block stays here: from the products to its place in c.
-    o.own_place = true;
-    const int64_t mine_at = o.gemms[static_cast<size_t>(p)].out;
-    o.own = geo.lhs ? others_block{others_src::caller_a, sh.offset(p), 0, sh.size(p), own, mine_at}
-                    : others_block{others_src::caller_a, 0, sh.offset(p), own, sh.size(p), mine_at};
-    others_finish(o, x.c, opt.epilogue, false, t);
-  } else {
-    // lhs_cols: op(A_p) (M x K_p) @ op(b_q)[K_p rows] (K_p x N_q) is rank q's partial sum.
-    // rhs_rows: op(a_q)[:, K_p] (M_q x K_p) @ B_p (K_p x N) is rank q's partial sum.
-    o.out = t == dtype::bf16 ? dtype::f32 : t;
-    const int64_t free = geo.lhs ? geo.x_rows : geo.x_cols;  // M (lhs) or N (rhs), the same on every rank
-    const int64_t kp = sh.size(p), own = other[static_cast<size_t>(p)];
-    std::vector<int64_t> sent(static_cast<size_t>(R)), got(static_cast<size_t>(R));
-    for (int q = 0; q < R; ++q) {
-      sent[static_cast<size_t>(q)] = sh.size(q) * own;
-      got[static_cast<size_t>(q)] = kp * other[static_cast<size_t>(q)];
-    }
-    o.exchange = true;
-    o.sent_at = others_counts(sent);
-    o.exchanged_at = others_counts(got);
-    for (int q = 0; q < R; ++q) {
-      const range kq{sh.offset(q), sh.size(q)}, all{0, own};
-      const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
-      o.exchange_out.push_back(geo.lhs ? stored_block(o_src, to, kq, all, dst) : stored_block(o_src, to, all, kq, dst));
-    }
-    std::vector<int64_t> sums(static_cast<size_t>(R));
-    for (int q = 0; q < R; ++q) {
-      // This rank's own slice is read where it was packed to be sent: it is
-      // there before the exchange completes.
-      const bool own_slice = q == p;
-      const others_src ex = own_slice ? others_src::sent : others_src::exchanged;
-      const int64_t oq = other[static_cast<size_t>(q)], off = own_slice ? o.sent_at.displs[static_cast<size_t>(q)]
-                                                                        : o.exchanged_at.displs[static_cast<size_t>(q)];
-      others_gemm g;
-      g.peer = q;
-      if (geo.lhs) {
-        g.a = x_src, g.b = ex, g.b_off = off;
-        g.desc = others_desc(free, oq, kp, mine.ld, packed_ld(to ? kp : oq), oq, tx, to, t, o.out, false);
-      } else {
-        g.a = ex, g.b = x_src, g.a_off = off;
-        g.desc = others_desc(oq, free, kp, packed_ld(to ? oq : kp), mine.ld, free, to, tx, t, o.out, false);
-      }
-      g.out = at;
-      sums[static_cast<size_t>(q)] = g.desc.m * g.desc.n;
-      at += sums[static_cast<size_t>(q)];
-      o.gemms.push_back(std::move(g));
-    }
-    others_reduce_into(o, sums, x.c, opt.epilogue);
-  }
+  const ag_others_ctx c{ctx.size(), ctx.rank(), dtype_of<T>(), geo.trans_x, geo.trans_o, x.local(geo).ld,
+                        geo.lhs ? others_src::caller_a : others_src::caller_b,
+                        geo.lhs ? others_src::caller_b : others_src::caller_a, other};
+  const int64_t products = geo.contracting ? ag_others_exchange(geo, o, x, opt, c) : ag_others_gather(geo, o, x, opt, c);
   for (others_gemm& g : o.gemms) g.kernel = ctx.make_kernel(g.desc);
   // This rank's own block first: its inputs are local, so it runs while the
   // input collective moves the others.
-  std::rotate(o.gemms.begin(), o.gemms.begin() + p, o.gemms.end());
-  others_allocate(o, at);
+  std::rotate(o.gemms.begin(), o.gemms.begin() + c.p, o.gemms.end());
+  others_allocate(o, products);
 }
 
 /// What a candidate schedule of all_gather_matmul does on the busiest rank,
@@ -382,11 +433,11 @@ inline work ag_work(const ag_geometry& g, const std::vector<int64_t>& other, int
 }
 
 /// Step 1 of preparing a call: the checks each rank makes alone (options,
-/// views, aliasing, shapes); returns the backend for the plan key.
+/// views, aliasing, shapes); returns the backend for the plan key. Messages
+/// are built only for a rule that fails.
 template <class T>
 int ag_local_checks(const context& ctx, arg_checks& checks, const ag_args<T>& x, const ag_options& opt) {
-  const auto g = static_cast<int>(opt.gathered);
-  checks.require(g >= 0 && g <= 3, "ag_options.gathered has an invalid value " + std::to_string(g));
+  checks.valid("ag_options", ".gathered", opt.gathered);
   check_common_options(checks, "ag_options", opt.strategy, opt.algorithm, opt.epilogue);
   checks.view("a", x.a);
   checks.view("b", x.b);
@@ -399,42 +450,51 @@ int ag_local_checks(const context& ctx, arg_checks& checks, const ag_args<T>& x,
     checks.disjoint("gathered_out", x.out, "b", x.b);
     checks.disjoint("gathered_out", x.out, "c", x.c);
   }
-  if (opt.epilogue.bias != nullptr) {
-    const matrix_view<const T> bias(static_cast<const T*>(opt.epilogue.bias), 1, x.c.cols);
-    checks.disjoint("c", x.c, "the epilogue's bias", bias);
-  }
+  checks.bias(opt.epilogue.bias, x.c);
   const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
-  const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
-  auto dim = [](const std::string& n, int64_t v) { return n + " (" + std::to_string(v) + ")"; };
-  auto must_equal = [&](int64_t v1, const std::string& n1, int64_t v2, const std::string& n2, const char* what = "") {
-    checks.require(v1 == v2, dim(n1, v1) + " must equal " + dim(n2, v2) + what);
+  auto must_equal = [&](int64_t v1, const char* n1, int64_t v2, const char* n2, const char* what = "") {
+    require_equal(checks, opt.transpose_a, opt.transpose_b, v1, n1, v2, n2, what);
   };
-  switch (opt.gathered) {
-    case gathered::lhs_rows:
-      must_equal(lb.rows, bn + ".rows", la.cols, an + ".cols", ", the K dimension");
-      must_equal(x.c.cols, "c.cols", lb.cols, bn + ".cols");
-      break;
-    case gathered::lhs_cols:
-      must_equal(x.c.rows, "c.rows", la.rows, an + ".rows");
-      must_equal(x.c.cols, "c.cols", lb.cols, bn + ".cols");
-      break;
-    case gathered::rhs_cols:
-      must_equal(lb.rows, bn + ".rows", la.cols, an + ".cols", ", the K dimension");
-      must_equal(x.c.rows, "c.rows", la.rows, an + ".rows");
-      break;
-    case gathered::rhs_rows:
-      must_equal(x.c.rows, "c.rows", la.rows, an + ".rows");
-      must_equal(x.c.cols, "c.cols", lb.cols, bn + ".cols");
-      break;
-  }
+  const bool k_rule = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::rhs_cols;
+  if (k_rule) must_equal(lb.rows, "b.rows", la.cols, "a.cols", ", the K dimension");
+  if (opt.gathered != gathered::lhs_rows) must_equal(x.c.rows, "c.rows", la.rows, "a.rows");
+  if (opt.gathered != gathered::rhs_cols) must_equal(x.c.cols, "c.cols", lb.cols, "b.cols");
   return checked_backend<T>(ctx, checks);
 }
 
-/// Where each value sits in the row a rank contributes to the exchange, after
-/// the options that must agree.
-struct ag_row {
-  enum : size_t { a_rows, a_cols, b_rows, b_cols, c_rows, c_cols, has_out, out_rows, out_cols, knee };
+/// What each rank contributes when the ranks exchange their calls (on a plan
+/// miss anywhere): the options, which must agree (agreed() names them), and
+/// this rank's sizes. Exchanged as one MPI datatype (exchange_rows).
+struct ag_exchanged {
+  int64_t gathered, strategy, chunks, transpose_a, transpose_b, activation, phases, algorithm;
+  int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
+  int64_t c_rows, c_cols;
+  int64_t has_out, out_rows, out_cols;     ///< gathered_out
+  /// Pieces split op(X)'s output dimension; this rank's GEMM keeps its rate above this many.
+  int64_t knee;
+
+  static constexpr std::array<agreed_field<ag_exchanged>, 8> agreed{{
+      {"ag_options.gathered", &ag_exchanged::gathered},
+      {"ag_options.strategy", &ag_exchanged::strategy},
+      {"config.ag_chunks", &ag_exchanged::chunks},
+      {"ag_options.transpose_a", &ag_exchanged::transpose_a},
+      {"ag_options.transpose_b", &ag_exchanged::transpose_b},
+      {"ag_options.epilogue.activation", &ag_exchanged::activation},
+      {"config.phases", &ag_exchanged::phases},
+      {"ag_options.algorithm", &ag_exchanged::algorithm},
+  }};
 };
+
+/// This rank's row of the exchange.
+template <class T>
+ag_exchanged ag_row_of(const context& ctx, const ag_geometry& geo, const ag_args<T>& x, const ag_options& opt) {
+  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+  return {static_cast<int64_t>(opt.gathered), static_cast<int64_t>(opt.strategy), ctx.config().ag_chunks,
+          opt.transpose_a, opt.transpose_b, static_cast<int64_t>(opt.epilogue.activation),
+          static_cast<int64_t>(ctx.config().phases), static_cast<int64_t>(opt.algorithm),
+          la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols, x.has_out, x.out.rows, x.out.cols,
+          ctx.piece_knee(dtype_of<T>(), geo.lhs ? x.c.cols : x.c.rows)};
+}
 
 /// What the exchanged table says about the whole problem.
 struct ag_global {
@@ -444,59 +504,72 @@ struct ag_global {
   int64_t knee_units = 0;          ///< the largest GEMM rate knee over ranks
 };
 
-/// Step 3: the rules that span ranks, on the exchanged table (row r = rank
-/// r's values from `o` on); every rank sees the same table, so all throw alike.
+/// The fields of the exchanged row that the rules across ranks read, for a
+/// geometry: the dimension every rank must agree on, the sharded one, and
+/// the one the shards must sum to; with their names in messages.
+struct ag_fields {
+  int64_t ag_exchanged::*agreed;
+  int64_t ag_exchanged::*sharded;
+  int64_t ag_exchanged::*summed;
+  std::string agreed_name, sharded_name, summed_name, symbol;
+
+  ag_fields(const ag_geometry& geo, const ag_options& opt) {
+    using e = ag_exchanged;
+    const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
+    if (geo.lhs) {
+      agreed = geo.shard_rows ? &e::a_cols : &e::a_rows;
+      sharded = geo.shard_rows ? &e::a_rows : &e::a_cols;
+      agreed_name = geo.shard_rows ? an + ".cols (K)" : an + ".rows (M)";
+      sharded_name = geo.shard_rows ? an + ".rows" : an + ".cols";
+    } else {
+      agreed = geo.shard_rows ? &e::b_cols : &e::b_rows;
+      sharded = geo.shard_rows ? &e::b_rows : &e::b_cols;
+      agreed_name = geo.shard_rows ? bn + ".cols (N)" : bn + ".rows (K)";
+      sharded_name = geo.shard_rows ? bn + ".rows" : bn + ".cols";
+    }
+    summed = &e::c_rows, summed_name = "c.rows", symbol = "M";
+    if (!geo.lhs && !geo.shard_rows) summed = &e::c_cols, summed_name = "c.cols", symbol = "N";
+    if (geo.contracting) {
+      summed = geo.lhs ? &e::b_rows : &e::a_cols;
+      summed_name = geo.lhs ? bn + ".rows" : an + ".cols";
+      symbol = "K";
+    }
+  }
+};
+
+/// Step 3: the rules that span ranks, on the exchanged table (element r =
+/// rank r's row); every rank sees the same table, so all throw alike.
 inline ag_global ag_global_checks(const arg_checks& checks, const ag_geometry& geo, const ag_options& opt,
-                                  const std::vector<int64_t>& all, size_t row_len, size_t o, int R) {
-  auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * row_len + o + i]; };
+                                  const std::vector<ag_exchanged>& table) {
   auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
-  const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
-  using row = ag_row;
-  // The dimension every rank must agree on, and the sharded one that sums up.
-  const size_t agreed = geo.lhs ? (geo.shard_rows ? row::a_cols : row::a_rows)
-                                : (geo.shard_rows ? row::b_cols : row::b_rows);
-  const size_t sharded = geo.lhs ? (geo.shard_rows ? row::a_rows : row::a_cols)
-                                 : (geo.shard_rows ? row::b_rows : row::b_cols);
-  const std::string agreed_name = geo.lhs ? (geo.shard_rows ? an + ".cols (K)" : an + ".rows (M)")
-                                          : (geo.shard_rows ? bn + ".cols (N)" : bn + ".rows (K)");
-  const std::string sharded_name = geo.lhs ? (geo.shard_rows ? an + ".rows" : an + ".cols")
-                                           : (geo.shard_rows ? bn + ".rows" : bn + ".cols");
-  std::vector<int64_t> sizes(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) {
-    if (at(r, agreed) != at(0, agreed))
-      fail(agreed_name + " must agree across ranks (rank 0: " + std::to_string(at(0, agreed)) + ", rank " +
-           std::to_string(r) + ": " + std::to_string(at(r, agreed)) + ")");
-    sizes[static_cast<size_t>(r)] = at(r, sharded);
+  const ag_fields f(geo, opt);
+  const ag_exchanged& first = table.front();
+  std::vector<int64_t> sizes;
+  for (size_t r = 0; r < table.size(); ++r) {
+    if (table[r].*f.agreed != first.*f.agreed)
+      fail(f.agreed_name + " must agree across ranks (rank 0: " + std::to_string(first.*f.agreed) + ", rank " +
+           std::to_string(r) + ": " + std::to_string(table[r].*f.agreed) + ")");
+    sizes.push_back(table[r].*f.sharded);
   }
   ag_global g;
   g.full = geo;
   g.full.layout = shard_layout(sizes);
   const int64_t total = g.full.layout.total();
-  g.full.x_rows = geo.shard_rows ? total : at(0, agreed);
-  g.full.x_cols = geo.shard_rows ? at(0, agreed) : total;
-  // The sharded extents add up to a dimension of another view.
-  size_t summed_into = row::c_rows;
-  std::string summed_name = "c.rows", symbol = "M";
-  if (!geo.lhs && !geo.shard_rows) summed_into = row::c_cols, summed_name = "c.cols", symbol = "N";
-  if (geo.contracting) {
-    summed_into = geo.lhs ? row::b_rows : row::a_cols;
-    summed_name = geo.lhs ? bn + ".rows" : an + ".cols";
-    symbol = "K";
-  }
-  for (int r = 0; r < R; ++r) {
+  g.full.x_rows = geo.shard_rows ? total : first.*f.agreed;
+  g.full.x_cols = geo.shard_rows ? first.*f.agreed : total;
+  for (size_t r = 0; r < table.size(); ++r) {
+    const ag_exchanged& row = table[r];
     const std::string on = " on rank " + std::to_string(r);
-    if (at(r, summed_into) != total)
-      fail(summed_name + " (" + std::to_string(at(r, summed_into)) + ")" + on + " must equal " + symbol + " = sum of " +
-           sharded_name + " over ranks (" + std::to_string(total) + ")");
-    if (at(r, row::has_out) &&
-        (at(r, row::out_rows) != g.full.stored_rows() || at(r, row::out_cols) != g.full.stored_cols()))
-      fail("gathered_out" + on + " is " + std::to_string(at(r, row::out_rows)) + " x " +
-           std::to_string(at(r, row::out_cols)) + "; it must be the gathered operand's " +
-           std::to_string(g.full.stored_rows()) + " x " + std::to_string(g.full.stored_cols()) +
-           (geo.trans_x ? " (stored transposed)" : ""));
-    g.any_out = g.any_out || at(r, row::has_out) != 0;
-    g.other.push_back(at(r, geo.lhs ? row::c_cols : row::c_rows));
-    g.knee_units = std::max(g.knee_units, at(r, row::knee));
+    if (row.*f.summed != total)
+      fail(f.summed_name + " (" + std::to_string(row.*f.summed) + ")" + on + " must equal " + f.symbol +
+           " = sum of " + f.sharded_name + " over ranks (" + std::to_string(total) + ")");
+    if (row.has_out && (row.out_rows != g.full.stored_rows() || row.out_cols != g.full.stored_cols()))
+      fail("gathered_out" + on + " is " + std::to_string(row.out_rows) + " x " + std::to_string(row.out_cols) +
+           "; it must be the gathered operand's " + std::to_string(g.full.stored_rows()) + " x " +
+           std::to_string(g.full.stored_cols()) + (geo.trans_x ? " (stored transposed)" : ""));
+    g.any_out = g.any_out || row.has_out != 0;
+    g.other.push_back(geo.lhs ? row.c_cols : row.c_rows);
+    g.knee_units = std::max(g.knee_units, row.knee);
   }
   return g;
 }
@@ -514,8 +587,11 @@ schedule ag_choose(context& ctx, const ag_options& opt, const ag_global& g) {
     const int64_t chunk_extent = (cr ? full.stored_rows() : full.stored_cols()) / (sr == cr ? R : 1) / lanes;
     const int64_t bytes_per_unit =
         (cr ? full.stored_cols() : full.stored_rows()) / (sr == cr ? 1 : R) * static_cast<int64_t>(sizeof(T));
-    return plan_chunks(ctx.config().ag_chunks, ag_chunk_rule.min_chunks, ag_chunk_rule.preferred, R, lanes,
-                       chunk_extent, bytes_per_unit, ctx.one_node(), g.knee_units);
+    chunk_request r;
+    r.configured = ctx.config().ag_chunks, r.rule = ag_chunk_rule, r.ranks = R, r.lanes = lanes;
+    r.piece_units = chunk_extent, r.bytes_per_unit = bytes_per_unit;
+    r.one_node = ctx.one_node(), r.knee_units = g.knee_units;
+    return plan_chunks(r);
   };
   const int64_t elem = sizeof(T), acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;
   // The other operands may travel only where no rank wants the gathered
@@ -547,7 +623,8 @@ std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks,
     built->algorithm = sched.algorithm;
     built->sched = sched;
     if (sched.algorithm == algorithm::others) ag_others_build<T>(ctx, *built, x, opt, g.other);
-    else ag_build<T>(ctx, *built, x, opt, sched.chunks);
+    else if (sched.strategy == strategy::bulk) ag_build_bulk<T>(ctx, *built, x, opt);
+    else ag_build_ring<T>(ctx, *built, x, opt, sched.chunks);
     return built;
   });
   if (ctx.config().verbose && ctx.rank() == 0)
@@ -562,39 +639,28 @@ std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks,
 /// Checks a call, agrees with the other ranks, and returns the plan (built
 /// and cached on first use). Collective. The steps: local checks, the
 /// agreement (and on a plan miss anywhere the exchange of every rank's
-/// sizes), the checks that span ranks, choosing the schedule, building it.
+/// row), the checks that span ranks, choosing the schedule, building it.
 template <class T>
 ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt) {
   const ag_geometry geo(opt);
-  arg_checks checks(op_id::all_gather_matmul, dtype_of<T>(),
-                    std::string("overlap::all_gather_matmul(gathered=") + to_string(opt.gathered) + ")");
+  arg_checks checks(op_id::all_gather_matmul, dtype_of<T>(), "gathered", to_string(opt.gathered));
   const int backend = ag_local_checks(ctx, checks, x, opt);
-
-  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
-  const std::vector<int64_t> options{static_cast<int64_t>(opt.gathered), static_cast<int64_t>(opt.strategy),
-                                     ctx.config().ag_chunks, opt.transpose_a, opt.transpose_b,
-                                     static_cast<int64_t>(opt.epilogue.activation),
-                                     static_cast<int64_t>(ctx.config().phases), static_cast<int64_t>(opt.algorithm)};
-  const char* option_names[] = {"ag_options.gathered", "ag_options.strategy", "config.ag_chunks",
-                                "ag_options.transpose_a", "ag_options.transpose_b", "ag_options.epilogue.activation",
-                                "config.phases", "ag_options.algorithm"};
-  std::vector<int64_t> mine = options;
-  mine.insert(mine.end(), {la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols, x.has_out, x.out.rows, x.out.cols,
-                           // Pieces split op(X)'s output dimension; this rank's GEMM keeps its rate above this many.
-                           ctx.piece_knee(dtype_of<T>(), geo.lhs ? x.c.cols : x.c.rows)});
-  plan_key key = mine;
+  const ag_exchanged mine = ag_row_of(ctx, geo, x, opt);
+  plan_key& key = ctx.scratch().key;
+  key.clear();
+  append_values(key, mine);
   // The bias is this rank's own business (it touches only this rank's c).
-  key.insert(key.end(), {opt.epilogue.bias != nullptr, static_cast<int64_t>(checks.id()), backend,
+  key.insert(key.end(), {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
                          static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld, x.out.ld});
-  const agreement agreed_on = agree_or_exchange(ctx, checks, key, mine, options.size(), option_names);
+  const agreement<ag_exchanged> agreed_on = agree_or_exchange(ctx, checks, key, mine);
   if (agreed_on.cached != nullptr) return static_cast<ag_plan<T>&>(*agreed_on.cached);
 
-  const ag_global g = ag_global_checks(checks, geo, opt, agreed_on.table, mine.size(), options.size(), ctx.size());
+  const plan_key stored = key;  // the scratch is the next call's
+  const ag_global g = ag_global_checks(checks, geo, opt, agreed_on.table);
   const schedule sched = ag_choose<T>(ctx, opt, g);
-  // The same on every rank: the exchanged table (which names the options) and the op.
-  const uint64_t fingerprint = hash_values(agreed_on.table, hash_values({static_cast<int64_t>(checks.id())}));
+  const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
   return static_cast<ag_plan<T>&>(
-      *ctx.store_plan(key, ag_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
+      *ctx.store_plan(stored, ag_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
 }
 
 /// The ring pattern of all_gather_matmul, for engine::run_ring.
@@ -621,7 +687,7 @@ class ag_ring_pattern {
 
  private:
   [[nodiscard]] const ag_step<T>& step(int t, int lane) const {
-    return plan_.steps[static_cast<size_t>(t * plan_.lanes + lane)];
+    return plan_.steps[static_cast<size_t>(t) * static_cast<size_t>(plan_.lanes) + static_cast<size_t>(lane)];
   }
   void compute(const ag_step<T>& st) {
     const ag_geometry& g = plan_.geo;
@@ -699,9 +765,9 @@ template <class T>
 void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
   ctx.check_usable("overlap::all_gather_matmul");
   ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
-  const T* bias = static_cast<const T*>(opt.epilogue.bias);
+  const T* bias = opt.epilogue.bias.template get<T>();
   if (plan.algorithm == algorithm::others) {
-    others_run(ctx, plan, plan.others, x.a, x.b, x.c, bias);
+    others_runner<T>(ctx, plan, plan.others, tags_of(op_id::all_gather_matmul).blocks, x.a, x.b, x.c, bias).run();
     return;
   }
   if (plan.strategy == strategy::bulk) {
@@ -716,7 +782,7 @@ void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options&
   }
   run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
-  run_on_ring(ctx, plan, pattern, 1, plan.lanes);
+  run_on_ring(ctx, plan, pattern, op_id::all_gather_matmul, plan.lanes);
 }
 
 }  // namespace detail

@@ -3,7 +3,10 @@
 /// Options of the ops. Every field must agree across the ranks of a call;
 /// a disagreement raises std::invalid_argument on every rank.
 
-#include "overlap/backend/gemm.hpp"
+#include <array>
+
+#include "overlap/enum_names.hpp"
+#include "overlap/epilogue.hpp"
 #include "overlap/matrix.hpp"
 
 namespace overlap {
@@ -17,8 +20,9 @@ enum class strategy {
   /// point to point, like a ring or torus). Any rank count; at 2 ranks it runs
   /// the ring schedule (a one-way ring already uses both directions there).
   bidirectional,
-  /// the library chooses: bulk when all ranks share one node (nothing to
-  /// hide there), else ring (see docs/design.md)
+  /// the library chooses: the cost model's fastest candidate, or bulk when all
+  /// ranks share one node and no calibration is loaded (docs/design.md,
+  /// "Choosing a schedule")
   automatic,
 };
 
@@ -53,32 +57,25 @@ enum class gathered {
   rhs_cols,  ///< a: M_loc x K, b: K x N_r, c = a @ AG_cols(B) (M_loc x N)
 };
 
-[[nodiscard]] inline const char* to_string(strategy s) {
-  switch (s) {
-    case strategy::bulk: return "bulk";
-    case strategy::ring: return "ring";
-    case strategy::bidirectional: return "bidirectional";
-    case strategy::automatic: return "automatic";
-  }
-  return "?";
-}
-[[nodiscard]] inline const char* to_string(algorithm a) {
-  switch (a) {
-    case algorithm::automatic: return "automatic";
-    case algorithm::named: return "named";
-    case algorithm::others: return "others";
-  }
-  return "?";
-}
-[[nodiscard]] inline const char* to_string(gathered g) {
-  switch (g) {
-    case gathered::lhs_rows: return "lhs_rows";
-    case gathered::lhs_cols: return "lhs_cols";
-    case gathered::rhs_rows: return "rhs_rows";
-    case gathered::rhs_cols: return "rhs_cols";
-  }
-  return "?";
-}
+template <>
+struct enum_names<strategy> {
+  static constexpr std::array<enum_entry<strategy>, 4> entries{{{strategy::bulk, "bulk"},
+                                                               {strategy::ring, "ring"},
+                                                               {strategy::bidirectional, "bidirectional"},
+                                                               {strategy::automatic, "automatic"}}};
+};
+template <>
+struct enum_names<algorithm> {
+  static constexpr std::array<enum_entry<algorithm>, 3> entries{
+      {{algorithm::automatic, "automatic"}, {algorithm::named, "named"}, {algorithm::others, "others"}}};
+};
+template <>
+struct enum_names<gathered> {
+  static constexpr std::array<enum_entry<gathered>, 4> entries{{{gathered::lhs_rows, "lhs_rows"},
+                                                               {gathered::lhs_cols, "lhs_cols"},
+                                                               {gathered::rhs_rows, "rhs_rows"},
+                                                               {gathered::rhs_cols, "rhs_cols"}}};
+};
 
 /// How matmul_reduce_scatter scatters the reduced product.
 enum class scattered {
@@ -86,15 +83,9 @@ enum class scattered {
   cols,  ///< c is this rank's columns of sum_r P_r (M x N_r)
 };
 
-[[nodiscard]] inline const char* to_string(scattered s) { return s == scattered::rows ? "rows" : "cols"; }
-
-/// A fused epilogue: C = act(product + bias), applied exactly once to every
-/// output element (after the last accumulation).
-struct epilogue {
-  overlap::activation activation = overlap::activation::none;
-  /// Null, or c.cols values of the op's element type (one per output column of
-  /// this rank's c). Per rank: it only touches this rank's c.
-  const void* bias = nullptr;
+template <>
+struct enum_names<scattered> {
+  static constexpr std::array<enum_entry<scattered>, 2> entries{{{scattered::rows, "rows"}, {scattered::cols, "cols"}}};
 };
 
 /// Options of all_gather_matmul.

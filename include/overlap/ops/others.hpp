@@ -19,7 +19,8 @@
 #include "overlap/context.hpp"
 #include "overlap/engine/buffer.hpp"
 #include "overlap/matrix.hpp"
-#include "overlap/ops/common.hpp"
+#include "overlap/ops/geometry.hpp"
+#include "overlap/ops/run.hpp"
 
 namespace overlap::detail {
 
@@ -127,7 +128,7 @@ inline gemm_desc others_desc(int64_t m, int64_t n, int64_t k, int64_t lda, int64
 template <class T>
 void others_finish(others_plan<T>& plan, matrix_view<T> c, const epilogue& e, bool from_result, dtype acc) {
   gemm_desc d = others_desc(c.rows, c.cols, 0, 0, 0, c.ld, false, false, dtype_of<T>(), dtype_of<T>(), !from_result);
-  d.bias = e.bias != nullptr;
+  d.bias = static_cast<bool>(e.bias);
   d.act = e.activation;
   if (from_result) d.addend = true, d.ld_addend = c.cols, d.addend_type = acc;
   plan.finish = from_result || d.has_epilogue();
@@ -141,91 +142,123 @@ void others_finish(others_plan<T>& plan, matrix_view<T> c, const epilogue& e, bo
 /// the next is computed. Transfers are progressed as in the ring engine, and
 /// a failure once the ranks agreed is fatal like one in a ring.
 template <class T>
-void others_run(context& ctx, const plan_base& info, others_plan<T>& plan, matrix_view<const T> a,
-                matrix_view<const T> b, matrix_view<T> c, const T* bias) {
-  auto source = [&](others_src s) -> const T* {
+class others_runner {
+ public:
+  others_runner(context& ctx, const plan_base& info, others_plan<T>& plan, int tag, matrix_view<const T> a,
+                matrix_view<const T> b, matrix_view<T> c, const T* bias)
+      : ctx_(ctx), info_(info), plan_(plan), tag_(tag), a_(a), b_(b), c_(c), bias_(bias),
+        comm_(ctx.config().phases != ring_phases::compute_only),
+        compute_(ctx.config().phases != ring_phases::comm_only),
+        owners_(plan.output == others_output::owners),
+        owned_(plan.recv_into_c ? c.data : plan.received.data()) {}
+
+  void run() {
+    if (plan_.gather) pack(plan_.gather_own, plan_.gathered.data());
+    if (plan_.exchange)
+      for (const others_block& k : plan_.exchange_out) pack(k, plan_.send.data());
+    // ctx.fatal forgets the pending requests.
+    fatal_on_failure(ctx_, info_, "others", [&] { return info_.summary; }, [&] {
+      if (comm_) post_inputs();
+      for (size_t i = 0; i < plan_.gemms.size(); ++i) {
+        if (i == 1 && comm_) ctx_.requests().wait_due(0);  // the inputs of every block but this rank's own
+        multiply(plan_.gemms[i]);
+      }
+      if (comm_) ctx_.requests().wait_all();
+    });
+    if (owners_) place_blocks();
+    if (plan_.output == others_output::reduced) reduce();
+    if (plan_.finish) run_local_step(ctx_, info_, [&] { run_degenerate(plan_.finish_desc, c_.data, bias_, result()); });
+  }
+
+ private:
+  [[nodiscard]] const T* source(others_src s) const {
     switch (s) {
-      case others_src::caller_a: return a.data;
-      case others_src::caller_b: return b.data;
-      case others_src::gathered: return plan.gathered.data();
-      case others_src::exchanged: return plan.exchanged.data();
-      case others_src::sent: return plan.send.data();
+      case others_src::caller_a: return a_.data;
+      case others_src::caller_b: return b_.data;
+      case others_src::gathered: return plan_.gathered.data();
+      case others_src::exchanged: return plan_.exchanged.data();
+      case others_src::sent: return plan_.send.data();
     }
     return nullptr;
-  };
-  auto pack = [&](const others_block& k, T* dst) {
-    const matrix_view<const T>& v = k.from == others_src::caller_a ? a : b;
-    copy_block<T>(v.block(k.r0, k.c0, k.nr, k.nc), {dst + k.to, k.nr, k.nc});
-  };
-  const bool comm = ctx.config().phases != ring_phases::compute_only;
-  const bool compute = ctx.config().phases != ring_phases::comm_only;
-  const int p = ctx.rank();
-  const MPI_Datatype type = mpi_type_of(dtype_of<T>());
-  constexpr int tag = 7;  // apart from the rings' tags (2..5)
-  std::byte* products = plan.products.data();
-  const auto out_size = static_cast<int64_t>(size_of(plan.out));
-  const bool owners = plan.output == others_output::owners;
-  T* owned = plan.recv_into_c ? c.data : plan.received.data();
-  if (plan.gather) pack(plan.gather_own, plan.gathered.data());
-  if (plan.exchange)
-    for (const others_block& k : plan.exchange_out) pack(k, plan.send.data());
-  mpi::request_group& g = ctx.requests();
-  // ctx.fatal forgets the pending requests.
-  fatal_on_failure(ctx, info, "others", [&] { return info.summary; }, [&] {
-    if (comm) {
-      maybe_stall(p);
-      const others_counts &ga = plan.gathered_at, &s = plan.sent_at, &r = plan.exchanged_at;
-      if (plan.gather)
-        OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan.gathered.data(), ga.counts.data(),
-                    ga.displs.data(), type, ctx.comm(), g.add(0, {0, MPI_PROC_NULL, type, false, true}));
-      if (plan.exchange)
-        OVERLAP_MPI(MPI_Ialltoallv, plan.send.data(), s.counts.data(), s.displs.data(), type, plan.exchanged.data(),
-                    r.counts.data(), r.displs.data(), type, ctx.comm(), g.add(0, {0, MPI_PROC_NULL, type, false, true}));
-      for (int q = 0; owners && q < ctx.size(); ++q) {
-        const auto qi = static_cast<size_t>(q);
-        if (q != p && plan.owners_recv.counts[qi] > 0)
-          OVERLAP_MPI(MPI_Irecv, owned + plan.owners_recv.displs[qi], plan.owners_recv.counts[qi], type, q, tag,
-                      ctx.comm(), g.add(1, {0, q, type, false}));
-      }
-    }
-    for (size_t i = 0; i < plan.gemms.size(); ++i) {
-      const others_gemm& gm = plan.gemms[i];
-      if (i == 1 && comm) g.wait_due(0);  // the inputs of every block but this rank's own
-      if (compute) {
-        void* dst = gm.to_c ? static_cast<void*>(c.data + gm.out) : static_cast<void*>(products + gm.out * out_size);
-        engine::progress_scope scope(ctx.progress(), g);
-        gm.kernel->run(source(gm.a) + gm.a_off, source(gm.b) + gm.b_off, dst, gm.desc.bias ? bias : nullptr,
-                       gm.addend ? products : nullptr);
-        scope.finish();
-      }
-      const auto qi = static_cast<size_t>(gm.peer);
-      if (comm && owners && gm.peer != p && plan.owners_send.counts[qi] > 0)
-        OVERLAP_MPI(MPI_Isend, products + int64_t{plan.owners_send.displs[qi]} * out_size,
-                    plan.owners_send.counts[qi], type, gm.peer, tag, ctx.comm(), g.add(1, {0, gm.peer, type, true}));
-    }
-    if (comm) g.wait_all();
-  });
-  if (owners) {
-    if (plan.own_place && compute) {
-      const others_block& k = plan.own;
-      copy_block<T>({reinterpret_cast<const T*>(products) + k.to, k.nr, k.nc}, c.block(k.r0, k.c0, k.nr, k.nc));
-    }
-    for (const others_block& k : plan.place)
-      copy_block<T>({plan.received.data() + k.to, k.nr, k.nc}, c.block(k.r0, k.c0, k.nr, k.nc));
   }
-  void* result = plan.result.data() != nullptr ? static_cast<void*>(plan.result.data()) : static_cast<void*>(c.data);
-  if (plan.output == others_output::reduced) {
-    const MPI_Datatype acc = mpi_type_of(plan.out);
-    const others_counts& r = plan.reduce_at;
+  void pack(const others_block& k, T* dst) const {
+    const matrix_view<const T>& v = k.from == others_src::caller_a ? a_ : b_;
+    copy_block<T>(v.block(k.r0, k.c0, k.nr, k.nc), {dst + k.to, k.nr, k.nc});
+  }
+  [[nodiscard]] std::byte* products() const { return plan_.products.data(); }
+  [[nodiscard]] void* result() const {
+    return plan_.result.data() != nullptr ? static_cast<void*>(plan_.result.data()) : static_cast<void*>(c_.data);
+  }
+
+  /// The input collectives, and the receives of this rank's output blocks.
+  void post_inputs() {
+    maybe_stall(ctx_.rank());
+    mpi::request_group& g = ctx_.requests();
+    const others_counts &ga = plan_.gathered_at, &s = plan_.sent_at, &r = plan_.exchanged_at;
+    if (plan_.gather)
+      OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan_.gathered.data(), ga.counts.data(),
+                  ga.displs.data(), type_, ctx_.comm(), g.add(0, {0, MPI_PROC_NULL, type_, false, true}));
+    if (plan_.exchange)
+      OVERLAP_MPI(MPI_Ialltoallv, plan_.send.data(), s.counts.data(), s.displs.data(), type_, plan_.exchanged.data(),
+                  r.counts.data(), r.displs.data(), type_, ctx_.comm(), g.add(0, {0, MPI_PROC_NULL, type_, false, true}));
+    for (int q = 0; owners_ && q < ctx_.size(); ++q) {
+      const auto qi = static_cast<size_t>(q);
+      if (q != ctx_.rank() && plan_.owners_recv.counts[qi] > 0)
+        OVERLAP_MPI(MPI_Irecv, owned_ + plan_.owners_recv.displs[qi], plan_.owners_recv.counts[qi], type_, q, tag_,
+                    ctx_.comm(), g.add(1, {0, q, type_, false}));
+    }
+  }
+
+  /// One GEMM, and with output `owners` the send of its block to its owner.
+  void multiply(const others_gemm& gm) {
+    const auto out_size = static_cast<int64_t>(size_of(plan_.out));
+    if (compute_) {
+      void* dst = gm.to_c ? static_cast<void*>(c_.data + gm.out) : static_cast<void*>(products() + gm.out * out_size);
+      engine::progress_scope scope(ctx_.progress(), ctx_.requests());
+      gm.kernel->run(source(gm.a) + gm.a_off, source(gm.b) + gm.b_off, dst, gm.desc.bias ? bias_ : nullptr,
+                     gm.addend ? products() : nullptr);
+      scope.finish();
+    }
+    const auto qi = static_cast<size_t>(gm.peer);
+    if (comm_ && owners_ && gm.peer != ctx_.rank() && plan_.owners_send.counts[qi] > 0)
+      OVERLAP_MPI(MPI_Isend, products() + int64_t{plan_.owners_send.displs[qi]} * out_size,
+                  plan_.owners_send.counts[qi], type_, gm.peer, tag_, ctx_.comm(),
+                  ctx_.requests().add(1, {0, gm.peer, type_, true}));
+  }
+
+  /// Output `owners`: this rank's own block and the received ones to their places in c.
+  void place_blocks() const {
+    if (plan_.own_place && compute_) {
+      const others_block& k = plan_.own;
+      copy_block<T>({reinterpret_cast<const T*>(products()) + k.to, k.nr, k.nc}, c_.block(k.r0, k.c0, k.nr, k.nc));
+    }
+    for (const others_block& k : plan_.place)
+      copy_block<T>({plan_.received.data() + k.to, k.nr, k.nc}, c_.block(k.r0, k.c0, k.nr, k.nc));
+  }
+
+  /// Output `reduced`: the partial sums reduced and scattered into c (or result).
+  void reduce() {
+    const MPI_Datatype acc = mpi_type_of(plan_.out);
+    const others_counts& r = plan_.reduce_at;
     run_collective(
-        ctx, info, "MPI_Reduce_scatter",
-        [&] { return MPI_Reduce_scatter(products, result, r.counts.data(), acc, MPI_SUM, ctx.comm()); },
+        ctx_, info_, "MPI_Reduce_scatter",
+        [&] { return MPI_Reduce_scatter(products(), result(), r.counts.data(), acc, MPI_SUM, ctx_.comm()); },
         [&](MPI_Request* q) {
-          return MPI_Ireduce_scatter(products, result, r.counts.data(), acc, MPI_SUM, ctx.comm(), q);
+          return MPI_Ireduce_scatter(products(), result(), r.counts.data(), acc, MPI_SUM, ctx_.comm(), q);
         });
   }
-  if (plan.finish) run_local_step(ctx, info, [&] { run_degenerate(plan.finish_desc, c.data, bias, result); });
-}
+
+  context& ctx_;
+  const plan_base& info_;
+  others_plan<T>& plan_;
+  int tag_;
+  matrix_view<const T> a_, b_;
+  matrix_view<T> c_;
+  const T* bias_;
+  bool comm_, compute_, owners_;
+  T* owned_;  ///< where this rank's received output blocks land
+  MPI_Datatype type_ = mpi_type_of(dtype_of<T>());
+};
 
 /// Sets up the output collective MPI_Reduce_scatter of partial sums laid out
 /// as `sums` (elements per rank, in rank order) into c, or into a result

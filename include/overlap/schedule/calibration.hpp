@@ -28,7 +28,11 @@ namespace overlap {
 /// shared memory, with the cores that compute) or other nodes (a network).
 enum class link_class { shared, network };
 
-[[nodiscard]] inline const char* to_string(link_class l) { return l == link_class::shared ? "shared" : "network"; }
+template <>
+struct enum_names<link_class> {
+  static constexpr std::array<enum_entry<link_class>, 2> entries{
+      {{link_class::shared, "shared"}, {link_class::network, "network"}}};
+};
 
 /// A ring's links as measured: every rank sending to one neighbour at once
 /// (one direction), or to both (both directions).
@@ -112,7 +116,8 @@ struct calibration {
       if (j.value("version", 0) != 1) throw bad("version " + std::to_string(j.value("version", 0)) + " is not 1");
       if (j.contains("links"))
         for (const auto& [name, l] : j.at("links").items()) {
-          if (name != "shared" && name != "network") throw bad("unknown link class '" + name + "'");
+          link_class cls = link_class::shared;
+          if (!parse_enum(name, cls)) throw bad("unknown link class '" + name + "'");
           link_rates r;
           r.latency_s = l.at("latency_us").get<double>() * 1e-6;
           r.bytes_per_s = l.at("gbit_per_s").get<double>() / 8e-9;
@@ -121,14 +126,12 @@ struct calibration {
           if (!(r.latency_s >= 0 && r.bytes_per_s > 0 && r.bytes_per_s_both > 0 && r.gemm_slowdown >= 1 &&
                 std::isfinite(r.latency_s + r.bytes_per_s + r.bytes_per_s_both + r.gemm_slowdown)))
             throw bad("link class '" + name + "' needs latency >= 0, rates > 0 and gemm_slowdown >= 1");
-          c.links[name == "shared" ? link_class::shared : link_class::network] = r;
+          c.links[cls] = r;
         }
       if (j.contains("gemm"))
         for (const auto& [name, g] : j.at("gemm").items()) {
           dtype t = dtype::f32;
-          if (name == "f64") t = dtype::f64;
-          else if (name == "bf16") t = dtype::bf16;
-          else if (name != "f32") throw bad("unknown element type '" + name + "'");
+          if (!parse_enum(name, t)) throw bad("unknown element type '" + name + "'");
           gemm_rates r;
           r.sizes = g.at("sizes").get<std::vector<int64_t>>();
           for (double f : g.at("gflops").get<std::vector<double>>()) r.flops_per_s.push_back(f * 1e9);

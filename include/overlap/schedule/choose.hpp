@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "overlap/context.hpp"
-#include "overlap/ops/common.hpp"
+#include "overlap/ops/chunks.hpp"
 #include "overlap/schedule/measure.hpp"
 #include "overlap/schedule/model.hpp"
 #include "overlap/schedule/schedule.hpp"

@@ -55,7 +55,8 @@ inline double time_exchange(context& ctx, std::byte* out, std::byte* in, int byt
 /// The ring links of ctx (needs >= 2 ranks).
 inline link_rates measure_links(context& ctx) {
   constexpr int big = 4 << 20;
-  engine::buffer<std::byte> out(2 * big), in(2 * big);
+  constexpr size_t two_big = size_t{2} * big;
+  engine::buffer<std::byte> out(two_big), in(two_big);
   std::memset(out.data(), 1, out.size());
   link_rates l;
   time_exchange(ctx, out.data(), in.data(), big, true, 1);  // connections up, pages touched

@@ -1,0 +1,90 @@
+#pragma once
+/// @file
+/// Running the parts of an op after the ranks agreed to run it: the ring,
+/// a bulk collective, a local compute step; every failure there takes the
+/// one fatal path (context::fatal applies the policy).
+
+#include <string>
+
+#include "overlap/context.hpp"
+#include "overlap/engine/ring.hpp"
+#include "overlap/ops/faults.hpp"
+#include "overlap/ops/op_id.hpp"
+
+namespace overlap::detail {
+
+/// Runs `f`, a part of an op after the ranks agreed to run it, on the one
+/// error path of such parts: the peers are in it too, so a watchdog timeout,
+/// an MPI or backend error or any other exception is fatal (context::fatal
+/// applies the policy). where() describes the place; `part` names it in
+/// the call of the report ("ring": "ring wait", "ring step").
+template <class Where, class F>
+void fatal_on_failure(context& ctx, const plan_base& plan, const std::string& part, Where&& where, F&& f) {
+  try {
+    f();
+  } catch (const mpi::wait_timeout& e) {
+    ctx.fatal("watchdog: " + plan.summary + ": " + e.what(), (part + " wait").c_str(), 0, error_source::watchdog);
+  } catch (const error& e) {
+    ctx.fatal(where() + ": " + e.what(), e.call().c_str(), e.code(), e.source());
+  } catch (const std::exception& e) {
+    ctx.fatal(where() + ": " + e.what(), (part + " step").c_str(), 0, error_source::backend);
+  }
+}
+
+/// Runs an op's ring pattern on the context's ring. Lane 0 carries data from
+/// rank p + 1 to p - 1, lane 1 (bidirectional) from p - 1 to p + 1, each
+/// with the op's tag for it (tags_of). Any failure
+/// inside the ring (MPI, backend, the watchdog) is fatal: the peers are in
+/// the ring too (context::fatal applies the policy).
+template <class Pattern>
+void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, op_id op, int lanes) {
+  const int R = ctx.size(), p = ctx.rank();
+  engine::ring_links links;
+  links.comm = ctx.comm();
+  links.n_lanes = lanes;
+  const op_tags tags = tags_of(op);
+  links.lanes[0] = {(p + 1) % R, (p + R - 1) % R, tags.lanes[0]};
+  links.lanes[1] = {(p + R - 1) % R, (p + 1) % R, tags.lanes[1]};
+  const bool trace = ctx.config().verbose >= 2 && p == 0;
+  int step = 0;
+  // Where the failure happened: the plan, the step, and the ring neighbours.
+  auto where = [&] {
+    std::string s = plan.summary + ", at ring step " + std::to_string(step + 1) + " of " +
+                    std::to_string(pattern.steps()) + " (lane 0 receives from rank " + std::to_string(links.lanes[0].from) +
+                    " and sends to rank " + std::to_string(links.lanes[0].to);
+    return s + (lanes == 2 ? "; lane 1 the other way)" : ")");
+  };
+  fatal_on_failure(ctx, plan, "ring", where, [&] {
+    if (test_fault.rank == p) {
+      faulty_pattern<Pattern> faulty{pattern, test_fault.step};
+      engine::run_ring(links, faulty, ctx.requests(), ctx.progress(), ctx.config().phases, trace, &step);
+    } else {
+      engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases, trace, &step);
+    }
+  });
+}
+
+/// Runs a bulk collective of a plan (blocking, or bounded by the watchdog);
+/// not at all under ring_phases::compute_only (benchmarks time each half alone).
+template <class Blocking, class Start>
+void run_collective(context& ctx, const plan_base& plan, const char* call, Blocking&& blocking, Start&& start) {
+  if (ctx.config().phases == ring_phases::compute_only) return;
+  maybe_stall(ctx.rank());
+  ctx.collective(call, blocking, start, [&] { return plan.summary; });
+}
+
+/// Runs a local compute step outside a ring (a bulk GEMM, packing B, a
+/// finishing pass): a failure there is fatal like one in a ring, since the
+/// peers go on to the next collective. Not at all under
+/// ring_phases::comm_only.
+template <class F>
+void run_local_step(context& ctx, const plan_base& plan, F&& f) {
+  if (ctx.config().phases == ring_phases::comm_only) return;
+  try {
+    f();
+  } catch (const error& e) {
+    ctx.fatal(plan.summary + ": " + e.what(), e.call().c_str(), e.code(), e.source());
+  }
+}
+
+}  // namespace overlap::detail

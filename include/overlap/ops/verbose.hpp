@@ -1,0 +1,50 @@
+#pragma once
+/// @file
+/// What verbose plans print (OVERLAP_VERBOSE=1): shard lists, the ring
+/// schedule of a plan, the progress policy and the GEMM path.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "overlap/context.hpp"
+#include "overlap/ops/options.hpp"
+
+namespace overlap::detail {
+
+/// "a, b, c" as a list: how verbose plans print shard sizes.
+inline std::string list(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+/// A ring plan's schedule, as verbose plans print it ("" for bulk). Plan:
+/// strategy, lanes, n_steps, window, and steps whose first has nr x nc.
+template <class Plan>
+std::string ring_summary(overlap::strategy asked, const Plan& plan, int chunks, bool chosen, size_t slot_bytes) {
+  if (plan.strategy == strategy::bulk) return "";
+  std::string s;
+  if (asked != plan.strategy) s += " (" + std::string(to_string(asked)) + " asked)";
+  const auto& first = plan.steps.front();
+  const auto busiest = std::max_element(plan.steps.begin(), plan.steps.end(),
+                                        [](const auto& x, const auto& y) { return x.nr * x.nc < y.nr * y.nc; });
+  s += ", piece kernel " + busiest->kernel->name() +
+       (plan.pack.packer ? " reading b packed once per call (" + std::to_string(plan.pack.packed.size()) + " bytes)"
+                         : std::string(""));
+  return s + ", " + std::to_string(plan.lanes) + (plan.lanes == 1 ? " lane, " : " lanes, ") +
+         std::to_string(plan.n_steps) + " steps, " + std::to_string(chunks) + " chunks per shard" +
+         (plan.lanes == 2 ? " half" : "") + (chosen ? " (plan's choice)" : " (configured)") + ", receives posted " +
+         std::to_string(plan.window.lead) + " steps ahead, sends in flight up to " +
+         std::to_string(plan.window.send_slack + 1) + " steps, " + std::to_string(slot_bytes) +
+         " bytes of slots, rank 0's first piece " + std::to_string(first.nr) + " x " + std::to_string(first.nc);
+}
+
+/// Prints a built plan on rank 0 when the config is verbose: the op's own
+/// description, its ring schedule, the progress policy and the GEMM path.
+inline void log_built_plan(const context& ctx, const std::string& what, const std::string& ring, dtype t) {
+  ctx.log_plan(what + ring + ", progress " + describe_progress(ctx.config()) + ", gemm " + ctx.gemm_path(t));
+}
+
+}  // namespace overlap::detail

@@ -1,0 +1,103 @@
+// The settings table (config.hpp): reading the environment, validation, the
+// help text and the verbose description all derive from it; and the enum
+// name tables behind to_string and parsing.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "overlap/overlap.hpp"
+
+namespace {
+
+TEST(settings, every_variable_is_read_checked_and_described) {
+  const overlap::config defaults;
+  const std::string help = overlap::env_help(), banner = overlap::describe(defaults);
+  std::set<std::string> seen;
+  for (const overlap::setting& s : overlap::settings()) {
+    EXPECT_TRUE(seen.insert(s.field).second) << "field listed twice: " << s.field;
+    EXPECT_EQ(s.problem(defaults, s.lo, s.hi, s.gap), "") << s.field << ": the default breaks its own range";
+    if (s.variable == nullptr) continue;
+    const std::string v(s.variable);
+    EXPECT_NE(help.find(v + "=" + s.allowed()), std::string::npos) << v << " missing from env_help:\n" << help;
+    EXPECT_NE(help.find("(" + s.fallback() + ")"), std::string::npos) << v;
+    if (!s.fallback().empty()) {
+      EXPECT_NE(banner.find(v + "=" + s.fallback()), std::string::npos) << banner;
+    }
+    // Setting the variable to its default's text reads back the default.
+    if (!s.fallback().empty()) {
+      setenv(s.variable, s.fallback().c_str(), 1);
+      EXPECT_EQ(s.text(overlap::config::from_env()), s.fallback()) << v;
+    }
+    setenv(s.variable, "not-a-value", 1);
+    if (s.allowed() != "path") {
+      EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument) << v;
+    }
+    unsetenv(s.variable);
+  }
+  EXPECT_GE(seen.size(), 12u);
+}
+
+TEST(settings, ranges_come_from_the_table) {
+  setenv("OVERLAP_PLAN_CACHE", "70000", 1);
+  try {
+    (void)overlap::config::from_env();
+    ADD_FAILURE() << "OVERLAP_PLAN_CACHE=70000 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("OVERLAP_PLAN_CACHE='70000' must be from 1 to 65536"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("OVERLAP_PLAN_CACHE");
+  setenv("OVERLAP_ON_FATAL", "explode", 1);
+  try {
+    (void)overlap::config::from_env();
+    ADD_FAILURE() << "OVERLAP_ON_FATAL=explode was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("must be one of abort, throw"), std::string::npos) << e.what();
+  }
+  unsetenv("OVERLAP_ON_FATAL");
+  overlap::config c;
+  c.rs_chunks = 1;
+  EXPECT_EQ(overlap::detail::config_problem(c), "config.rs_chunks (1) must be 0 or from 2 to 1024");
+  c = {};
+  c.bf16 = static_cast<overlap::bf16_gemm>(7);
+  EXPECT_EQ(overlap::detail::config_problem(c), "config.bf16 has an invalid value 7");
+  c = {};
+  c.phases = overlap::ring_phases::comm_only;
+  EXPECT_NE(overlap::describe(c).find("phases=comm_only"), std::string::npos) << overlap::describe(c);
+}
+
+template <class E>
+void round_trip() {
+  for (const auto& entry : overlap::enum_names<E>::entries) {
+    E parsed{};
+    EXPECT_TRUE(overlap::parse_enum(entry.name, parsed)) << entry.name;
+    EXPECT_EQ(parsed, entry.value);
+    EXPECT_STREQ(overlap::to_string(entry.value), entry.name);
+    EXPECT_TRUE(overlap::is_valid(entry.value));
+  }
+  E untouched = overlap::enum_names<E>::entries.front().value;
+  EXPECT_FALSE(overlap::parse_enum("no-such-name", untouched));
+  EXPECT_EQ(untouched, overlap::enum_names<E>::entries.front().value);
+  EXPECT_FALSE(overlap::is_valid(static_cast<E>(99)));
+  EXPECT_STREQ(overlap::to_string(static_cast<E>(99)), "?");
+}
+
+TEST(enum_names, every_table_round_trips) {
+  round_trip<overlap::strategy>();
+  round_trip<overlap::algorithm>();
+  round_trip<overlap::gathered>();
+  round_trip<overlap::scattered>();
+  round_trip<overlap::activation>();
+  round_trip<overlap::backend_kind>();
+  round_trip<overlap::progress_policy>();
+  round_trip<overlap::fatal_policy>();
+  round_trip<overlap::bf16_gemm>();
+  round_trip<overlap::ring_phases>();
+  round_trip<overlap::dtype>();
+  round_trip<overlap::link_class>();
+  EXPECT_EQ(overlap::enum_choices<overlap::strategy>(), "bulk|ring|bidirectional|automatic");
+}
+
+}  // namespace
