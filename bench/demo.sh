@@ -13,13 +13,13 @@ bench="$build/apps/overlap-bench"
 args=(--op ag --variant lhs_rows -m 2048 -n 2048 -k 2048 --iters 5 --no-peers --strategies ring,automatic)
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-if reason=$("$here/vcluster/vcluster" check 2>&1); then
+if reason=$("$here/../tools/vcluster/vcluster" check 2>&1); then
   export VCLUSTER_PREFIX=ovldemo VCLUSTER_STATE=/tmp/overlap-vcluster-demo.$$
-  trap '"$here/vcluster/vcluster" down >/dev/null 2>&1' EXIT
-  "$here/vcluster/vcluster" up --nodes 2 --rate 1gbit --topology star || exit 1
+  trap '"$here/../tools/vcluster/vcluster" down >/dev/null 2>&1' EXIT
+  "$here/../tools/vcluster/vcluster" up --nodes 2 --rate 1gbit --topology star || exit 1
   echo "Two emulated nodes joined by a 1 Gbit/s link (TCP); one core each for compute."
   OVERLAP_TRANSPORT="tcp, emulated 2-node star at 1 Gbit/s" \
-    "$here/vcluster/vcluster" run -np 2 "$bench" "${args[@]}" 2> >(grep -v setpgid >&2)
+    "$here/../tools/vcluster/vcluster" run -np 2 "$bench" "${args[@]}" 2> >(grep -v setpgid >&2)
 else
   echo "Cannot emulate a cluster here (${reason#vcluster: }): running on shared memory."
   echo "There the MPI copy uses the same cores as the GEMMs, so expect ring ~ bulk, not a gain."

@@ -60,8 +60,8 @@ policies() {
 }
 
 runs=()
-if reason=$("$here/vcluster/vcluster" check 2>&1); then
-  vc="$here/vcluster/vcluster"
+if reason=$("$here/../tools/vcluster/vcluster" check 2>&1); then
+  vc="$here/../tools/vcluster/vcluster"
   export VCLUSTER_PREFIX=ovlbench VCLUSTER_STATE=/tmp/overlap-vcluster-bench.$$
   trap '"$vc" down >/dev/null 2>&1' EXIT
   "$vc" up --nodes 2 --rate 1gbit --topology star >&2 || exit 1
