@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "overlap/overlap.hpp"
+#include "overlap/backend/onednn.hpp"
+#include "overlap/ops/chunks.hpp"
 
 namespace {
 

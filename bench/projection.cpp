@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "overlap/overlap.hpp"
+#include "overlap/ops/all_gather_matmul-inl.hpp"
+#include "overlap/ops/matmul_reduce_scatter-inl.hpp"
+#include "overlap/schedule/model.hpp"
 
 namespace {
 

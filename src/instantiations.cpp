@@ -1,27 +1,22 @@
-// Explicit instantiations for the compiled flavour (overlap::compiled): code
-// that links it gets these from the library instead of instantiating the
-// engine in every translation unit (the header declares them extern).
+// The compiled flavour (overlap::compiled): the one translation unit that
+// includes the implementation (every -inl.hpp), defines the OVERLAP_FUNC
+// functions and instantiates both ops for every element type of
+// OVERLAP_FOR_EACH_ELEMENT. Code that links the library parses declarations
+// only (flavour.hpp).
+#include "overlap/context-inl.hpp"
+#include "overlap/ops/all_gather_matmul-inl.hpp"
+#include "overlap/ops/matmul_reduce_scatter-inl.hpp"
 #include "overlap/overlap.hpp"
+#include "overlap/schedule/calibration-inl.hpp"
 
-namespace overlap {
+namespace overlap::detail {
 
-template void all_gather_matmul<float>(context&, matrix_view<const float>, matrix_view<const float>,
-                                       matrix_view<float>, const ag_options&);
-template void all_gather_matmul<double>(context&, matrix_view<const double>, matrix_view<const double>,
-                                        matrix_view<double>, const ag_options&);
-template void all_gather_matmul<float>(context&, matrix_view<const float>, matrix_view<const float>,
-                                       matrix_view<float>, matrix_view<float>, const ag_options&);
-template void all_gather_matmul<double>(context&, matrix_view<const double>, matrix_view<const double>,
-                                        matrix_view<double>, matrix_view<double>, const ag_options&);
-template void matmul_reduce_scatter<float>(context&, matrix_view<const float>, matrix_view<const float>,
-                                           matrix_view<float>, const rs_options&);
-template void matmul_reduce_scatter<double>(context&, matrix_view<const double>, matrix_view<const double>,
-                                            matrix_view<double>, const rs_options&);
-template void all_gather_matmul<bfloat16>(context&, matrix_view<const bfloat16>, matrix_view<const bfloat16>,
-                                          matrix_view<bfloat16>, const ag_options&);
-template void all_gather_matmul<bfloat16>(context&, matrix_view<const bfloat16>, matrix_view<const bfloat16>,
-                                          matrix_view<bfloat16>, matrix_view<bfloat16>, const ag_options&);
-template void matmul_reduce_scatter<bfloat16>(context&, matrix_view<const bfloat16>, matrix_view<const bfloat16>,
-                                              matrix_view<bfloat16>, const rs_options&);
+#define OVERLAP_INSTANTIATE(T)                                                                          \
+  template void all_gather_matmul_impl<T>(context&, const ag_args<T>&, const ag_options&);              \
+  template schedule all_gather_matmul_schedule_impl<T>(context&, const ag_args<T>&, const ag_options&); \
+  template void matmul_reduce_scatter_impl<T>(context&, const rs_args<T>&, const rs_options&);          \
+  template schedule matmul_reduce_scatter_schedule_impl<T>(context&, const rs_args<T>&, const rs_options&);
+OVERLAP_FOR_EACH_ELEMENT(OVERLAP_INSTANTIATE)
+#undef OVERLAP_INSTANTIATE
 
-}  // namespace overlap
+}  // namespace overlap::detail

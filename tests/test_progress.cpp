@@ -9,6 +9,8 @@
 #include <tuple>
 
 #include "ag_cases.hpp"
+#include "overlap/ops/all_gather_matmul-inl.hpp"
+#include "overlap/ops/matmul_reduce_scatter-inl.hpp"
 #include "rs_cases.hpp"
 
 using namespace testing_support;

@@ -12,6 +12,8 @@
 #include <string>
 
 #include "ag_cases.hpp"
+#include "overlap/backend/onednn.hpp"
+#include "overlap/ops/checks.hpp"
 #include "rs_cases.hpp"
 
 using namespace testing_support;

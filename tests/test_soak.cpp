@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "overlap/mpi/datatype.hpp"
 #include "overlap/overlap.hpp"
 #include "reference.hpp"
 

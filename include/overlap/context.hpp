@@ -16,17 +16,22 @@
 #include <type_traits>
 #include <vector>
 
-#include "overlap/backend/eigen.hpp"
-#include "overlap/backend/onednn.hpp"
+#include "overlap/backend/gemm.hpp"
 #include "overlap/config.hpp"
 #include "overlap/engine/progress.hpp"
 #include "overlap/failure.hpp"
+#include "overlap/flavour.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/mpi/request.hpp"
 #include "overlap/mpi/wait.hpp"
 #include "overlap/schedule/calibration.hpp"
 
 namespace overlap {
+
+namespace backend {
+class eigen_backend;   // backend/eigen.hpp
+class onednn_backend;  // backend/onednn.hpp
+}  // namespace backend
 
 namespace detail {
 /// A cached plan: everything that depends only on the shapes of a call.
@@ -81,9 +86,9 @@ class context {
   /// fields that change the schedule must agree, see overlap::config).
   context(MPI_Comm comm, overlap::config cfg) : context(comm, std::optional<overlap::config>{cfg}) {}
 
-  context(context&&) noexcept = default;
-  context& operator=(context&&) noexcept = default;
-  ~context() = default;
+  context(context&&) noexcept;
+  context& operator=(context&&) noexcept;
+  ~context();
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
@@ -129,15 +134,7 @@ class context {
   /// How products of t are computed on this rank, e.g. "onednn bf16 (native,
   /// avx512_core_bf16)" or "onednn f32 on widened bf16 pieces (...)"; the
   /// benchmarks report it as gemm_path.
-  [[nodiscard]] std::string gemm_path(dtype t) const {
-    if (backend_for(t) == backend_kind::eigen) return std::string("eigen ") + to_string(t);
-    const std::string isa = backend::detail::effective_isa();
-    if (t != dtype::bf16) return std::string("onednn ") + to_string(t) + " (" + isa + ")";
-    if (!widen_bf16_) return "onednn bf16 (native, " + isa + ")";
-    return "onednn f32 on widened bf16 pieces (" +
-           std::string(cfg_.bf16 == bf16_gemm::widened ? "OVERLAP_BF16_GEMM=widened" : "no bf16 matmul") +
-           " at ISA " + isa + ")";
-  }
+  [[nodiscard]] std::string gemm_path(dtype t) const;
 
   // ---- for the ops (not part of the stable API) ----
   /// Fewest output rows (or columns) a ring piece of t should have when its
@@ -146,15 +143,9 @@ class context {
   /// never throws (it runs before the ranks agree, also on input that
   /// backend_for rejects): the ops put each rank's knee in the table the
   /// ranks exchange and plan with the largest.
-  [[nodiscard]] int64_t piece_knee(dtype t, int64_t other) const noexcept {
-    if (t == dtype::f64 || cfg_.backend == backend_kind::eigen) return 0;  // Eigen: no knee
-    return backend::detail::gemm_jit_knee(t == dtype::f32 || widen_bf16_, other);
-  }
-  [[nodiscard]] std::shared_ptr<const gemm_kernel> make_kernel(const gemm_desc& d) {
-    if (backend_for(d.in) == backend_kind::eigen) return eigen_.make(d);
-    if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
-    return onednn_->make(d, widen_bf16_);
-  }
+  [[nodiscard]] int64_t piece_knee(dtype t, int64_t other) const noexcept;
+  /// The kernel of a product (the backend for d.in under this config).
+  [[nodiscard]] std::shared_ptr<const gemm_kernel> make_kernel(const gemm_desc& d);
   /// The kernel of a ring step: under progress_policy::poll, poll_chunks row
   /// bands of C with an MPI_Testall of the outstanding requests between two
   /// bands, but no band thinner than the GEMM path's rate knee (piece_knee:
@@ -319,45 +310,8 @@ class context {
   }
 
  private:
-  context(MPI_Comm comm, std::optional<overlap::config> given) {
-    const std::string who = "overlap::context";
-    detail::require_mpi_running(who.c_str());
-    if (comm == MPI_COMM_NULL) throw std::invalid_argument(who + ": comm is MPI_COMM_NULL");
-    int inter = 0;
-    OVERLAP_MPI(MPI_Comm_test_inter, comm, &inter);
-    if (inter != 0)
-      throw std::invalid_argument(who + ": comm is an inter-communicator; a context needs an intra-communicator "
-                                        "(MPI_Intercomm_merge makes one)");
-    // Local steps that may fail on one rank only; their outcome is agreed
-    // below, once the duplicate communicator exists.
-    detail::failure local;
-    try {
-      cfg_ = given ? *given : config::from_env();
-      if (const std::string p = detail::config_problem(cfg_); !p.empty()) throw std::invalid_argument(p);
-    } catch (...) {
-      local = detail::failure::capture(std::current_exception());
-      cfg_ = overlap::config{};
-    }
-    comm_ = dup(comm, cfg_.timeout_s, who);
-    rank_ = comm_.rank();
-    size_ = comm_.size();
-    if (!local.failed()) {
-      try {
-        prepare_local();
-      } catch (...) {
-        local = detail::failure::capture(std::current_exception());
-      }
-    }
-    agree_on(local, who);
-    share_calibration();
-    requests_->set_timeout(cfg_.timeout_s);
-    // The same answer on every rank: all ranks see the whole communicator on
-    // their node, or none does.
-    one_node_ = comm_.ranks_on_my_node() == size_;
-    if (cfg_.verbose && rank_ == 0)
-      std::fprintf(stderr, "overlap: context on %d ranks%s: %s; bf16 products: %s\n", size_,
-                   one_node_ ? " (all on one node)" : "", describe(cfg_).c_str(), gemm_path(dtype::bf16).c_str());
-  }
+  /// Collective: checks, duplicates comm, agrees on what may fail on one rank.
+  context(MPI_Comm comm, std::optional<overlap::config> given);
 
   /// MPI_Comm_dup, bounded by the watchdog when it is on (MPI_Comm_idup).
   [[nodiscard]] static mpi::communicator dup(MPI_Comm comm, int timeout_s, const std::string& who) {
@@ -394,30 +348,7 @@ class context {
   }
 
   /// What a context sets up on this rank alone.
-  void prepare_local() {
-    if (!cfg_.calibration.empty() && rank_ == 0) model_ = overlap::calibration::load(cfg_.calibration);
-    if (cfg_.progress == progress_policy::thread) {
-      int provided = MPI_THREAD_SINGLE;
-      OVERLAP_MPI(MPI_Query_thread, &provided);
-      if (provided < MPI_THREAD_MULTIPLE)
-        throw std::invalid_argument(
-            "the progress thread needs MPI_THREAD_MULTIPLE; initialise MPI with "
-            "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or use progress_policy::none "
-            "(OVERLAP_PROGRESS=none)");
-    }
-    if (cfg_.backend != backend_kind::eigen) {
-      const bool native = backend::detail::native_bf16();
-      if (cfg_.bf16 == bf16_gemm::native && !native)
-        throw std::invalid_argument(
-            std::string("bf16: OVERLAP_BF16_GEMM=native, but oneDNN has no bf16 matmul on this CPU (effective ISA ") +
-            backend::detail::effective_isa() +
-            "; oneDNN 2.6 needs AVX512_CORE, and AVX512_BF16 for full speed); use OVERLAP_BF16_GEMM=automatic or "
-            "widened (f32 products of widened pieces, bf16 transfers)");
-      widen_bf16_ = cfg_.bf16 == bf16_gemm::widened || !native;
-    }
-    if (cfg_.progress == progress_policy::thread)
-      progress_ = std::make_unique<engine::progress_thread>(cfg_.progress_interval);
-  }
+  void prepare_local();
 
   static void poll(void* group) { static_cast<mpi::request_group*>(group)->test_all(); }
 
@@ -429,8 +360,8 @@ class context {
   bool widen_bf16_ = false;
   std::optional<overlap::calibration> model_;
   std::string failure_;  ///< the fatal error that ended this context (throw policy)
-  backend::eigen_backend eigen_;
-  std::unique_ptr<backend::onednn_backend> onednn_;
+  std::unique_ptr<backend::eigen_backend> eigen_;    ///< made on first use
+  std::unique_ptr<backend::onednn_backend> onednn_;  ///< made on first use
   std::unique_ptr<engine::progress_thread> progress_;
   /// The plan cache: most recently used first, and an index into it.
   std::list<std::pair<detail::plan_key, std::unique_ptr<detail::plan_base>>> plans_;

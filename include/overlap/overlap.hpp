@@ -2,15 +2,20 @@
 /// @file
 /// Umbrella header of overlap: communication-hiding tensor-parallel matrix
 /// products for MPI on CPU clusters. See docs/ and README.md.
+///
+/// Header-only (CMake target overlap::overlap) this includes the whole
+/// implementation; with the compiled flavour (overlap::compiled, which
+/// defines OVERLAP_COMPILED) it declares only, and the library holds the
+/// implementation (flavour.hpp).
 
 #include "overlap/backend/dtype.hpp"
-#include "overlap/backend/eigen.hpp"
 #include "overlap/backend/gemm.hpp"
-#include "overlap/backend/onednn.hpp"
 #include "overlap/bfloat16.hpp"
 #include "overlap/config.hpp"
 #include "overlap/context.hpp"
+#include "overlap/epilogue.hpp"
 #include "overlap/error.hpp"
+#include "overlap/flavour.hpp"
 #include "overlap/matrix.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/mpi/environment.hpp"
@@ -19,3 +24,10 @@
 #include "overlap/ops/options.hpp"
 #include "overlap/schedule/calibration.hpp"
 #include "overlap/schedule/schedule.hpp"
+
+#ifndef OVERLAP_COMPILED
+#include "overlap/context-inl.hpp"
+#include "overlap/ops/all_gather_matmul-inl.hpp"
+#include "overlap/ops/matmul_reduce_scatter-inl.hpp"
+#include "overlap/schedule/calibration-inl.hpp"
+#endif

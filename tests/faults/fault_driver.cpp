@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "overlap/overlap.hpp"
+#include "overlap/ops/faults.hpp"
 
 namespace {
 void one_call(overlap::context& ctx, int64_t m_r, overlap::strategy s = overlap::strategy::ring,

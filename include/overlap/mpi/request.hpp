@@ -94,7 +94,7 @@ class request_group {
       bounded_wait(reqs_.size(), "the end of the ring");
     } else {
       const int rc = MPI_Waitall(size(), reqs_.data(), MPI_STATUSES_IGNORE);
-      if (rc != MPI_SUCCESS) detail::throw_mpi_error(rc, "MPI_Waitall");
+      if (rc != MPI_SUCCESS) overlap::detail::throw_mpi_error(rc, "MPI_Waitall");
     }
     clear();
   }
@@ -116,7 +116,7 @@ class request_group {
       bounded_wait(n_due, "step " + std::to_string(step + 1));
     } else {
       const int rc = MPI_Waitall(static_cast<int>(n_due), reqs_.data(), MPI_STATUSES_IGNORE);
-      if (rc != MPI_SUCCESS) detail::throw_mpi_error(rc, "MPI_Waitall");
+      if (rc != MPI_SUCCESS) overlap::detail::throw_mpi_error(rc, "MPI_Waitall");
     }
     reqs_.erase(reqs_.begin(), reqs_.begin() + static_cast<std::ptrdiff_t>(n_due));
     due_.erase(due_.begin(), due_.begin() + static_cast<std::ptrdiff_t>(n_due));
@@ -135,7 +135,7 @@ class request_group {
         [&] {
           int flag = 0;
           const int rc = MPI_Testall(static_cast<int>(n), reqs_.data(), &flag, MPI_STATUSES_IGNORE);
-          if (rc != MPI_SUCCESS) detail::throw_mpi_error(rc, "MPI_Testall");
+          if (rc != MPI_SUCCESS) overlap::detail::throw_mpi_error(rc, "MPI_Testall");
           return flag != 0;
         },
         timeout_s_);

@@ -1,0 +1,111 @@
+#pragma once
+/// @file
+/// The parts of the context that touch the GEMM libraries (oneDNN, Eigen):
+/// part of the header-only flavour, compiled once into the library otherwise
+/// (flavour.hpp), so a consumer of the compiled flavour never parses their
+/// headers.
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "overlap/backend/eigen.hpp"
+#include "overlap/backend/onednn.hpp"
+#include "overlap/context.hpp"
+
+namespace overlap {
+
+OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> given) {
+  const std::string who = "overlap::context";
+  detail::require_mpi_running(who.c_str());
+  if (comm == MPI_COMM_NULL) throw std::invalid_argument(who + ": comm is MPI_COMM_NULL");
+  int inter = 0;
+  OVERLAP_MPI(MPI_Comm_test_inter, comm, &inter);
+  if (inter != 0)
+    throw std::invalid_argument(who + ": comm is an inter-communicator; a context needs an intra-communicator "
+                                      "(MPI_Intercomm_merge makes one)");
+  // Local steps that may fail on one rank only; their outcome is agreed
+  // below, once the duplicate communicator exists.
+  detail::failure local;
+  try {
+    cfg_ = given ? *given : config::from_env();
+    if (const std::string p = detail::config_problem(cfg_); !p.empty()) throw std::invalid_argument(p);
+  } catch (...) {
+    local = detail::failure::capture(std::current_exception());
+    cfg_ = overlap::config{};
+  }
+  comm_ = dup(comm, cfg_.timeout_s, who);
+  rank_ = comm_.rank();
+  size_ = comm_.size();
+  if (!local.failed()) {
+    try {
+      prepare_local();
+    } catch (...) {
+      local = detail::failure::capture(std::current_exception());
+    }
+  }
+  agree_on(local, who);
+  share_calibration();
+  requests_->set_timeout(cfg_.timeout_s);
+  // The same answer on every rank: all ranks see the whole communicator on
+  // their node, or none does.
+  one_node_ = comm_.ranks_on_my_node() == size_;
+  if (cfg_.verbose && rank_ == 0)
+    std::fprintf(stderr, "overlap: context on %d ranks%s: %s; bf16 products: %s\n", size_,
+                 one_node_ ? " (all on one node)" : "", describe(cfg_).c_str(), gemm_path(dtype::bf16).c_str());
+}
+
+OVERLAP_FUNC context::context(context&&) noexcept = default;
+OVERLAP_FUNC context& context::operator=(context&&) noexcept = default;
+OVERLAP_FUNC context::~context() = default;
+
+OVERLAP_FUNC std::string context::gemm_path(dtype t) const {
+  if (backend_for(t) == backend_kind::eigen) return std::string("eigen ") + to_string(t);
+  const std::string isa = backend::detail::effective_isa();
+  if (t != dtype::bf16) return std::string("onednn ") + to_string(t) + " (" + isa + ")";
+  if (!widen_bf16_) return "onednn bf16 (native, " + isa + ")";
+  return "onednn f32 on widened bf16 pieces (" +
+         std::string(cfg_.bf16 == bf16_gemm::widened ? "OVERLAP_BF16_GEMM=widened" : "no bf16 matmul") +
+         " at ISA " + isa + ")";
+}
+
+OVERLAP_FUNC int64_t context::piece_knee(dtype t, int64_t other) const noexcept {
+  if (t == dtype::f64 || cfg_.backend == backend_kind::eigen) return 0;  // Eigen: no knee
+  return backend::detail::gemm_jit_knee(t == dtype::f32 || widen_bf16_, other);
+}
+
+OVERLAP_FUNC std::shared_ptr<const gemm_kernel> context::make_kernel(const gemm_desc& d) {
+  if (backend_for(d.in) == backend_kind::eigen) {
+    if (!eigen_) eigen_ = std::make_unique<backend::eigen_backend>();
+    return eigen_->make(d);
+  }
+  if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
+  return onednn_->make(d, widen_bf16_);
+}
+
+OVERLAP_FUNC void context::prepare_local() {
+  if (!cfg_.calibration.empty() && rank_ == 0) model_ = overlap::calibration::load(cfg_.calibration);
+  if (cfg_.progress == progress_policy::thread) {
+    int provided = MPI_THREAD_SINGLE;
+    OVERLAP_MPI(MPI_Query_thread, &provided);
+    if (provided < MPI_THREAD_MULTIPLE)
+      throw std::invalid_argument(
+          "the progress thread needs MPI_THREAD_MULTIPLE; initialise MPI with "
+          "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or use progress_policy::none "
+          "(OVERLAP_PROGRESS=none)");
+  }
+  if (cfg_.backend != backend_kind::eigen) {
+    const bool native = backend::detail::native_bf16();
+    if (cfg_.bf16 == bf16_gemm::native && !native)
+      throw std::invalid_argument(
+          std::string("bf16: OVERLAP_BF16_GEMM=native, but oneDNN has no bf16 matmul on this CPU (effective ISA ") +
+          backend::detail::effective_isa() +
+          "; oneDNN 2.6 needs AVX512_CORE, and AVX512_BF16 for full speed); use OVERLAP_BF16_GEMM=automatic or "
+          "widened (f32 products of widened pieces, bf16 transfers)");
+    widen_bf16_ = cfg_.bf16 == bf16_gemm::widened || !native;
+  }
+  if (cfg_.progress == progress_policy::thread)
+    progress_ = std::make_unique<engine::progress_thread>(cfg_.progress_interval);
+}
+
+}  // namespace overlap

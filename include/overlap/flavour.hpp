@@ -1,0 +1,22 @@
+#pragma once
+/// @file
+/// The two flavours of the library, from one source ({fmt}'s scheme).
+///
+/// Header-only (target `overlap`): <overlap/overlap.hpp> includes every
+/// `-inl.hpp` implementation, and OVERLAP_FUNC is `inline`.
+///
+/// Compiled (target `overlap::compiled`, which defines OVERLAP_COMPILED):
+/// <overlap/overlap.hpp> declares; the library (src/) includes the `-inl.hpp`
+/// files once, defines the OVERLAP_FUNC functions and instantiates every op
+/// for OVERLAP_FOR_EACH_ELEMENT. A consumer's translation unit then parses
+/// neither oneDNN's nor Eigen's headers, nor the ops' implementation.
+
+#ifdef OVERLAP_COMPILED
+#define OVERLAP_FUNC
+#else
+#define OVERLAP_FUNC inline
+#endif
+
+/// The element types of the ops, the one list the compiled library
+/// instantiates: X(float) X(double) X(bfloat16).
+#define OVERLAP_FOR_EACH_ELEMENT(X) X(float) X(double) X(::overlap::bfloat16)

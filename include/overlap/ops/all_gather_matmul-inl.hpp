@@ -1,0 +1,803 @@
+#pragma once
+/// @file
+/// The implementation of all_gather_matmul (its plans, their building and
+/// running): part of the header-only flavour, compiled once into the library
+/// otherwise (flavour.hpp).
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "overlap/context.hpp"
+#include "overlap/engine/buffer.hpp"
+#include "overlap/engine/ring.hpp"
+#include "overlap/matrix.hpp"
+#include "overlap/ops/agreement.hpp"
+#include "overlap/ops/block_types.hpp"
+#include "overlap/ops/checks.hpp"
+#include "overlap/ops/chunks.hpp"
+#include "overlap/ops/geometry.hpp"
+#include "overlap/ops/op_id.hpp"
+#include "overlap/ops/packing.hpp"
+#include "overlap/ops/run.hpp"
+#include "overlap/ops/verbose.hpp"
+#include "overlap/ops/options.hpp"
+#include "overlap/ops/others.hpp"
+#include "overlap/schedule/choose.hpp"
+#include "overlap/ops/all_gather_matmul.hpp"
+
+namespace overlap {
+namespace detail {
+
+/// Where the gathered operand X sits in the product and how it is split.
+/// "Logical" is op(X); "stored" is X as the caller keeps it (transposed or not).
+struct ag_geometry {
+  bool lhs = true;          ///< X is the left operand A (else the right operand B)
+  bool shard_rows = true;   ///< op(X) is sharded along its rows (else its columns)
+  bool contracting = false; ///< the sharded dimension is K: partial products accumulate
+  bool trans_x = false;     ///< X is stored transposed
+  bool trans_o = false;     ///< the other operand is stored transposed
+  int64_t x_rows = 0, x_cols = 0;  ///< logical op(X)
+  shard_layout layout;      ///< op(X)'s sharded dimension over the ranks
+
+  explicit ag_geometry(const ag_options& o)
+      : lhs(o.gathered == gathered::lhs_rows || o.gathered == gathered::lhs_cols),
+        shard_rows(o.gathered == gathered::lhs_rows || o.gathered == gathered::rhs_rows),
+        contracting(o.gathered == gathered::lhs_cols || o.gathered == gathered::rhs_rows),
+        trans_x(lhs ? o.transpose_a : o.transpose_b),
+        trans_o(lhs ? o.transpose_b : o.transpose_a) {}
+  ag_geometry() = default;
+
+  [[nodiscard]] int64_t stored_rows() const { return trans_x ? x_cols : x_rows; }
+  [[nodiscard]] int64_t stored_cols() const { return trans_x ? x_rows : x_cols; }
+  [[nodiscard]] bool stored_shard_rows() const { return shard_rows != trans_x; }
+  /// Chunks split op(X)'s output dimension: rows of A, or columns of B.
+  [[nodiscard]] bool stored_chunk_rows() const { return lhs != trans_x; }
+};
+
+/// The view holding this rank's shard of X.
+template <class T>
+const matrix_view<const T>& local_view(const ag_args<T>& x, const ag_geometry& g) {
+  return g.lhs ? x.a : x.b;
+}
+
+/// Where a ring piece lives on this rank.
+enum class piece_home { local, gathered_out, slot };
+
+template <class T>
+struct ag_step {
+  int64_t r0 = 0, c0 = 0, nr = 0, nc = 0;  ///< the piece in stored X's global coordinates
+  int64_t lr0 = 0, lc0 = 0;                ///< its origin in op(X)
+  piece_home home = piece_home::slot;
+  int64_t slot_offset = 0;                 ///< element offset into the slot buffer
+  int64_t ld = 0;                          ///< leading dimension where it lives
+  MPI_Datatype type = MPI_DATATYPE_NULL;   ///< the piece as one element (owned by the plan)
+  bool send = false;                       ///< forwarded to the previous rank
+  bool recv = false;                       ///< arrives from the next rank
+  bool into_acc = false;                   ///< writes the fp32 accumulator (bf16 products)
+  bool add_acc = false;                    ///< adds the fp32 accumulator into c (its last step)
+  gemm_desc desc;                          ///< what `kernel` computes
+  std::shared_ptr<const gemm_kernel> kernel;
+  [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
+};
+
+template <class T>
+struct ag_plan final : plan_base {
+  ag_geometry geo;
+  overlap::strategy strategy = overlap::strategy::ring;
+  // ring (and bidirectional)
+  int lanes = 1;                     ///< 2: bidirectional
+  int n_steps = 0;
+  std::vector<ag_step<T>> steps;     ///< step t, lane l at [t * lanes + l]
+  engine::ring_window window;
+  engine::buffer<T> slots;
+  block_types types{dtype_of<T>()};
+  /// bf16 with a contracting shard: partial sums stay in fp32 (c-shaped) and
+  /// reach c, rounded once, with the last contribution.
+  engine::buffer<float> acc;
+  b_packing pack;  ///< lhs_rows: every piece reads all of b (packed once per call where the backend can)
+  // bulk
+  engine::buffer<T> gather_ws, blocks_ws;
+  std::vector<int> counts, displs;
+  std::shared_ptr<const gemm_kernel> bulk_kernel;
+  bool gather_into_out = false;  ///< bulk gathers straight into the caller's gathered view
+  // algorithm::others
+  overlap::algorithm algorithm = overlap::algorithm::named;
+  others_plan<T> others;
+  overlap::schedule sched;  ///< what runs, and the candidates when the model chose
+};
+
+
+/// How a piece's product enters the output.
+struct ag_piece_output {
+  bool accumulate = false;  ///< C += product (contracting pieces after the first)
+  bool last = false;        ///< the output block's last contribution: the epilogue runs
+  bool into_acc = false;    ///< to the fp32 accumulator (ld = c.cols) instead of c (bf16 products)
+  bool add_acc = false;     ///< c = product + accumulator (a bf16 product's last step)
+};
+
+/// The GEMM of one piece of op(X) (lnr x lnc, stored with ld):
+/// lhs: C[lr0:+lnr, :] (+)= op(X piece) @ op(b)[lc0:+lnc, :];
+/// rhs: C[:, lc0:+lnc] (+)= op(a)[:, lr0:+lnr] @ op(X piece).
+template <class T>
+gemm_desc ag_gemm(const ag_geometry& geo, const ag_args<T>& x, const ag_options& opt, int64_t lnr, int64_t lnc,
+                  int64_t ld, const ag_piece_output& how) {
+  gemm_desc d;
+  if (geo.lhs) {
+    d.m = lnr, d.n = op_dims(x.b, geo.trans_o).cols, d.k = lnc;
+    d.lda = ld, d.ldb = x.b.ld, d.trans_a = geo.trans_x, d.trans_b = geo.trans_o;
+  } else {
+    d.m = op_dims(x.a, geo.trans_o).rows, d.n = lnc, d.k = lnr;
+    d.lda = x.a.ld, d.ldb = ld, d.trans_a = geo.trans_o, d.trans_b = geo.trans_x;
+  }
+  d.ldc = x.c.ld;
+  d.accumulate = how.accumulate;
+  d.in = d.out = dtype_of<T>();
+  if (how.into_acc) d.out = dtype::f32, d.ldc = x.c.cols;
+  if (how.add_acc) d.addend = true, d.ld_addend = x.c.cols, d.addend_type = dtype::f32;
+  if (how.last) {  // the epilogue runs once, with an output block's last contribution
+    d.bias = static_cast<bool>(opt.epilogue.bias);
+    d.act = opt.epilogue.activation;
+  }
+  return d;
+}
+
+/// The bulk plan: one MPI_Allgatherv and one GEMM on the gathered operand.
+template <class T>
+void ag_build_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt) {
+  const ag_geometry& geo = plan.geo;
+  const int R = ctx.size();
+  const int64_t srows = geo.stored_rows(), scols = geo.stored_cols();
+  const bool sr = geo.stored_shard_rows();
+  const int64_t per_unit = sr ? scols : srows;  // elements per stored shard row / column
+  plan.counts.resize(static_cast<size_t>(R));
+  plan.displs.resize(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(geo.layout.size(r) * per_unit, "all-gather count");
+    plan.displs[static_cast<size_t>(r)] = mpi::detail::to_count(geo.layout.offset(r) * per_unit, "all-gather displacement");
+  }
+  const auto elems = static_cast<size_t>(srows * scols);
+  // Row shards land as contiguous row blocks of X: straight into gathered_out
+  // when it is dense, else into gather_ws. Column shards land as blocks in
+  // blocks_ws and are unpacked side by side into gathered_out or gather_ws.
+  plan.gather_into_out = x.has_out && sr && x.out.ld == scols;
+  if (!sr) plan.blocks_ws = engine::buffer<T>(elems);
+  if (!plan.gather_into_out && (sr || !x.has_out)) plan.gather_ws = engine::buffer<T>(elems);
+  const int64_t x_ld = x.has_out ? x.out.ld : scols;
+  plan.bulk_kernel = ctx.make_kernel(ag_gemm(geo, x, opt, geo.x_rows, geo.x_cols, x_ld, {false, true}));
+}
+
+/// bf16 with a contracting shard: partial sums stay in an fp32 accumulator.
+template <class T>
+bool ag_fp32_acc(const ag_geometry& geo, int R) {
+  return dtype_of<T>() == dtype::bf16 && geo.contracting && R > 1;
+}
+
+/// Where a ring plan's pieces live: the slots (slots per lane, lanes) and the
+/// largest piece, which sizes every slot.
+struct ag_slots {
+  int per_lane = 0, lanes = 1;
+  int64_t elems = 0;
+};
+
+/// Ring step t = i * chunks + j of lane l: piece j of the shard the lane
+/// holds at round i (docs in ag_build_ring).
+template <class T>
+ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int i, int j,
+                        int l, int chunks, ag_slots& slots) {
+  const ag_geometry& geo = plan.geo;
+  const int R = ctx.size(), p = ctx.rank();
+  const int shard = l == 0 ? (p + i) % R : (p - i + R) % R;
+  range rows{0, geo.stored_rows()}, cols{0, geo.stored_cols()};
+  (geo.stored_shard_rows() ? rows : cols) = range{geo.layout.offset(shard), geo.layout.size(shard)};
+  range& chunked = geo.stored_chunk_rows() ? rows : cols;
+  chunked = chunked.chunk(slots.lanes, l).chunk(chunks, j);
+  ag_step<T> st;
+  st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
+  st.lr0 = geo.trans_x ? st.c0 : st.r0;
+  st.lc0 = geo.trans_x ? st.r0 : st.c0;
+  if (x.has_out) {
+    st.home = piece_home::gathered_out;
+    st.ld = x.out.ld;
+  } else if (i == 0) {
+    st.home = piece_home::local;
+    st.ld = local_view(x, geo).ld;
+  } else {
+    st.home = piece_home::slot;
+    st.ld = st.nc;
+    st.slot_offset = ((i * chunks + j) % slots.per_lane) * slots.lanes + l;  // scaled to elements later
+    slots.elems = std::max(slots.elems, st.nr * st.nc);
+  }
+  st.send = st.nonempty() && i < R - 1;
+  st.recv = st.nonempty() && i > 0;
+  if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld);
+  const int64_t lnr = geo.trans_x ? st.nc : st.nr, lnc = geo.trans_x ? st.nr : st.nc;
+  const bool last = !geo.contracting || i == R - 1;
+  const bool fp32_acc = ag_fp32_acc<T>(geo, R);
+  st.into_acc = fp32_acc && !last;
+  st.add_acc = fp32_acc && last;
+  const bool accumulate = geo.contracting && i > 0 && !st.add_acc;
+  st.desc = ag_gemm(geo, x, opt, lnr, lnc, st.ld, {accumulate, last, st.into_acc, st.add_acc});
+  st.desc.pack_b = geo.lhs && geo.shard_rows;  // the pieces of lhs_rows read all of b
+  st.kernel = ctx.make_step_kernel(st.desc);
+  return st;
+}
+
+/// The ring plan. Lane 0 holds, at round i, shard (p + i) % R: it arrived
+/// from p + 1 and is forwarded to p - 1 unless it has gone all the way round.
+/// With two lanes (bidirectional), each shard is halved along op(X)'s output
+/// dimension: lane 0 carries the first halves that way, lane 1 the second
+/// halves the other way (shard (p - i) % R, from p - 1 to p + 1). Each half is
+/// split into `chunks` pieces; step t = i * chunks + j computes piece j of
+/// every lane. A piece is received `lead` = chunks steps before its step and
+/// forwarded in its step, and its send may stay in flight chunks - 1 steps
+/// more: 2 * chunks slots per lane are never rewritten while in use.
+template <class T>
+void ag_build_ring(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int chunks) {
+  const int R = ctx.size();
+  plan.window = {chunks, chunks - 1};
+  plan.n_steps = R * chunks;
+  ag_slots slots{plan.window.lead + 1 + plan.window.send_slack, plan.lanes, 0};
+  if (ag_fp32_acc<T>(plan.geo, R))
+    plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < chunks; ++j)
+      for (int l = 0; l < plan.lanes; ++l) plan.steps.push_back(ag_ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
+  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
+  for (auto& st : plan.steps)
+    if (st.home == piece_home::slot) st.slot_offset *= slots.elems;
+  plan.slots = engine::buffer<T>(static_cast<size_t>(slots.elems * slots.per_lane * plan.lanes));
+}
+
+/// The operands of an others plan for all_gather_matmul: where this rank's
+/// shard of X and the other operand are read, and their extents.
+struct ag_others_ctx {
+  int R = 1, p = 0;
+  dtype t = dtype::f32;
+  bool tx = false, to = false;
+  int64_t x_ld = 0;          ///< ld of this rank's shard of X
+  others_src x_src, o_src;   ///< the caller's views holding X and the other operand
+  const std::vector<int64_t>& other;  ///< every rank's extent of the other operand's free dimension
+  [[nodiscard]] int64_t o(int q) const { return other[static_cast<size_t>(q)]; }
+};
+
+/// Not contracting (lhs_rows, rhs_cols): every rank's other operand is
+/// gathered, this rank multiplies its shard of X by each, and the output
+/// blocks go to their owners.
+/// lhs_rows: A_p (M_p x K) @ op(b_q) (K x N_q) is rows p of rank q's c.
+/// rhs_cols: op(a_q) (M_q x K) @ B_p (K x N_p) is columns p of rank q's c.
+/// Returns the elements of the products buffer.
+template <class T>
+int64_t ag_others_gather(const ag_geometry& geo, others_plan<T>& o, const ag_args<T>& x, const ag_options& opt,
+                         const ag_others_ctx& c) {
+  const shard_layout& sh = geo.layout;
+  const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows, own = c.o(c.p);
+  std::vector<int64_t> gathered, to_each, from_each;
+  for (int q = 0; q < c.R; ++q) gathered.push_back(k * c.o(q));
+  o.gather = true;
+  o.gathered_at = others_counts(gathered);
+  const dims2 od = op_dims(geo.lhs ? x.b : x.a, c.to);
+  o.gather_own = stored_block(c.o_src, c.to, {0, od.rows}, {0, od.cols}, o.gathered_at.displs[static_cast<size_t>(c.p)]);
+  int64_t at = 0;
+  for (int q = 0; q < c.R; ++q) {
+    others_gemm g;
+    g.peer = q;
+    const int64_t oq = c.o(q), off = o.gathered_at.displs[static_cast<size_t>(q)];
+    if (geo.lhs) {
+      g.a = c.x_src, g.b = others_src::gathered, g.b_off = off;
+      g.desc = others_desc(sh.size(c.p), oq, k, c.x_ld, packed_ld(c.to ? k : oq), oq, c.tx, c.to, c.t, c.t, false);
+    } else {
+      g.a = others_src::gathered, g.b = c.x_src, g.a_off = off;
+      g.desc = others_desc(oq, sh.size(c.p), k, packed_ld(c.to ? oq : k), c.x_ld, sh.size(c.p), c.to, c.tx, c.t, c.t,
+                           false);
+    }
+    g.out = at;
+    at += g.desc.m * g.desc.n;
+    to_each.push_back(g.desc.m * g.desc.n);
+    from_each.push_back(sh.size(q) * own);
+    o.gemms.push_back(std::move(g));
+  }
+  o.output = others_output::owners;
+  o.owners_send = others_counts(to_each);
+  o.owners_recv = others_counts(from_each);
+  // The block of rank q's output this rank computed, at element `from`.
+  auto block_of = [&](int q, int64_t from) {
+    return geo.lhs ? others_block{others_src::caller_a, sh.offset(q), 0, sh.size(q), own, from}
+                   : others_block{others_src::caller_a, 0, sh.offset(q), own, sh.size(q), from};
+  };
+  // lhs_rows: the blocks received are c's row blocks in order.
+  o.recv_into_c = geo.lhs && x.c.ld == x.c.cols;
+  for (int q = 0; q < c.R && !o.recv_into_c; ++q)
+    if (q != c.p) o.place.push_back(block_of(q, o.owners_recv.displs[static_cast<size_t>(q)]));
+  // This rank's own block stays here: from the products to its place in c.
+  o.own_place = true;
+  o.own = block_of(c.p, o.gemms[static_cast<size_t>(c.p)].out);
+  others_finish(o, x.c, opt.epilogue, false, c.t);
+  return at;
+}
+
+/// Contracting (lhs_cols, rhs_rows): each rank sends every peer the slice of
+/// its other operand that meets the peer's K shard, multiplies its shard of X
+/// by the slices it got, and the partial sums are reduced and scattered.
+/// lhs_cols: op(A_p) (M x K_p) @ op(b_q)[K_p rows] (K_p x N_q) is rank q's partial sum.
+/// rhs_rows: op(a_q)[:, K_p] (M_q x K_p) @ B_p (K_p x N) is rank q's partial sum.
+/// Returns the elements of the products buffer.
+template <class T>
+int64_t ag_others_exchange(const ag_geometry& geo, others_plan<T>& o, const ag_args<T>& x, const ag_options& opt,
+                           const ag_others_ctx& c) {
+  const shard_layout& sh = geo.layout;
+  o.out = c.t == dtype::bf16 ? dtype::f32 : c.t;
+  const int64_t free = geo.lhs ? geo.x_rows : geo.x_cols;  // M (lhs) or N (rhs), the same on every rank
+  const int64_t kp = sh.size(c.p), own = c.o(c.p);
+  std::vector<int64_t> sent, got, sums;
+  for (int q = 0; q < c.R; ++q) sent.push_back(sh.size(q) * own), got.push_back(kp * c.o(q));
+  o.exchange = true;
+  o.sent_at = others_counts(sent);
+  o.exchanged_at = others_counts(got);
+  for (int q = 0; q < c.R; ++q) {
+    const range kq{sh.offset(q), sh.size(q)}, all{0, own};
+    const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
+    o.exchange_out.push_back(geo.lhs ? stored_block(c.o_src, c.to, kq, all, dst)
+                                     : stored_block(c.o_src, c.to, all, kq, dst));
+  }
+  int64_t at = 0;
+  for (int q = 0; q < c.R; ++q) {
+    // This rank's own slice is read where it was packed to be sent: it is
+    // there before the exchange completes.
+    const bool own_slice = q == c.p;
+    const others_src ex = own_slice ? others_src::sent : others_src::exchanged;
+    const int64_t oq = c.o(q), off = (own_slice ? o.sent_at : o.exchanged_at).displs[static_cast<size_t>(q)];
+    others_gemm g;
+    g.peer = q;
+    if (geo.lhs) {
+      g.a = c.x_src, g.b = ex, g.b_off = off;
+      g.desc = others_desc(free, oq, kp, c.x_ld, packed_ld(c.to ? kp : oq), oq, c.tx, c.to, c.t, o.out, false);
+    } else {
+      g.a = ex, g.b = c.x_src, g.a_off = off;
+      g.desc = others_desc(oq, free, kp, packed_ld(c.to ? oq : kp), c.x_ld, free, c.to, c.tx, c.t, o.out, false);
+    }
+    g.out = at;
+    sums.push_back(g.desc.m * g.desc.n);
+    at += sums.back();
+    o.gemms.push_back(std::move(g));
+  }
+  others_reduce_into(o, sums, x.c, opt.epilogue);
+  return at;
+}
+
+/// algorithm::others for all_gather_matmul. `other[q]` is rank q's extent
+/// of the other operand's free dimension (N_q for lhs_*, M_q for rhs_*).
+template <class T>
+void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
+                     const std::vector<int64_t>& other) {
+  const ag_geometry& geo = plan.geo;
+  others_plan<T>& o = plan.others;
+  const ag_others_ctx c{ctx.size(), ctx.rank(), dtype_of<T>(), geo.trans_x, geo.trans_o, local_view(x, geo).ld,
+                        geo.lhs ? others_src::caller_a : others_src::caller_b,
+                        geo.lhs ? others_src::caller_b : others_src::caller_a, other};
+  const int64_t products = geo.contracting ? ag_others_exchange(geo, o, x, opt, c) : ag_others_gather(geo, o, x, opt, c);
+  for (others_gemm& g : o.gemms) g.kernel = ctx.make_kernel(g.desc);
+  // This rank's own block first: its inputs are local, so it runs while the
+  // input collective moves the others.
+  std::rotate(o.gemms.begin(), o.gemms.begin() + c.p, o.gemms.end());
+  others_allocate(o, products);
+}
+
+/// What a candidate schedule of all_gather_matmul does on the busiest rank,
+/// for the cost model. other[q]: rank q's extent of the other operand's free
+/// dimension; elem/acc: bytes of an element and of a partial sum.
+inline work ag_work(const ag_geometry& g, const std::vector<int64_t>& other, int R, const candidate& c,
+                    int64_t elem, int64_t acc) {
+  const int64_t omax = *std::max_element(other.begin(), other.end());
+  const int64_t m = g.lhs ? g.x_rows : omax, n = g.lhs ? omax : g.x_cols, k = g.lhs ? g.x_cols : g.x_rows;
+  const int64_t shard = g.layout.max_size();
+  const shard_layout& sh = g.layout;
+  auto o = [&](int q) { return other[static_cast<size_t>(q)]; };
+  work w;
+  if (c.algorithm == algorithm::others) {
+    w.pipelined = true;
+    w.alltoall_out = !g.contracting;
+    if (!g.contracting) {  // the other operand gathered, output blocks to their owners
+      w.allgather_block = double(k * omax * elem);
+      for (int q = 0; q < R; ++q) w.gemms.push_back(g.lhs ? gemm_work{shard, o(q), k} : gemm_work{o(q), shard, k});
+      w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return sh.size(p) * o(q); });
+    } else {  // slices of the other operand exchanged, partial sums reduced
+      w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return sh.size(q) * o(p); });
+      for (int q = 0; q < R; ++q)
+        w.gemms.push_back(g.lhs ? gemm_work{g.x_rows, o(q), shard} : gemm_work{o(q), g.x_cols, shard});
+      w.reduce_scatter_block = double((g.lhs ? g.x_rows : g.x_cols) * omax * acc);
+    }
+    return w;
+  }
+  if (c.strategy == strategy::bulk) {
+    w.gemms.push_back({m, n, k});
+    w.allgather_block = double(shard * (g.shard_rows ? g.x_cols : g.x_rows) * elem);
+    return w;
+  }
+  // A ring: pieces split op(X)'s output dimension (M for lhs, N for rhs).
+  const int lanes = c.strategy == strategy::bidirectional ? 2 : 1;
+  const int64_t parts = int64_t{lanes} * c.chunks;
+  const int64_t split = ceil_div(g.contracting ? (g.lhs ? g.x_rows : g.x_cols) : shard, parts);
+  const int64_t depth = g.contracting ? shard : k;  // K of a piece
+  w.ring = true;
+  w.lanes = lanes;
+  w.steps = R * c.chunks;
+  w.transfer_steps = (R - 1) * c.chunks;
+  w.piece = g.lhs ? gemm_work{split, n, depth} : gemm_work{m, split, depth};
+  w.step_bytes = double(split * depth * elem);
+  return w;
+}
+
+/// Step 1 of preparing a call: the checks each rank makes alone (options,
+/// views, aliasing, shapes); returns the backend for the plan key. Messages
+/// are built only for a rule that fails.
+template <class T>
+int ag_local_checks(const context& ctx, arg_checks& checks, const ag_args<T>& x, const ag_options& opt) {
+  checks.valid("ag_options", ".gathered", opt.gathered);
+  check_common_options(checks, "ag_options", opt.strategy, opt.algorithm, opt.epilogue);
+  checks.view("a", x.a);
+  checks.view("b", x.b);
+  checks.view("c", x.c);
+  if (x.has_out) checks.view("gathered_out", x.out);
+  checks.disjoint("c", x.c, "a", x.a);
+  checks.disjoint("c", x.c, "b", x.b);
+  if (x.has_out) {
+    checks.disjoint("gathered_out", x.out, "a", x.a);
+    checks.disjoint("gathered_out", x.out, "b", x.b);
+    checks.disjoint("gathered_out", x.out, "c", x.c);
+  }
+  checks.bias(opt.epilogue.bias, x.c);
+  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+  auto must_equal = [&](int64_t v1, const char* n1, int64_t v2, const char* n2, const char* what = "") {
+    require_equal(checks, opt.transpose_a, opt.transpose_b, v1, n1, v2, n2, what);
+  };
+  const bool k_rule = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::rhs_cols;
+  if (k_rule) must_equal(lb.rows, "b.rows", la.cols, "a.cols", ", the K dimension");
+  if (opt.gathered != gathered::lhs_rows) must_equal(x.c.rows, "c.rows", la.rows, "a.rows");
+  if (opt.gathered != gathered::rhs_cols) must_equal(x.c.cols, "c.cols", lb.cols, "b.cols");
+  return checked_backend<T>(ctx, checks);
+}
+
+/// What each rank contributes when the ranks exchange their calls (on a plan
+/// miss anywhere): the options, which must agree (agreed() names them), and
+/// this rank's sizes. Exchanged as one MPI datatype (exchange_rows).
+struct ag_exchanged {
+  int64_t gathered, strategy, chunks, transpose_a, transpose_b, activation, phases, algorithm;
+  int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
+  int64_t c_rows, c_cols;
+  int64_t has_out, out_rows, out_cols;     ///< gathered_out
+  /// Pieces split op(X)'s output dimension; this rank's GEMM keeps its rate above this many.
+  int64_t knee;
+
+  static constexpr std::array<agreed_field<ag_exchanged>, 8> agreed{{
+      {"ag_options.gathered", &ag_exchanged::gathered},
+      {"ag_options.strategy", &ag_exchanged::strategy},
+      {"config.ag_chunks", &ag_exchanged::chunks},
+      {"ag_options.transpose_a", &ag_exchanged::transpose_a},
+      {"ag_options.transpose_b", &ag_exchanged::transpose_b},
+      {"ag_options.epilogue.activation", &ag_exchanged::activation},
+      {"config.phases", &ag_exchanged::phases},
+      {"ag_options.algorithm", &ag_exchanged::algorithm},
+  }};
+};
+
+/// This rank's row of the exchange.
+template <class T>
+ag_exchanged ag_row_of(const context& ctx, const ag_geometry& geo, const ag_args<T>& x, const ag_options& opt) {
+  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+  return {static_cast<int64_t>(opt.gathered), static_cast<int64_t>(opt.strategy), ctx.config().ag_chunks,
+          opt.transpose_a, opt.transpose_b, static_cast<int64_t>(opt.epilogue.activation),
+          static_cast<int64_t>(ctx.config().phases), static_cast<int64_t>(opt.algorithm),
+          la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols, x.has_out, x.out.rows, x.out.cols,
+          ctx.piece_knee(dtype_of<T>(), geo.lhs ? x.c.cols : x.c.rows)};
+}
+
+/// What the exchanged table says about the whole problem.
+struct ag_global {
+  ag_geometry full;                ///< with the global extents and the shards' layout
+  std::vector<int64_t> other;      ///< every rank's extent of the other operand's free dimension
+  bool any_out = false;            ///< some rank wants the gathered operand (gathered_out)
+  int64_t knee_units = 0;          ///< the largest GEMM rate knee over ranks
+};
+
+/// The fields of the exchanged row that the rules across ranks read, for a
+/// geometry: the dimension every rank must agree on, the sharded one, and
+/// the one the shards must sum to; with their names in messages.
+struct ag_fields {
+  int64_t ag_exchanged::*agreed;
+  int64_t ag_exchanged::*sharded;
+  int64_t ag_exchanged::*summed;
+  std::string agreed_name, sharded_name, summed_name, symbol;
+
+  ag_fields(const ag_geometry& geo, const ag_options& opt) {
+    using e = ag_exchanged;
+    const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
+    if (geo.lhs) {
+      agreed = geo.shard_rows ? &e::a_cols : &e::a_rows;
+      sharded = geo.shard_rows ? &e::a_rows : &e::a_cols;
+      agreed_name = geo.shard_rows ? an + ".cols (K)" : an + ".rows (M)";
+      sharded_name = geo.shard_rows ? an + ".rows" : an + ".cols";
+    } else {
+      agreed = geo.shard_rows ? &e::b_cols : &e::b_rows;
+      sharded = geo.shard_rows ? &e::b_rows : &e::b_cols;
+      agreed_name = geo.shard_rows ? bn + ".cols (N)" : bn + ".rows (K)";
+      sharded_name = geo.shard_rows ? bn + ".rows" : bn + ".cols";
+    }
+    summed = &e::c_rows, summed_name = "c.rows", symbol = "M";
+    if (!geo.lhs && !geo.shard_rows) summed = &e::c_cols, summed_name = "c.cols", symbol = "N";
+    if (geo.contracting) {
+      summed = geo.lhs ? &e::b_rows : &e::a_cols;
+      summed_name = geo.lhs ? bn + ".rows" : an + ".cols";
+      symbol = "K";
+    }
+  }
+};
+
+/// Step 3: the rules that span ranks, on the exchanged table (element r =
+/// rank r's row); every rank sees the same table, so all throw alike.
+inline ag_global ag_global_checks(const arg_checks& checks, const ag_geometry& geo, const ag_options& opt,
+                                  const std::vector<ag_exchanged>& table) {
+  auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
+  const ag_fields f(geo, opt);
+  const ag_exchanged& first = table.front();
+  std::vector<int64_t> sizes;
+  for (size_t r = 0; r < table.size(); ++r) {
+    if (table[r].*f.agreed != first.*f.agreed)
+      fail(f.agreed_name + " must agree across ranks (rank 0: " + std::to_string(first.*f.agreed) + ", rank " +
+           std::to_string(r) + ": " + std::to_string(table[r].*f.agreed) + ")");
+    sizes.push_back(table[r].*f.sharded);
+  }
+  ag_global g;
+  g.full = geo;
+  g.full.layout = shard_layout(sizes);
+  const int64_t total = g.full.layout.total();
+  g.full.x_rows = geo.shard_rows ? total : first.*f.agreed;
+  g.full.x_cols = geo.shard_rows ? first.*f.agreed : total;
+  for (size_t r = 0; r < table.size(); ++r) {
+    const ag_exchanged& row = table[r];
+    const std::string on = " on rank " + std::to_string(r);
+    if (row.*f.summed != total)
+      fail(f.summed_name + " (" + std::to_string(row.*f.summed) + ")" + on + " must equal " + f.symbol +
+           " = sum of " + f.sharded_name + " over ranks (" + std::to_string(total) + ")");
+    if (row.has_out && (row.out_rows != g.full.stored_rows() || row.out_cols != g.full.stored_cols()))
+      fail("gathered_out" + on + " is " + std::to_string(row.out_rows) + " x " + std::to_string(row.out_cols) +
+           "; it must be the gathered operand's " + std::to_string(g.full.stored_rows()) + " x " +
+           std::to_string(g.full.stored_cols()) + (geo.trans_x ? " (stored transposed)" : ""));
+    g.any_out = g.any_out || row.has_out != 0;
+    g.other.push_back(geo.lhs ? row.c_cols : row.c_rows);
+    g.knee_units = std::max(g.knee_units, row.knee);
+  }
+  return g;
+}
+
+/// Step 4: the schedule, as asked or as the cost model chooses (the same on
+/// every rank: it depends on the exchanged table and one calibration).
+template <class T>
+schedule ag_choose(context& ctx, const ag_options& opt, const ag_global& g) {
+  const int R = ctx.size();
+  const ag_geometry& full = g.full;
+  // Chunks split op(X)'s output dimension (rows of stored X when
+  // stored_chunk_rows); the plan's choice depends on global sizes only.
+  auto chunks_for = [&](int lanes) {
+    const bool sr = full.stored_shard_rows(), cr = full.stored_chunk_rows();
+    const int64_t chunk_extent = (cr ? full.stored_rows() : full.stored_cols()) / (sr == cr ? R : 1) / lanes;
+    const int64_t bytes_per_unit =
+        (cr ? full.stored_cols() : full.stored_rows()) / (sr == cr ? 1 : R) * static_cast<int64_t>(sizeof(T));
+    chunk_request r;
+    r.configured = ctx.config().ag_chunks, r.rule = ag_chunk_rule, r.ranks = R, r.lanes = lanes;
+    r.piece_units = chunk_extent, r.bytes_per_unit = bytes_per_unit;
+    r.one_node = ctx.one_node(), r.knee_units = g.knee_units;
+    return plan_chunks(r);
+  };
+  const int64_t elem = sizeof(T), acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;
+  // The other operands may travel only where no rank wants the gathered
+  // operand itself (gathered_out needs it gathered anyway).
+  return choose_schedule(ctx, {opt.strategy, opt.algorithm, !g.any_out}, dtype_of<T>(), chunks_for,
+                         [&](const candidate& c) { return ag_work(full, g.other, R, c, elem, acc); });
+}
+
+/// Step 5: builds the plan of the schedule; buffers, datatypes and primitives
+/// may fail on one rank only, so the outcome is agreed before any transfer.
+template <class T>
+std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks, const ag_args<T>& x,
+                                         const ag_options& opt, const ag_global& g, const schedule& sched,
+                                         uint64_t fingerprint) {
+  const ag_geometry& full = g.full;
+  const std::string summary =
+      checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) + " ranks: " +
+      to_string(sched.strategy) +
+      (sched.algorithm == algorithm::others ? std::string(" moving the other operands") : std::string()) +
+      ", sharded sizes [" + list(full.layout.sizes()) + "], op(X) " + std::to_string(full.x_rows) + " x " +
+      std::to_string(full.x_cols);
+  std::unique_ptr<ag_plan<T>> plan = build_agreed(ctx, checks.op(), [&] {
+    auto built = std::make_unique<ag_plan<T>>();
+    built->geo = full;
+    built->strategy = sched.strategy;
+    built->lanes = sched.lanes;
+    built->summary = summary;
+    built->fingerprint = fingerprint;
+    built->algorithm = sched.algorithm;
+    built->sched = sched;
+    if (sched.algorithm == algorithm::others) ag_others_build<T>(ctx, *built, x, opt, g.other);
+    else if (sched.strategy == strategy::bulk) ag_build_bulk<T>(ctx, *built, x, opt);
+    else ag_build_ring<T>(ctx, *built, x, opt, sched.chunks);
+    return built;
+  });
+  if (ctx.config().verbose && ctx.rank() == 0)
+    log_built_plan(ctx, summary,
+                   ring_summary(opt.strategy, *plan, sched.chunks, ctx.config().ag_chunks == 0,
+                                plan->slots.size() * sizeof(T)) +
+                       (plan->acc.size() ? ", fp32 accumulator" : "") + "; schedule: " + to_string(sched),
+                   dtype_of<T>());
+  return plan;
+}
+
+/// Checks a call, agrees with the other ranks, and returns the plan (built
+/// and cached on first use). Collective. The steps: local checks, the
+/// agreement (and on a plan miss anywhere the exchange of every rank's
+/// row), the checks that span ranks, choosing the schedule, building it.
+template <class T>
+ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt) {
+  const ag_geometry geo(opt);
+  arg_checks checks(op_id::all_gather_matmul, dtype_of<T>(), "gathered", to_string(opt.gathered));
+  const int backend = ag_local_checks(ctx, checks, x, opt);
+  const ag_exchanged mine = ag_row_of(ctx, geo, x, opt);
+  plan_key& key = ctx.scratch().key;
+  key.clear();
+  append_values(key, mine);
+  // The bias is this rank's own business (it touches only this rank's c).
+  key.insert(key.end(), {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
+                         static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld, x.out.ld});
+  const agreement<ag_exchanged> agreed_on = agree_or_exchange(ctx, checks, key, mine);
+  if (agreed_on.cached != nullptr) return static_cast<ag_plan<T>&>(*agreed_on.cached);
+
+  const plan_key stored = key;  // the scratch is the next call's
+  const ag_global g = ag_global_checks(checks, geo, opt, agreed_on.table);
+  const schedule sched = ag_choose<T>(ctx, opt, g);
+  const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
+  return static_cast<ag_plan<T>&>(
+      *ctx.store_plan(stored, ag_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
+}
+
+/// The ring pattern of all_gather_matmul, for engine::run_ring.
+template <class T>
+class ag_ring_pattern {
+ public:
+  ag_ring_pattern(ag_plan<T>& plan, const ag_args<T>& x, const T* bias, int rank)
+      : plan_(plan), x_(x), local_(local_view(x, plan.geo)), bias_(bias) {
+    (plan.geo.stored_shard_rows() ? local_r0_ : local_c0_) = plan.geo.layout.offset(rank);
+  }
+  [[nodiscard]] int steps() const { return plan_.n_steps; }
+  [[nodiscard]] engine::ring_window window() const { return plan_.window; }
+  [[nodiscard]] engine::transfer recv(int t, int lane) const {
+    const auto& st = step(t, lane);
+    return st.recv ? engine::transfer{piece(st), st.type} : engine::transfer{};
+  }
+  [[nodiscard]] engine::transfer send(int t, int lane) const {
+    const auto& st = step(t, lane);
+    return st.send ? engine::transfer{piece(st), st.type} : engine::transfer{};
+  }
+  void compute(int t) {
+    for (int l = 0; l < plan_.lanes; ++l) compute(step(t, l));
+  }
+
+ private:
+  [[nodiscard]] const ag_step<T>& step(int t, int lane) const {
+    return plan_.steps[static_cast<size_t>(t) * static_cast<size_t>(plan_.lanes) + static_cast<size_t>(lane)];
+  }
+  void compute(const ag_step<T>& st) {
+    const ag_geometry& g = plan_.geo;
+    // The output block starts at row lr0 (lhs) or column lc0 (rhs) of c, or
+    // of the dense fp32 accumulator.
+    const int64_t c_off = g.lhs ? st.lr0 * x_.c.ld : st.lc0;
+    const int64_t acc_off = g.lhs ? st.lr0 * x_.c.cols : st.lc0;
+    float* acc = plan_.acc.data() == nullptr ? nullptr : plan_.acc.data() + acc_off;
+    void* dst = st.into_acc ? static_cast<void*>(acc) : static_cast<void*>(x_.c.data + c_off);
+    const void* addend = st.add_acc ? acc : nullptr;
+    if (g.lhs) {  // rows lc0.. of op(b): columns of b when it is stored transposed
+      const T* b = x_.b.data + (g.trans_o ? st.lc0 : st.lc0 * x_.b.ld);
+      st.kernel->run(piece(st), st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias_, addend);
+    } else {      // columns lr0.. of op(a): rows of a when it is stored transposed
+      const T* a = x_.a.data + (g.trans_o ? st.lr0 * x_.a.ld : st.lr0);
+      st.kernel->run(a, piece(st), dst, bias_ == nullptr ? nullptr : bias_ + st.lc0, addend);
+    }
+  }
+
+  [[nodiscard]] T* piece(const ag_step<T>& st) const {
+    switch (st.home) {
+      case piece_home::local:
+        // Local pieces are only read and sent; MPI_Isend takes a const buffer.
+        return const_cast<T*>(local_.data + (st.r0 - local_r0_) * st.ld + (st.c0 - local_c0_));
+      case piece_home::gathered_out: return x_.out.data + st.r0 * x_.out.ld + st.c0;
+      case piece_home::slot: return plan_.slots.data() + st.slot_offset;
+    }
+    return nullptr;
+  }
+  ag_plan<T>& plan_;
+  const ag_args<T>& x_;
+  matrix_view<const T> local_;
+  const T* bias_;
+  int64_t local_r0_ = 0, local_c0_ = 0;  ///< where this rank's stored shard starts in stored X
+};
+
+template <class T>
+void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias) {
+  const ag_geometry& geo = plan.geo;
+  const bool sr = geo.stored_shard_rows();
+  const int64_t srows = geo.stored_rows(), scols = geo.stored_cols();
+  const matrix_view<const T>& local = local_view(x, geo);
+  T* dst = !sr ? plan.blocks_ws.data() : (plan.gather_into_out ? x.out.data : plan.gather_ws.data());
+  // The local shard is copied to its place and gathered MPI_IN_PLACE: Open MPI
+  // 4.1's tuned MPI_Allgatherv hangs at odd rank counts when the send side is
+  // a derived datatype (seen with doubles at 3 ranks), so none is used here.
+  copy_block<T>(local, {dst + plan.displs[static_cast<size_t>(ctx.rank())], local.rows, local.cols});
+  const MPI_Datatype type = mpi_type_of(dtype_of<T>());
+  run_collective(
+      ctx, plan, "MPI_Allgatherv",
+      [&] {
+        return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
+                              ctx.comm());
+      },
+      [&](MPI_Request* r) {
+        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, plan.counts.data(), plan.displs.data(), type,
+                               ctx.comm(), r);
+      });
+  const matrix_view<T> xv = x.has_out ? x.out : matrix_view<T>(plan.gather_ws.data(), srows, scols);
+  if (sr) {
+    if (x.has_out && !plan.gather_into_out) copy_block<T>({dst, srows, scols}, x.out);
+  } else {
+    for (int r = 0; r < ctx.size(); ++r) {
+      const int64_t off = geo.layout.offset(r), len = geo.layout.size(r);
+      copy_block<T>({dst + off * srows, srows, len}, xv.block(0, off, srows, len));
+    }
+  }
+  run_local_step(ctx, plan, [&] {
+    if (geo.lhs) plan.bulk_kernel->run(xv.data, x.b.data, x.c.data, bias);
+    else plan.bulk_kernel->run(x.a.data, xv.data, x.c.data, bias);
+  });
+}
+
+template <class T>
+void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
+  ctx.check_usable("overlap::all_gather_matmul");
+  ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
+  const T* bias = opt.epilogue.bias.template get<T>();
+  if (plan.algorithm == algorithm::others) {
+    others_runner<T>(ctx, plan, plan.others, tags_of(op_id::all_gather_matmul).blocks, x.a, x.b, x.c, bias).run();
+    return;
+  }
+  if (plan.strategy == strategy::bulk) {
+    ag_bulk(ctx, plan, x, bias);
+    return;
+  }
+  if (x.has_out) {  // the local shard joins the gathered by-product first
+    const ag_geometry& geo = plan.geo;
+    const int64_t off = geo.layout.offset(ctx.rank());
+    const auto& l = local_view(x, geo);
+    copy_block<T>(l, geo.stored_shard_rows() ? x.out.block(off, 0, l.rows, l.cols) : x.out.block(0, off, l.rows, l.cols));
+  }
+  run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
+  ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
+  run_on_ring(ctx, plan, pattern, op_id::all_gather_matmul, plan.lanes);
+}
+
+/// The schedule a call runs (builds and caches its plan).
+template <class T>
+schedule all_gather_matmul_schedule_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
+  ctx.check_usable("overlap::all_gather_matmul_schedule");
+  return ag_prepare<T>(ctx, x, opt).sched;
+}
+
+#ifdef OVERLAP_COMPILED
+// Instantiated once in the compiled library (src/instantiations.cpp).
+#define OVERLAP_AG_EXTERN(T)                                                                     \
+  extern template void all_gather_matmul_impl<T>(context&, const ag_args<T>&, const ag_options&); \
+  extern template schedule all_gather_matmul_schedule_impl<T>(context&, const ag_args<T>&, const ag_options&);
+OVERLAP_FOR_EACH_ELEMENT(OVERLAP_AG_EXTERN)
+#undef OVERLAP_AG_EXTERN
+#endif
+
+}  // namespace detail
+}  // namespace overlap

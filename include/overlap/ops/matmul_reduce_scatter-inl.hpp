@@ -1,0 +1,605 @@
+#pragma once
+/// @file
+/// The implementation of matmul_reduce_scatter (its plans, their building and
+/// running): part of the header-only flavour, compiled once into the library
+/// otherwise (flavour.hpp).
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "overlap/context.hpp"
+#include "overlap/engine/buffer.hpp"
+#include "overlap/engine/ring.hpp"
+#include "overlap/matrix.hpp"
+#include "overlap/ops/agreement.hpp"
+#include "overlap/ops/block_types.hpp"
+#include "overlap/ops/checks.hpp"
+#include "overlap/ops/chunks.hpp"
+#include "overlap/ops/geometry.hpp"
+#include "overlap/ops/op_id.hpp"
+#include "overlap/ops/packing.hpp"
+#include "overlap/ops/run.hpp"
+#include "overlap/ops/verbose.hpp"
+#include "overlap/ops/options.hpp"
+#include "overlap/ops/others.hpp"
+#include "overlap/schedule/choose.hpp"
+#include "overlap/ops/matmul_reduce_scatter.hpp"
+
+namespace overlap {
+namespace detail {
+
+struct rs_step {
+  int64_t r0 = 0, c0 = 0, nr = 0, nc = 0;  ///< the output piece in global C coordinates
+  bool dst_c = false;        ///< the final step: the product goes to this rank's c
+  bool acc_in_c = false;     ///< the accumulator lives in c (else in a slot)
+  int64_t slot_offset = 0;   ///< bytes into the slot buffer
+  int64_t ld = 0;            ///< of the accumulator
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  bool recv = false;     ///< its accumulator arrives from the next rank before this step
+  bool forward = false;  ///< its result goes to the previous rank at the next step
+  bool add_slot = false; ///< c = product + the fp32 accumulator in the slot (bf16, final step)
+  gemm_desc desc;        ///< what `kernel` computes
+  std::shared_ptr<const gemm_kernel> kernel;
+  [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
+};
+
+template <class T>
+struct rs_plan final : plan_base {
+  bool rows = true;  ///< scattered by rows (else columns)
+  int64_t m = 0, n = 0;
+  shard_layout layout;  ///< the scattered dimension over the ranks
+  overlap::strategy strategy = overlap::strategy::ring;
+  dtype acc = dtype::f32;  ///< what accumulators are summed and sent in
+  // ring (and bidirectional)
+  int lanes = 1;                ///< 2: bidirectional
+  int n_steps = 0;
+  std::vector<rs_step> steps;   ///< step t, lane l at [t * lanes + l]
+  engine::ring_window window;
+  engine::buffer<std::byte> slots;
+  block_types types;
+  b_packing pack;  ///< scattered by rows: every piece reads all of b (packed once per call where the backend can)
+  // bulk
+  engine::buffer<std::byte> product_ws, result_ws;
+  std::vector<int> counts;
+  std::vector<std::shared_ptr<const gemm_kernel>> bulk_kernels;  ///< one per output block
+  gemm_desc finish;  ///< the bulk pass over c: convert the reduced result, bias, activation
+  // algorithm::others
+  overlap::algorithm algorithm = overlap::algorithm::named;
+  others_plan<T> others;
+  overlap::schedule sched;  ///< what runs, and the candidates when the model chose
+};
+
+
+/// How a piece's product enters its destination.
+struct rs_piece_output {
+  bool accumulate = false;  ///< += the accumulator already there
+  bool last = false;        ///< into c (type T, the epilogue runs), else into an accumulator (type acc)
+  bool add_slot = false;    ///< c = product + the fp32 accumulator in a slot (bf16, final step)
+};
+
+/// The GEMM of an nr x nc output piece (ld of its destination) with all of K.
+template <class T>
+gemm_desc rs_gemm(const rs_args<T>& x, const rs_options& opt, dtype acc, int64_t nr, int64_t nc, int64_t ld,
+                  const rs_piece_output& how) {
+  gemm_desc d;
+  d.m = nr, d.n = nc, d.k = op_dims(x.a, opt.transpose_a).cols;
+  d.lda = x.a.ld, d.ldb = x.b.ld, d.ldc = ld;
+  d.trans_a = opt.transpose_a, d.trans_b = opt.transpose_b;
+  d.accumulate = how.accumulate;
+  d.in = dtype_of<T>();
+  d.out = how.last ? dtype_of<T>() : acc;
+  if (how.add_slot) d.addend = true, d.ld_addend = nc, d.addend_type = acc;
+  if (how.last) d.bias = static_cast<bool>(opt.epilogue.bias), d.act = opt.epilogue.activation;
+  return d;
+}
+
+/// Output shard `shard` as row and column ranges of C.
+template <class T>
+std::pair<range, range> rs_block(const rs_plan<T>& plan, int shard) {
+  range rows{0, plan.m}, cols{0, plan.n};
+  (plan.rows ? rows : cols) = range{plan.layout.offset(shard), plan.layout.size(shard)};
+  return {rows, cols};
+}
+
+/// The bulk plan: one product in blocks laid out as MPI_Reduce_scatter wants
+/// them (by rows that is C itself; by columns, each rank's column block
+/// contiguous), the reduce-scatter, and a pass over c.
+template <class T>
+void rs_build_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt) {
+  const int R = ctx.size();
+  const dtype t = dtype_of<T>(), acc = plan.acc;
+  plan.product_ws = engine::buffer<std::byte>(static_cast<size_t>(plan.m * plan.n) * size_of(acc));
+  plan.counts.resize(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    const auto [rows, cols] = rs_block(plan, r);
+    plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(rows.len * cols.len, "reduce-scatter count");
+    if (!plan.rows || r == 0) {
+      const int64_t nr = plan.rows ? plan.m : rows.len, nc = plan.rows ? plan.n : cols.len;
+      plan.bulk_kernels.push_back(ctx.make_kernel(rs_gemm(x, opt, acc, nr, nc, nc, {})));
+    }
+  }
+  // The reduced block lands in c when c is dense and of the accumulator's
+  // type; otherwise in result_ws, and the finishing pass adds it into c.
+  const bool via_ws = x.c.ld != x.c.cols || acc != t;
+  if (via_ws) plan.result_ws = engine::buffer<std::byte>(static_cast<size_t>(x.c.rows * x.c.cols) * size_of(acc));
+  gemm_desc& f = plan.finish;
+  f.m = x.c.rows, f.n = x.c.cols, f.k = 0, f.ldc = x.c.ld;
+  f.accumulate = !via_ws;
+  f.bias = static_cast<bool>(opt.epilogue.bias), f.act = opt.epilogue.activation;
+  f.in = f.out = t;
+  f.addend = via_ws, f.ld_addend = x.c.cols, f.addend_type = acc;
+}
+
+/// The slots of a ring plan's accumulators: slots per lane, lanes, and the
+/// largest piece, which sizes every slot.
+struct rs_slots {
+  int per_lane = 0, lanes = 1;
+  int64_t elems = 0;
+};
+
+/// Ring step t = i * chunks + j of lane l (docs in rs_build_ring).
+template <class T>
+rs_step rs_ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int i, int j, int l,
+                     int chunks, rs_slots& slots) {
+  const int R = ctx.size(), p = ctx.rank();
+  const int shard = l == 0 ? (p + i + 1) % R : (p - i - 1 + 2 * R) % R;
+  auto [rows, cols] = rs_block(plan, shard);
+  range& chunked = plan.rows ? rows : cols;
+  chunked = chunked.chunk(slots.lanes, l).chunk(chunks, j);
+  rs_step st;
+  st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
+  st.dst_c = i == R - 1;
+  // The last accumulator of a bf16 product with fp32 accumulators stays in a
+  // slot and is added while c is written; otherwise it arrives in c itself.
+  st.acc_in_c = st.dst_c && plan.acc == dtype_of<T>();
+  st.add_slot = st.dst_c && !st.acc_in_c && i > 0;
+  if (st.acc_in_c) {
+    st.ld = x.c.ld;
+  } else {
+    st.ld = st.nc;
+    st.slot_offset = ((i * chunks + j) % slots.per_lane) * slots.lanes + l;  // scaled to bytes later
+    slots.elems = std::max(slots.elems, st.nr * st.nc);
+  }
+  st.recv = st.nonempty() && i > 0;
+  st.forward = st.nonempty() && i < R - 1;
+  if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld);
+  const int64_t ldc = st.dst_c ? x.c.ld : st.ld;
+  st.desc = rs_gemm(x, opt, plan.acc, st.nr, st.nc, ldc, {i > 0 && !st.add_slot, st.dst_c, st.add_slot});
+  st.desc.pack_b = plan.rows;  // pieces of a row-scattered output read all of b
+  st.kernel = ctx.make_step_kernel(st.desc);
+  return st;
+}
+
+/// The ring plan. Lane 0: at step t = i * chunks + j this rank adds its
+/// partial product for chunk j of output shard (p + i + 1) % R to the
+/// accumulator that came from p + 1 and, at step t + 1, passes it on to
+/// p - 1. After R rounds the accumulator of its own shard has visited every
+/// rank and lands in c. With two lanes (bidirectional) each shard is halved
+/// along the scattered dimension and lane 1 runs the second halves the other
+/// way (shard (p - i - 1) % R, from p - 1 to p + 1). The accumulator a step
+/// needs was computed by its neighbour `chunks` steps earlier and sent one
+/// step later, so receives are posted lead = chunks - 1 steps ahead and sends
+/// may stay in flight as long; 2 * chunks - 1 slots per lane are never
+/// rewritten while in use.
+template <class T>
+void rs_build_ring(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int chunks) {
+  const int R = ctx.size();
+  plan.types = block_types(plan.acc);
+  plan.window = {chunks - 1, chunks - 2};
+  plan.n_steps = R * chunks;
+  rs_slots slots{plan.window.lead + 2 + plan.window.send_slack, plan.lanes, 0};
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < chunks; ++j)
+      for (int l = 0; l < plan.lanes; ++l) plan.steps.push_back(rs_ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
+  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
+  const auto acc_bytes = static_cast<int64_t>(size_of(plan.acc));
+  for (auto& st : plan.steps)
+    if (!st.acc_in_c) st.slot_offset *= slots.elems * acc_bytes;
+  plan.slots = engine::buffer<std::byte>(static_cast<size_t>(slots.elems * slots.per_lane * plan.lanes * acc_bytes));
+}
+
+/// The inputs of rs_others_build: every peer's B (rows) or A (columns)
+/// gathered, and the blocks of the other operand each peer needs exchanged.
+template <class T>
+void rs_others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_options& opt, const std::vector<int64_t>& ks,
+                      int p) {
+  const int R = static_cast<int>(ks.size());
+  const bool ta = opt.transpose_a, tb = opt.transpose_b;
+  const shard_layout& sh = plan.layout;
+  const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p);
+  std::vector<int64_t> gathered, sent, got;
+  for (int q = 0; q < R; ++q) {
+    const int64_t kq = ks[static_cast<size_t>(q)];
+    gathered.push_back(kq * (plan.rows ? plan.n : plan.m));
+    sent.push_back(sh.size(q) * kp);
+    got.push_back(own * kq);
+  }
+  o.gather = o.exchange = true;
+  o.gathered_at = others_counts(gathered);
+  o.sent_at = others_counts(sent);
+  o.exchanged_at = others_counts(got);
+  const int64_t mine_at = o.gathered_at.displs[static_cast<size_t>(p)];
+  // Rows: A travels in row blocks, B whole; columns: A whole, B in column blocks.
+  if (plan.rows) o.gather_own = stored_block(others_src::caller_b, tb, {0, kp}, {0, plan.n}, mine_at);
+  else o.gather_own = stored_block(others_src::caller_a, ta, {0, plan.m}, {0, kp}, mine_at);
+  for (int q = 0; q < R; ++q) {
+    const range block{sh.offset(q), sh.size(q)};
+    const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
+    o.exchange_out.push_back(plan.rows ? stored_block(others_src::caller_a, ta, block, {0, kp}, dst)
+                                       : stored_block(others_src::caller_b, tb, {0, kp}, block, dst));
+  }
+}
+
+/// algorithm::others for matmul_reduce_scatter: instead of partial sums of
+/// the whole output, the inputs travel. `ks[q]` is rank q's K_q. Rows: every
+/// rank gets the rows of every peer's A that meet its output rows
+/// (MPI_Alltoallv) and every peer's B (MPI_Allgatherv); columns: every
+/// peer's A (gathered) and the columns of every peer's B that meet its
+/// output columns (exchanged). Its output is then the sum of R local
+/// products, in c (bf16: in fp32, added while the last one writes c).
+template <class T>
+void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+                     const std::vector<int64_t>& ks) {
+  others_plan<T>& o = plan.others;
+  const int R = ctx.size(), p = ctx.rank();
+  const dtype t = dtype_of<T>();
+  const bool ta = opt.transpose_a, tb = opt.transpose_b;
+  rs_others_inputs(plan, o, opt, ks, p);
+  // The sum of R products: in c, or (bf16) in fp32 products until the last.
+  const int64_t own = plan.layout.size(p), m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
+  const bool fp32_sum = t == dtype::bf16 && R > 1;
+  o.out = fp32_sum ? dtype::f32 : t;
+  // This rank's own term first (its inputs are local: its block is read
+  // where it was packed to be sent), while the input collectives run.
+  for (int i = 0; i < R; ++i) {
+    const int q = (p + i) % R;
+    const auto qi = static_cast<size_t>(q);
+    const bool last = i == R - 1;
+    others_gemm g;
+    g.peer = q;
+    g.to_c = last || !fp32_sum;
+    g.addend = last && fp32_sum;
+    // Rows: op(A_q)[my rows] (M_p x K_q) @ op(B_q) (K_q x N); columns: op(A_q) (M x K_q) @ op(B_q)[:, my cols].
+    const others_src ex = q == p ? others_src::sent : others_src::exchanged;
+    const int64_t ex_at = (q == p ? o.sent_at : o.exchanged_at).displs[qi], ga_at = o.gathered_at.displs[qi];
+    g.a = plan.rows ? ex : others_src::gathered, g.a_off = plan.rows ? ex_at : ga_at;
+    g.b = plan.rows ? others_src::gathered : ex, g.b_off = plan.rows ? ga_at : ex_at;
+    const int64_t kq = ks[qi];
+    g.desc = others_desc(m, n, kq, packed_ld(ta ? m : kq), packed_ld(tb ? kq : n), g.to_c ? x.c.ld : n, ta, tb, t,
+                         g.to_c ? t : dtype::f32, i > 0 && !g.addend);
+    if (g.addend) g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
+    if (last) g.desc.bias = static_cast<bool>(opt.epilogue.bias), g.desc.act = opt.epilogue.activation;
+    g.kernel = ctx.make_kernel(g.desc);
+    o.gemms.push_back(std::move(g));
+  }
+  o.output = others_output::local;
+  others_allocate(o, fp32_sum ? m * n : 0);
+}
+
+/// What a candidate schedule of matmul_reduce_scatter does on the busiest
+/// rank, for the cost model. ks[q]: rank q's K_q; `out`: the scattered
+/// dimension over the ranks; elem/acc: bytes of an element and of a partial sum.
+inline work rs_work(bool rows, int64_t m, int64_t n, const std::vector<int64_t>& ks, const shard_layout& out, int R,
+                    const candidate& c, int64_t elem, int64_t acc) {
+  const int64_t kmax = *std::max_element(ks.begin(), ks.end()), shard = out.max_size();
+  auto k = [&](int q) { return ks[static_cast<size_t>(q)]; };
+  work w;
+  if (c.algorithm == algorithm::others) {
+    w.pipelined = true;
+    // Rows: A's row blocks exchanged, B gathered; columns: A gathered, B's column blocks exchanged.
+    w.allgather_block = double(kmax * (rows ? n : m) * elem);
+    w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return out.size(q) * k(p); });
+    for (int q = 0; q < R; ++q) w.gemms.push_back(rows ? gemm_work{shard, n, k(q)} : gemm_work{m, shard, k(q)});
+    return w;
+  }
+  if (c.strategy == strategy::bulk) {
+    w.gemms.push_back({m, n, kmax});
+    w.reduce_scatter_block = double(shard * (rows ? n : m) * acc);
+    return w;
+  }
+  const int lanes = c.strategy == strategy::bidirectional ? 2 : 1;
+  const int64_t split = ceil_div(shard, int64_t{lanes} * c.chunks);
+  w.ring = true;
+  w.lanes = lanes;
+  w.steps = R * c.chunks;
+  w.transfer_steps = (R - 1) * c.chunks;
+  w.piece = rows ? gemm_work{split, n, kmax} : gemm_work{m, split, kmax};
+  w.step_bytes = double(split * (rows ? n : m) * acc);
+  return w;
+}
+
+/// Step 1 of preparing a call: the checks each rank makes alone (options,
+/// views, aliasing, shapes); returns the backend for the plan key. Messages
+/// are built only for a rule that fails.
+template <class T>
+int rs_local_checks(const context& ctx, arg_checks& checks, const rs_args<T>& x, const rs_options& opt) {
+  checks.valid("rs_options", ".scattered", opt.scattered);
+  check_common_options(checks, "rs_options", opt.strategy, opt.algorithm, opt.epilogue);
+  checks.view("a", x.a);
+  checks.view("b", x.b);
+  checks.view("c", x.c);
+  checks.disjoint("c", x.c, "a", x.a);
+  checks.disjoint("c", x.c, "b", x.b);
+  checks.bias(opt.epilogue.bias, x.c);
+  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+  const bool ta = opt.transpose_a, tb = opt.transpose_b;
+  require_equal(checks, ta, tb, lb.rows, "b.rows", la.cols, "a.cols", ", this rank's K");
+  if (opt.scattered == scattered::rows) require_equal(checks, ta, tb, x.c.cols, "c.cols", lb.cols, "b.cols");
+  else require_equal(checks, ta, tb, x.c.rows, "c.rows", la.rows, "a.rows");
+  return checked_backend<T>(ctx, checks);
+}
+
+/// What each rank contributes when the ranks exchange their calls (on a plan
+/// miss anywhere): the options, which must agree (agreed names them), and
+/// this rank's sizes. Exchanged as one MPI datatype (exchange_rows).
+struct rs_exchanged {
+  int64_t scattered, strategy, chunks, transpose_a, transpose_b, activation, bf16_transfers, phases, algorithm;
+  int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
+  int64_t c_rows, c_cols;
+  /// Pieces split the scattered dimension; this rank's GEMM keeps its rate above this many.
+  int64_t knee;
+
+  static constexpr std::array<agreed_field<rs_exchanged>, 9> agreed{{
+      {"rs_options.scattered", &rs_exchanged::scattered},
+      {"rs_options.strategy", &rs_exchanged::strategy},
+      {"config.rs_chunks", &rs_exchanged::chunks},
+      {"rs_options.transpose_a", &rs_exchanged::transpose_a},
+      {"rs_options.transpose_b", &rs_exchanged::transpose_b},
+      {"rs_options.epilogue.activation", &rs_exchanged::activation},
+      {"rs_options.bf16_transfers", &rs_exchanged::bf16_transfers},
+      {"config.phases", &rs_exchanged::phases},
+      {"rs_options.algorithm", &rs_exchanged::algorithm},
+  }};
+};
+
+/// This rank's row of the exchange.
+template <class T>
+rs_exchanged rs_row_of(const context& ctx, const rs_args<T>& x, const rs_options& opt) {
+  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+  return {static_cast<int64_t>(opt.scattered), static_cast<int64_t>(opt.strategy), ctx.config().rs_chunks,
+          opt.transpose_a, opt.transpose_b, static_cast<int64_t>(opt.epilogue.activation), opt.bf16_transfers,
+          static_cast<int64_t>(ctx.config().phases), static_cast<int64_t>(opt.algorithm),
+          la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols,
+          ctx.piece_knee(dtype_of<T>(), opt.scattered == scattered::rows ? lb.cols : la.rows)};
+}
+
+/// What the exchanged table says about the whole problem.
+struct rs_global {
+  bool rows = true;
+  int64_t m = 0, n = 0;
+  shard_layout layout;        ///< the scattered dimension over the ranks
+  std::vector<int64_t> ks;    ///< every rank's K_r
+  int64_t knee_units = 0;     ///< the largest GEMM rate knee over ranks
+};
+
+/// Step 3: the rules that span ranks, on the exchanged table (element r =
+/// rank r's row); every rank sees the same table, so all throw alike.
+inline rs_global rs_global_checks(const arg_checks& checks, const rs_options& opt,
+                                  const std::vector<rs_exchanged>& table) {
+  auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
+  const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
+  const rs_exchanged& first = table.front();
+  rs_global g;
+  g.rows = opt.scattered == scattered::rows;
+  std::vector<int64_t> sizes;
+  for (size_t r = 0; r < table.size(); ++r) {
+    for (const auto& [field, name] : {std::pair{&rs_exchanged::a_rows, an + ".rows (M)"},
+                                      std::pair{&rs_exchanged::b_cols, bn + ".cols (N)"}})
+      if (table[r].*field != first.*field)
+        fail(name + " must agree across ranks (rank 0: " + std::to_string(first.*field) + ", rank " +
+             std::to_string(r) + ": " + std::to_string(table[r].*field) + ")");
+    sizes.push_back(g.rows ? table[r].c_rows : table[r].c_cols);
+    g.ks.push_back(table[r].a_cols);
+    g.knee_units = std::max(g.knee_units, table[r].knee);
+  }
+  g.m = first.a_rows;
+  g.n = first.b_cols;
+  g.layout = shard_layout(sizes);
+  const int64_t want = g.rows ? g.m : g.n;
+  if (g.layout.total() != want)
+    fail(std::string(g.rows ? "the sum of c.rows over ranks (" : "the sum of c.cols over ranks (") +
+         std::to_string(g.layout.total()) + ") must equal " + (g.rows ? an + ".rows (M = " : bn + ".cols (N = ") +
+         std::to_string(want) + ")");
+  return g;
+}
+
+/// The type partial sums travel and are summed in: bf16 products' in fp32,
+/// unless a ring may send bf16 (MPI cannot sum bf16, so bulk reduces in fp32).
+inline dtype rs_acc_type(dtype t, const rs_options& opt, overlap::strategy s) {
+  const dtype wide = t == dtype::bf16 ? dtype::f32 : t;
+  return s == strategy::bulk || !opt.bf16_transfers ? wide : t;
+}
+
+/// Step 4: the schedule, as asked or as the cost model chooses (the same on
+/// every rank: it depends on the exchanged table and one calibration).
+template <class T>
+schedule rs_choose(context& ctx, const rs_options& opt, const rs_global& g) {
+  const int R = ctx.size();
+  const dtype t = dtype_of<T>();
+  // Chunks split the scattered dimension; the choice depends on global sizes only.
+  auto chunks_for = [&](int lanes) {
+    const int64_t acc = static_cast<int64_t>(size_of(rs_acc_type(t, opt, strategy::ring)));
+    chunk_request r;
+    r.configured = ctx.config().rs_chunks, r.rule = rs_chunk_rule, r.ranks = R, r.lanes = lanes;
+    r.piece_units = g.layout.total() / R / lanes, r.bytes_per_unit = (g.rows ? g.n : g.m) * acc;
+    r.one_node = ctx.one_node(), r.knee_units = g.knee_units;
+    return plan_chunks(r);
+  };
+  return choose_schedule(ctx, {opt.strategy, opt.algorithm, true}, t, chunks_for, [&](const candidate& c) {
+    return rs_work(g.rows, g.m, g.n, g.ks, g.layout, R, c, sizeof(T), size_of(rs_acc_type(t, opt, c.strategy)));
+  });
+}
+
+/// Step 5: builds the plan of the schedule; buffers, datatypes and primitives
+/// may fail on one rank only, so the outcome is agreed before any transfer.
+template <class T>
+std::unique_ptr<rs_plan<T>> rs_make_plan(context& ctx, const arg_checks& checks, const rs_args<T>& x,
+                                         const rs_options& opt, const rs_global& g, const schedule& sched,
+                                         uint64_t fingerprint) {
+  auto plan = std::make_unique<rs_plan<T>>();
+  plan->rows = g.rows;
+  plan->m = g.m;
+  plan->n = g.n;
+  plan->layout = g.layout;
+  plan->sched = sched;
+  plan->algorithm = sched.algorithm;
+  plan->strategy = sched.strategy;
+  plan->lanes = sched.lanes;
+  plan->acc = rs_acc_type(dtype_of<T>(), opt, sched.strategy);
+  plan->fingerprint = fingerprint;
+  plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) + " ranks: " +
+                  to_string(plan->strategy) +
+                  (plan->algorithm == algorithm::others ? std::string(" moving the inputs") : std::string()) +
+                  ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(plan->m) + " x " +
+                  std::to_string(plan->n) + ", accumulators " + to_string(plan->acc);
+  build_agreed(ctx, checks.op(), [&] {
+    if (plan->algorithm == algorithm::others) rs_others_build<T>(ctx, *plan, x, opt, g.ks);
+    else if (plan->strategy == strategy::bulk) rs_build_bulk<T>(ctx, *plan, x, opt);
+    else rs_build_ring<T>(ctx, *plan, x, opt, sched.chunks);
+    return 0;
+  });
+  if (ctx.config().verbose && ctx.rank() == 0)
+    log_built_plan(ctx, plan->summary,
+                   ring_summary(opt.strategy, *plan, sched.chunks, ctx.config().rs_chunks == 0, plan->slots.size()) +
+                       "; schedule: " + to_string(sched),
+                   dtype_of<T>());
+  return plan;
+}
+
+/// Checks a call, agrees with the other ranks, and returns the plan (built
+/// and cached on first use). Collective; the steps as in ag_prepare.
+template <class T>
+rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt) {
+  arg_checks checks(op_id::matmul_reduce_scatter, dtype_of<T>(), "scattered", to_string(opt.scattered));
+  const int backend = rs_local_checks(ctx, checks, x, opt);
+  const rs_exchanged mine = rs_row_of(ctx, x, opt);
+  plan_key& key = ctx.scratch().key;
+  key.clear();
+  append_values(key, mine);
+  // The bias is this rank's own business (it touches only this rank's c).
+  key.insert(key.end(), {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
+                         static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld});
+  const agreement<rs_exchanged> agreed_on = agree_or_exchange(ctx, checks, key, mine);
+  if (agreed_on.cached != nullptr) return static_cast<rs_plan<T>&>(*agreed_on.cached);
+
+  const plan_key stored = key;  // the scratch is the next call's
+  const rs_global g = rs_global_checks(checks, opt, agreed_on.table);
+  const schedule sched = rs_choose<T>(ctx, opt, g);
+  const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
+  return static_cast<rs_plan<T>&>(
+      *ctx.store_plan(stored, rs_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
+}
+
+/// The ring pattern of matmul_reduce_scatter, for engine::run_ring.
+template <class T>
+class rs_ring_pattern {
+ public:
+  rs_ring_pattern(rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias, int rank)
+      : plan_(plan), x_(x), opt_(opt), bias_(bias), own_(plan.layout.offset(rank)) {}
+  [[nodiscard]] int steps() const { return plan_.n_steps; }
+  [[nodiscard]] engine::ring_window window() const { return plan_.window; }
+  [[nodiscard]] engine::transfer recv(int t, int lane) const {
+    const auto& st = step(t, lane);
+    return st.recv ? engine::transfer{piece(st), st.type} : engine::transfer{};
+  }
+  [[nodiscard]] engine::transfer send(int t, int lane) const {  // the accumulator finished at step t - 1
+    if (t == 0) return {};
+    const auto& st = step(t - 1, lane);
+    return st.forward ? engine::transfer{piece(st), st.type} : engine::transfer{};
+  }
+  void compute(int t) {
+    for (int l = 0; l < plan_.lanes; ++l) compute(step(t, l));
+  }
+
+ private:
+  [[nodiscard]] const rs_step& step(int t, int lane) const {
+    return plan_.steps[static_cast<size_t>(t) * static_cast<size_t>(plan_.lanes) + static_cast<size_t>(lane)];
+  }
+  void compute(const rs_step& st) {
+    // Rows r0.. of op(a) and columns c0.. of op(b), wherever transposes put them.
+    const T* a = x_.a.data + (opt_.transpose_a ? st.r0 : st.r0 * x_.a.ld);
+    const T* b = x_.b.data + (opt_.transpose_b ? st.c0 * x_.b.ld : st.c0);
+    const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.rows ? st.c0 : st.c0 - own_);
+    void* dst = st.dst_c ? static_cast<void*>(in_c(st)) : piece(st);
+    st.kernel->run(a, st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias, st.add_slot ? piece(st) : nullptr);
+  }
+
+  /// The step's accumulator: in c, or in its slot.
+  [[nodiscard]] void* piece(const rs_step& st) const {
+    return st.acc_in_c ? static_cast<void*>(in_c(st)) : static_cast<void*>(plan_.slots.data() + st.slot_offset);
+  }
+  [[nodiscard]] T* in_c(const rs_step& st) const {
+    return plan_.rows ? x_.c.data + (st.r0 - own_) * x_.c.ld + st.c0 : x_.c.data + st.r0 * x_.c.ld + (st.c0 - own_);
+  }
+  rs_plan<T>& plan_;
+  const rs_args<T>& x_;
+  const rs_options& opt_;
+  const T* bias_;
+  int64_t own_;  ///< where this rank's output shard starts in C
+};
+
+template <class T>
+void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias) {
+  std::byte* ws = plan.product_ws.data();
+  const auto acc_size = static_cast<int64_t>(size_of(plan.acc));
+  run_local_step(ctx, plan, [&] {
+    if (plan.rows) {
+      plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
+    } else {
+      for (int r = 0; r < ctx.size(); ++r) {
+        const int64_t off = plan.layout.offset(r);
+        const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
+        plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
+      }
+    }
+  });
+  const bool via_ws = plan.finish.addend;
+  void* dst = via_ws ? static_cast<void*>(plan.result_ws.data()) : static_cast<void*>(x.c.data);
+  const MPI_Datatype type = mpi_type_of(plan.acc);
+  run_collective(
+      ctx, plan, "MPI_Reduce_scatter",
+      [&] { return MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm()); },
+      [&](MPI_Request* r) { return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r); });
+  // c = act(reduced + bias) (the pass also converts an fp32 result to bf16).
+  run_local_step(ctx, plan, [&] { run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data()); });
+}
+
+template <class T>
+void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
+  ctx.check_usable("overlap::matmul_reduce_scatter");
+  rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
+  const T* bias = opt.epilogue.bias.template get<T>();
+  if (plan.algorithm == algorithm::others) {
+    others_runner<T>(ctx, plan, plan.others, tags_of(op_id::matmul_reduce_scatter).blocks, x.a, x.b, x.c, bias).run();
+    return;
+  }
+  if (plan.strategy == strategy::bulk) {
+    rs_bulk(ctx, plan, x, opt, bias);
+    return;
+  }
+  run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
+  rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
+  run_on_ring(ctx, plan, pattern, op_id::matmul_reduce_scatter, plan.lanes);
+}
+
+/// The schedule a call runs (builds and caches its plan).
+template <class T>
+schedule matmul_reduce_scatter_schedule_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
+  ctx.check_usable("overlap::matmul_reduce_scatter_schedule");
+  return rs_prepare<T>(ctx, x, opt).sched;
+}
+
+#ifdef OVERLAP_COMPILED
+// Instantiated once in the compiled library (src/instantiations.cpp).
+#define OVERLAP_RS_EXTERN(T)                                                                         \
+  extern template void matmul_reduce_scatter_impl<T>(context&, const rs_args<T>&, const rs_options&); \
+  extern template schedule matmul_reduce_scatter_schedule_impl<T>(context&, const rs_args<T>&, const rs_options&);
+OVERLAP_FOR_EACH_ELEMENT(OVERLAP_RS_EXTERN)
+#undef OVERLAP_RS_EXTERN
+#endif
+
+}  // namespace detail
+}  // namespace overlap

@@ -1,0 +1,91 @@
+#pragma once
+/// @file
+/// The calibration's file format (JSON, through nlohmann-json): part of the
+/// header-only flavour, compiled once into the library otherwise
+/// (flavour.hpp).
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "overlap/schedule/calibration.hpp"
+
+namespace overlap {
+
+OVERLAP_FUNC std::string calibration::to_json() const {
+  nlohmann::json j;
+  j["format"] = "overlap-calibration";
+  j["version"] = 1;
+  for (const auto& [c, l] : links)
+    j["links"][to_string(c)] = {{"latency_us", l.latency_s * 1e6},
+                                {"gbit_per_s", l.bytes_per_s * 8e-9},
+                                {"gbit_per_s_both_directions", l.bytes_per_s_both * 8e-9},
+                                {"gemm_slowdown", l.gemm_slowdown}};
+  for (const auto& [t, g] : gemm) {
+    std::vector<double> gflops;
+    for (double f : g.flops_per_s) gflops.push_back(f * 1e-9);
+    j["gemm"][to_string(t)] = {{"sizes", g.sizes}, {"gflops", gflops}};
+  }
+  return j.dump(1);
+}
+
+OVERLAP_FUNC calibration calibration::from_json(const std::string& text, const std::string& origin) {
+  auto bad = [&](const std::string& why) {
+    return std::invalid_argument("overlap: calibration " + origin + ": " + why);
+  };
+  calibration c;
+  c.origin = origin;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.value("format", "") != "overlap-calibration") throw bad("not an overlap calibration (format field)");
+    if (j.value("version", 0) != 1) throw bad("version " + std::to_string(j.value("version", 0)) + " is not 1");
+    if (j.contains("links"))
+      for (const auto& [name, l] : j.at("links").items()) {
+        link_class cls = link_class::shared;
+        if (!parse_enum(name, cls)) throw bad("unknown link class '" + name + "'");
+        link_rates r;
+        r.latency_s = l.at("latency_us").get<double>() * 1e-6;
+        r.bytes_per_s = l.at("gbit_per_s").get<double>() / 8e-9;
+        r.bytes_per_s_both = l.at("gbit_per_s_both_directions").get<double>() / 8e-9;
+        r.gemm_slowdown = l.at("gemm_slowdown").get<double>();
+        if (!(r.latency_s >= 0 && r.bytes_per_s > 0 && r.bytes_per_s_both > 0 && r.gemm_slowdown >= 1 &&
+              std::isfinite(r.latency_s + r.bytes_per_s + r.bytes_per_s_both + r.gemm_slowdown)))
+          throw bad("link class '" + name + "' needs latency >= 0, rates > 0 and gemm_slowdown >= 1");
+        c.links[cls] = r;
+      }
+    if (j.contains("gemm"))
+      for (const auto& [name, g] : j.at("gemm").items()) {
+        dtype t = dtype::f32;
+        if (!parse_enum(name, t)) throw bad("unknown element type '" + name + "'");
+        gemm_rates r;
+        r.sizes = g.at("sizes").get<std::vector<int64_t>>();
+        for (double f : g.at("gflops").get<std::vector<double>>()) r.flops_per_s.push_back(f * 1e9);
+        const size_t s = r.sizes.size();
+        if (s == 0 || r.flops_per_s.size() != s * s * s)
+          throw bad("gemm " + name + " needs sizes and sizes^3 gflops values");
+        if (!std::is_sorted(r.sizes.begin(), r.sizes.end()) || r.sizes.front() < 1 ||
+            std::adjacent_find(r.sizes.begin(), r.sizes.end()) != r.sizes.end())
+          throw bad("gemm " + name + " sizes must be positive and ascending");
+        for (double f : r.flops_per_s)
+          if (!(f > 0 && std::isfinite(f))) throw bad("gemm " + name + " rates must be positive");
+        c.gemm[t] = std::move(r);
+      }
+  } catch (const nlohmann::json::exception& e) {
+    throw bad(e.what());
+  }
+  return c;
+}
+
+OVERLAP_FUNC calibration calibration::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("overlap: calibration " + path + " cannot be read (OVERLAP_CALIBRATION)");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return from_json(s.str(), path);
+}
+
+}  // namespace overlap
