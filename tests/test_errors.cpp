@@ -16,7 +16,7 @@ namespace {
 
 /// Runs `bad` on every rank, expects std::invalid_argument containing `needle`
 /// everywhere, then checks that a valid call on the same context works.
-void expect_all_ranks_reject(overlap::context& ctx, const std::function<void()>& bad, const std::string& needle) {
+void expect_all_ranks_reject(overlap::context& ctx, const std::string& needle, const std::function<void()>& bad) {
   bool threw = false;
   try {
     bad();
@@ -47,58 +47,58 @@ struct fixture : ::testing::Test {
 };
 
 TEST_F(fixture, negative_size) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "a.rows (-1) must be >= 0", [&] {
     auto av = a.cview();
     if (p == last) av.rows = -1;
     call(av, b.cview(), c.view());
-  }, "a.rows (-1) must be >= 0");
+  });
 }
 
 TEST_F(fixture, ld_smaller_than_cols) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "b.ld (2) must be >= b.cols (4)", [&] {
     auto bv = b.cview();
     if (p == last) bv.ld = 2;
     call(a.cview(), bv, c.view());
-  }, "b.ld (2) must be >= b.cols (4)");
+  });
 }
 
 TEST_F(fixture, null_data) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "c.data must not be null", [&] {
     auto cv = c.view();
     if (p == last) cv.data = nullptr;
     call(a.cview(), b.cview(), cv);
-  }, "c.data must not be null");
+  });
 }
 
 TEST_F(fixture, view_does_not_fit_variant) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "b.rows (4) must equal a.cols (3)", [&] {
     matrix<float> wrong_b(4, 4);  // K must be a.cols = 3
     call(a.cview(), p == last ? wrong_b.cview() : b.cview(), c.view());
-  }, "b.rows (4) must equal a.cols (3)");
+  });
 }
 
 TEST_F(fixture, output_rows_do_not_match_gathered_rows) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "must equal M = sum of a.rows over ranks", [&] {
     matrix<float> short_c(c.rows - 1, 4);
     call(a.cview(), b.cview(), p == last ? short_c.view() : c.view());
-  }, "must equal M = sum of a.rows over ranks");
+  });
 }
 
 TEST_F(fixture, invalid_enum_value) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "ag_options.strategy has an invalid value 17", [&] {
     overlap::ag_options opt;
     if (p == last) opt.strategy = static_cast<strategy>(17);
     call(a.cview(), b.cview(), c.view(), opt);
-  }, "ag_options.strategy has an invalid value 17");
+  });
 }
 
 TEST_F(fixture, others_algorithm_with_a_ring_strategy) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "ag_options.algorithm others is not a ring schedule; ag_options.strategy ring cannot run it", [&] {
     overlap::ag_options opt;
     opt.algorithm = overlap::algorithm::others;
     if (p == last) opt.strategy = strategy::ring;
     call(a.cview(), b.cview(), c.view(), opt);
-  }, "ag_options.algorithm others is not a ring schedule; ag_options.strategy ring cannot run it");
+  });
 }
 
 // The bias remembers its element type: a double bias on a float op is
@@ -106,47 +106,47 @@ TEST_F(fixture, others_algorithm_with_a_ring_strategy) {
 // tests/compile_fail).
 TEST_F(fixture, bias_of_another_element_type) {
   const std::vector<double> bias(static_cast<size_t>(c.cols), 1.0);
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "the epilogue's bias holds f64 values; this op's element type is f32", [&] {
     overlap::ag_options opt;
     if (p == last) opt.epilogue.bias = bias.data();
     call(a.cview(), b.cview(), c.view(), opt);
-  }, "the epilogue's bias holds f64 values; this op's element type is f32");
+  });
 }
 
 TEST_F(fixture, invalid_algorithm_value) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "ag_options.algorithm has an invalid value 9", [&] {
     overlap::ag_options opt;
     if (p == last) opt.algorithm = static_cast<overlap::algorithm>(9);
     call(a.cview(), b.cview(), c.view(), opt);
-  }, "ag_options.algorithm has an invalid value 9");
+  });
 }
 
 // The rules below span ranks; with one rank there is no one to disagree with.
 TEST_F(fixture, contracting_dim_disagrees_across_ranks) {
   if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "a.cols (K) must agree across ranks", [&] {
     matrix<float> a5(2, 5), b5(5, 4);
     call(p == last ? a5.cview() : a.cview(), p == last ? b5.cview() : b.cview(), c.view());
-  }, "a.cols (K) must agree across ranks");
+  });
 }
 
 TEST_F(fixture, options_disagree_across_ranks) {
   if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "ag_options.strategy differs across ranks", [&] {
     overlap::ag_options opt;
     opt.strategy = p == last ? strategy::bulk : strategy::ring;
     call(a.cview(), b.cview(), c.view(), opt);
-  }, "ag_options.strategy differs across ranks");
+  });
 }
 
 TEST_F(fixture, algorithm_disagrees_across_ranks) {
   if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "ag_options.algorithm differs across ranks", [&] {
     overlap::ag_options opt;
     opt.strategy = strategy::bulk;
     opt.algorithm = p == last ? overlap::algorithm::others : overlap::algorithm::named;
     call(a.cview(), b.cview(), c.view(), opt);
-  }, "ag_options.algorithm differs across ranks");
+  });
 }
 
 TEST_F(fixture, config_disagrees_across_ranks) {
@@ -155,9 +155,9 @@ TEST_F(fixture, config_disagrees_across_ranks) {
   cfg.ag_chunks = p == last ? 2 : 1;
   overlap::context other(MPI_COMM_WORLD, cfg);
   // `other` can never agree; the recovery check runs on the fixture's context.
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "config.ag_chunks differs across ranks", [&] {
     overlap::all_gather_matmul<float>(other, a.cview(), b.cview(), c.view());
-  }, "config.ag_chunks differs across ranks");
+  });
 }
 
 TEST(context_errors, double_on_onednn_is_rejected) {
@@ -176,9 +176,9 @@ TEST_F(fixture, backend_without_the_dtype_on_one_rank) {
   cfg.backend = p == last ? overlap::backend_kind::eigen : overlap::backend_kind::automatic;
   overlap::context mixed(MPI_COMM_WORLD, cfg);
   matrix<overlap::bfloat16> x(2, 2), y(2, 2), z(2 * static_cast<int64_t>(ctx.size()), 2);
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "no bf16 matmul", [&] {
     overlap::all_gather_matmul<overlap::bfloat16>(mixed, x.cview(), y.cview(), z.view());
-  }, "no bf16 matmul");
+  });
 }
 
 TEST(context_errors, bad_environment_value) {
@@ -222,52 +222,52 @@ struct rs_fixture : ::testing::Test {
 };
 
 TEST_F(rs_fixture, malformed_view) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "a.ld (1) must be >= a.cols (3)", [&] {
     auto av = a.cview();
     if (p == last) av.ld = 1;
     call(av, b.cview(), c.view());
-  }, "a.ld (1) must be >= a.cols (3)");
+  });
 }
 
 TEST_F(rs_fixture, local_k_mismatch) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "b.rows (4) must equal a.cols (3), this rank's K", [&] {
     matrix<float> b4(4, 5);
     call(a.cview(), p == last ? b4.cview() : b.cview(), c.view());
-  }, "b.rows (4) must equal a.cols (3), this rank's K");
+  });
 }
 
 TEST_F(rs_fixture, scattered_rows_do_not_add_up) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "the sum of c.rows over ranks (5) must equal a.rows (M = 4)", [&] {
     matrix<float> big(c.rows + 1, 5);
     call(a.cview(), b.cview(), p == last ? big.view() : c.view());
-  }, "the sum of c.rows over ranks (5) must equal a.rows (M = 4)");
+  });
 }
 
 TEST_F(rs_fixture, m_disagrees_across_ranks) {
   if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "a.rows (M) must agree across ranks", [&] {
     matrix<float> a5(5, 3);
     call(p == last ? a5.cview() : a.cview(), b.cview(), c.view());
-  }, "a.rows (M) must agree across ranks");
+  });
 }
 
 TEST_F(rs_fixture, transpose_option_disagrees_across_ranks) {
   if (ctx.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "rs_options.transpose_b differs across ranks", [&] {
     overlap::rs_options opt;
     opt.transpose_b = p == last;
     matrix<float> bt(5, 3);  // b stored transposed on that rank: shapes stay valid locally
     call(a.cview(), p == last ? bt.cview() : b.cview(), c.view(), opt);
-  }, "rs_options.transpose_b differs across ranks");
+  });
 }
 
 TEST_F(rs_fixture, others_algorithm_with_bidirectional) {
-  expect_all_ranks_reject(ctx, [&] {
+  expect_all_ranks_reject(ctx, "rs_options.algorithm others is not a ring schedule", [&] {
     overlap::rs_options opt;
     opt.algorithm = overlap::algorithm::others;
     opt.strategy = strategy::bidirectional;
     call(a.cview(), b.cview(), c.view(), opt);
-  }, "rs_options.algorithm others is not a ring schedule");
+  });
 }
 
 TEST(context_errors, bad_chunk_counts) {
