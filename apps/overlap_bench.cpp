@@ -13,9 +13,9 @@
 //   ag rhs_cols: a = A[M_r, :],  b = B[:, N_r], c = C[M_r, :]
 //   rs rows:     a = A[:, K_r],  b = B[K_r, :], c = C[M_r, :]
 //   rs cols:     a = A[:, K_r],  b = B[K_r, :], c = C[:, N_r]
-#include <algorithm>
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <algorithm>
 
 #include <Eigen/Core>
 #include <cmath>
@@ -80,7 +80,8 @@ T from_float(float f) {
 
 /// Element (i, j) of the global A or B: the same on every rank.
 float global_value(int64_t i, int64_t j, uint32_t salt) {
-  uint64_t h = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(j) + salt) * 0xC2B2AE3D27D4EB4Full;
+  uint64_t h =
+      static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(j) + salt) * 0xC2B2AE3D27D4EB4Full;
   h ^= h >> 29;
   return static_cast<float>(static_cast<int64_t>(h % 2001) - 1000) / 1000.0f;
 }
@@ -89,7 +90,8 @@ template <class T>
 std::vector<T> make_slice(range2 r, uint32_t salt) {
   std::vector<T> v(static_cast<size_t>(r.nr * r.nc));
   for (int64_t i = 0; i < r.nr; ++i)
-    for (int64_t j = 0; j < r.nc; ++j) v[static_cast<size_t>(i * r.nc + j)] = from_float<T>(global_value(r.r0 + i, r.c0 + j, salt));
+    for (int64_t j = 0; j < r.nc; ++j)
+      v[static_cast<size_t>(i * r.nc + j)] = from_float<T>(global_value(r.r0 + i, r.c0 + j, salt));
   return v;
 }
 
@@ -129,9 +131,12 @@ std::vector<double> reference_block(const std::vector<int64_t>& rows, const std:
 
 template <class T>
 double tolerance() {
-  if constexpr (std::is_same_v<T, double>) return 1e-10;
-  else if constexpr (std::is_same_v<T, float>) return 1e-4;
-  else return 2e-2;  // bf16: inputs rounded to 8 bits, one output rounding
+  if constexpr (std::is_same_v<T, double>)
+    return 1e-10;
+  else if constexpr (std::is_same_v<T, float>)
+    return 1e-4;
+  else
+    return 2e-2;  // bf16: inputs rounded to 8 bits, one output rounding
 }
 
 struct result {
@@ -188,8 +193,16 @@ nlohmann::json schedule_json(const overlap::schedule& s) {
 
 template <class T>
 int run(const options& o) {
-  const int R = [] { int s = 1; MPI_Comm_size(MPI_COMM_WORLD, &s); return s; }();
-  const int p = [] { int r = 0; MPI_Comm_rank(MPI_COMM_WORLD, &r); return r; }();
+  const int R = [] {
+    int s = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    return s;
+  }();
+  const int p = [] {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+  }();
   const slicing sl = slice_for(o, R, p);
   const auto a = make_slice<T>(sl.a, 1), b = make_slice<T>(sl.b, 2);
   std::vector<T> c(static_cast<size_t>(sl.c.nr * sl.c.nc));
@@ -210,9 +223,10 @@ int run(const options& o) {
   auto ag_opt = [&](asked s) {
     overlap::ag_options opt;
     const std::string& v = o.variant;
-    opt.gathered = v == "lhs_rows" ? overlap::gathered::lhs_rows
+    opt.gathered = v == "lhs_rows"   ? overlap::gathered::lhs_rows
                    : v == "lhs_cols" ? overlap::gathered::lhs_cols
-                   : v == "rhs_rows" ? overlap::gathered::rhs_rows : overlap::gathered::rhs_cols;
+                   : v == "rhs_rows" ? overlap::gathered::rhs_rows
+                                     : overlap::gathered::rhs_cols;
     opt.strategy = s.strategy, opt.algorithm = s.algorithm;
     return opt;
   };
@@ -224,8 +238,10 @@ int run(const options& o) {
   };
   auto op = [&](overlap::context& ctx, asked s) {
     return [&, s] {
-      if (ag) overlap::all_gather_matmul<T>(ctx, av, bv, cv, ag_opt(s));
-      else overlap::matmul_reduce_scatter<T>(ctx, av, bv, cv, rs_opt(s));
+      if (ag)
+        overlap::all_gather_matmul<T>(ctx, av, bv, cv, ag_opt(s));
+      else
+        overlap::matmul_reduce_scatter<T>(ctx, av, bv, cv, rs_opt(s));
     };
   };
   auto schedule_of = [&](overlap::context& ctx, asked s) {
@@ -262,7 +278,8 @@ int run(const options& o) {
   results.push_back(checked("bulk", bodies.back()));
   for (const auto& s : o.strategies)
     if (s != "bulk") bodies.push_back(op(full, asked_for(s))), results.push_back(checked(s, bodies.back()));
-  const std::vector<double> rounds = overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, bodies);
+  const std::vector<double> rounds =
+      overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, bodies);
   for (size_t i = 0; i < results.size(); ++i) results[i].time_ms = rounds[i];
   // The stable side of the limit: bulk's one GEMM of the whole work alone
   // (a decomposed schedule's own compute only moves with its pieces' rate),
@@ -334,8 +351,8 @@ int run(const options& o) {
           ++wrong;
           if (p == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result ({:.3e})\n", best->name, worst);
         }
-        result r{best->name, best->name,
-                 overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, best->body), worst, -1, -1,
+        result r{best->name,  best->name, overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, best->body),
+                 worst,       -1,         -1,
                  std::nullopt};
         r.setup = {{"best", best->layout.text()}, {"searched", searched}};
         results.push_back(r);
@@ -345,7 +362,7 @@ int run(const options& o) {
 #endif
   const double bulk_ms = results.front().time_ms, limit = std::max(compute_only, comm_only);
   const double stable_limit = std::max(one_gemm, comm_only);
-  const std::string transport = !o.transport.empty() ? o.transport
+  const std::string transport = !o.transport.empty()               ? o.transport
                                 : std::getenv("OVERLAP_TRANSPORT") ? std::getenv("OVERLAP_TRANSPORT")
                                                                    : "unlabelled";
   if (p == 0) {
@@ -362,8 +379,7 @@ int run(const options& o) {
                flops / one_gemm / 1e6);
     fmt::print("{:<22}{:>10.2f}{:>10.1f}   ({} schedule's GEMMs alone: {:.3f} x one GEMM)\n", "compute only",
                compute_only, flops / compute_only / 1e6, first.strategy, compute_only / one_gemm);
-    fmt::print("{:<22}{:>10.2f}             ({} schedule's transfers alone)\n", "comm only", comm_only,
-               first.strategy);
+    fmt::print("{:<22}{:>10.2f}             ({} schedule's transfers alone)\n", "comm only", comm_only, first.strategy);
     fmt::print("{:<22}{:>10.2f}             (bulk's collective alone)\n", "bulk comm only", bulk_comm);
     for (const auto& r : results)
       fmt::print("{:<22}{:>10.2f}{:>10.1f}{:>10.3f}{:>10.3f}{:>10.3f}{:>13.2e}\n", r.strategy, r.time_ms,
@@ -372,47 +388,46 @@ int run(const options& o) {
       if (r.chosen) fmt::print("automatic chose: {}\n", overlap::to_string(*r.chosen));
     for (const auto& r : results)
       if (r.comm_only_ms >= 0 && r.strategy != first.strategy)
-        fmt::print("{:<22}{:>10.2f}  ({} schedule; comm only {:.2f} = {:.3f} x {}'s)\n",
-                   "  its compute only", r.compute_only_ms, r.strategy, r.comm_only_ms, r.comm_only_ms / comm_only,
-                   first.strategy);
+        fmt::print("{:<22}{:>10.2f}  ({} schedule; comm only {:.2f} = {:.3f} x {}'s)\n", "  its compute only",
+                   r.compute_only_ms, r.strategy, r.comm_only_ms, r.comm_only_ms / comm_only, first.strategy);
     if (!o.json.empty()) {
       std::ofstream out(o.json, std::ios::app);
       for (const auto& r : results) {
-        nlohmann::json j{{"op", o.op == "ag" ? "all_gather_matmul" : "matmul_reduce_scatter"},
-                         {"variant", o.variant},
-                         {"strategy", r.strategy},
-                         {"dtype", o.dtype},
-                         {"ranks", R},
-                         {"m", o.m},
-                         {"n", o.n},
-                         {"k", o.k},
-                         {"time_ms", r.time_ms},
-                         {"compute_only_ms", compute_only},
-                         {"comm_only_ms", comm_only},
-                         {"bulk_ms", bulk_ms},
-                         {"speedup_vs_bulk", bulk_ms / r.time_ms},
-                         {"limit_ms", limit},
-                         {"ratio_to_limit", r.time_ms / limit},
-                         {"own_compute_only_ms", r.compute_only_ms >= 0 ? nlohmann::json(r.compute_only_ms) : nullptr},
-                         {"own_comm_only_ms", r.comm_only_ms >= 0 ? nlohmann::json(r.comm_only_ms) : nullptr},
-                         {"one_gemm_ms", one_gemm},
-                         {"bulk_comm_only_ms", bulk_comm},
-                         {"stable_limit_ms", stable_limit},
-                         {"ratio_to_stable_limit", r.time_ms / stable_limit},
-                         // A decomposed schedule's GEMMs against one GEMM of the same work.
-                         {"decomposition_overhead",
-                          r.compute_only_ms >= 0 ? nlohmann::json(r.compute_only_ms / one_gemm) : nullptr},
+        nlohmann::json j{
+            {"op", o.op == "ag" ? "all_gather_matmul" : "matmul_reduce_scatter"},
+            {"variant", o.variant},
+            {"strategy", r.strategy},
+            {"dtype", o.dtype},
+            {"ranks", R},
+            {"m", o.m},
+            {"n", o.n},
+            {"k", o.k},
+            {"time_ms", r.time_ms},
+            {"compute_only_ms", compute_only},
+            {"comm_only_ms", comm_only},
+            {"bulk_ms", bulk_ms},
+            {"speedup_vs_bulk", bulk_ms / r.time_ms},
+            {"limit_ms", limit},
+            {"ratio_to_limit", r.time_ms / limit},
+            {"own_compute_only_ms", r.compute_only_ms >= 0 ? nlohmann::json(r.compute_only_ms) : nullptr},
+            {"own_comm_only_ms", r.comm_only_ms >= 0 ? nlohmann::json(r.comm_only_ms) : nullptr},
+            {"one_gemm_ms", one_gemm},
+            {"bulk_comm_only_ms", bulk_comm},
+            {"stable_limit_ms", stable_limit},
+            {"ratio_to_stable_limit", r.time_ms / stable_limit},
+            // A decomposed schedule's GEMMs against one GEMM of the same work.
+            {"decomposition_overhead", r.compute_only_ms >= 0 ? nlohmann::json(r.compute_only_ms / one_gemm) : nullptr},
 
-                         {"max_rel_err", r.err},
-                         {"schedule", r.chosen ? nlohmann::json(schedule_json(*r.chosen)) : nullptr},
-                         {"setup", r.setup},
-                         {"transport", transport},
-                         {"backend", overlap::to_string(full.backend_for<T>())},
-                         {"gemm_path", full.gemm_path(overlap::dtype_of<T>())},
-                         {"progress", overlap::to_string(full.config().progress)},
-                         {"progress_setting", overlap::describe_progress(full.config())},
-                         {"threads", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "default"},
-                         {"iterations", o.iters}};
+            {"max_rel_err", r.err},
+            {"schedule", r.chosen ? nlohmann::json(schedule_json(*r.chosen)) : nullptr},
+            {"setup", r.setup},
+            {"transport", transport},
+            {"backend", overlap::to_string(full.backend_for<T>())},
+            {"gemm_path", full.gemm_path(overlap::dtype_of<T>())},
+            {"progress", overlap::to_string(full.config().progress)},
+            {"progress_setting", overlap::describe_progress(full.config())},
+            {"threads", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "default"},
+            {"iterations", o.iters}};
         out << j.dump() << "\n";
       }
     }

@@ -5,8 +5,8 @@
 // class of its ranks: all on one node (shared) or spread over nodes
 // (network); --update adds them to an existing file, so one file can hold
 // both classes.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <fstream>
 #include <sstream>
@@ -48,8 +48,7 @@ int main(int argc, char** argv) {
     return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
   try {
-    if (!std::is_sorted(sizes.begin(), sizes.end()) ||
-        std::adjacent_find(sizes.begin(), sizes.end()) != sizes.end())
+    if (!std::is_sorted(sizes.begin(), sizes.end()) || std::adjacent_find(sizes.begin(), sizes.end()) != sizes.end())
       throw std::invalid_argument("--sizes must be ascending and distinct");
     overlap::config cfg = overlap::config::from_env();
     cfg.calibration.clear();  // measure, do not read
@@ -60,7 +59,8 @@ int main(int argc, char** argv) {
       if (in) cal = overlap::calibration::load(output);
     }
     const double t0 = MPI_Wtime();
-    for (const std::string& t : types) cal.gemm[dtype_named(t)] = overlap::detail::measure_gemm(ctx, dtype_named(t), sizes);
+    for (const std::string& t : types)
+      cal.gemm[dtype_named(t)] = overlap::detail::measure_gemm(ctx, dtype_named(t), sizes);
     if (ctx.size() >= 2) cal.links[ctx.links()] = overlap::detail::measure_link_class(ctx, overlap::dtype::f32);
     const double took = MPI_Wtime() - t0;
     if (rank == 0) {
@@ -68,10 +68,10 @@ int main(int argc, char** argv) {
       fmt::print("overlap-calibrate: {} ranks{}, {:.1f} s; wrote {}\n", ctx.size(),
                  ctx.one_node() ? " on one node" : "", took, output);
       for (const auto& [c, l] : cal.links)
-        fmt::print("  links {:<8} latency {:8.1f} us, {:7.3f} Gbit/s one way, {:7.3f} Gbit/s each way both busy, "
-                   "GEMM slowdown {:.3f}\n",
-                   overlap::to_string(c), l.latency_s * 1e6, l.bytes_per_s * 8e-9, l.bytes_per_s_both * 8e-9,
-                   l.gemm_slowdown);
+        fmt::print(
+            "  links {:<8} latency {:8.1f} us, {:7.3f} Gbit/s one way, {:7.3f} Gbit/s each way both busy, "
+            "GEMM slowdown {:.3f}\n",
+            overlap::to_string(c), l.latency_s * 1e6, l.bytes_per_s * 8e-9, l.bytes_per_s_both * 8e-9, l.gemm_slowdown);
       for (const auto& [t, g] : cal.gemm) {
         const int64_t lo = g.sizes.front(), hi = g.sizes.back();
         fmt::print("  gemm {:<5} GFLOP/s: {}^3 {:.1f}, {}^3 {:.1f}, {}x{}x{} {:.1f} (grid of {} shapes)\n",

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "overlap/overlap.hpp"
 #include "overlap/backend/onednn.hpp"
 #include "overlap/ops/chunks.hpp"
+#include "overlap/overlap.hpp"
 
 namespace {
 
@@ -48,7 +48,12 @@ struct row_pieces {
   bool pack = false;
   row_pieces(int64_t m_, int64_t n_, int64_t k_, int64_t pieces, overlap::dtype t = overlap::dtype::f32,
              bool pack_b = false)
-      : m(m_), n(n_), k(k_), in(t), a(static_cast<size_t>(m * k) * size_of(t)), b(static_cast<size_t>(k * n) * size_of(t)),
+      : m(m_),
+        n(n_),
+        k(k_),
+        in(t),
+        a(static_cast<size_t>(m * k) * size_of(t)),
+        b(static_cast<size_t>(k * n) * size_of(t)),
         c(static_cast<size_t>(m * n)) {
     for (int64_t i = 0; i < m * k; ++i) overlap::store(t, a.data(), i, 1.0);
     for (int64_t i = 0; i < k * n; ++i) overlap::store(t, b.data(), i, 1.0);
@@ -73,7 +78,8 @@ struct row_pieces {
     }
   }
   [[nodiscard]] std::string label() const {
-    return kernels.front()->name() + (pack && kernels.front()->name().find("once") == std::string::npos ? ", B packed once" : "");
+    return kernels.front()->name() +
+           (pack && kernels.front()->name().find("once") == std::string::npos ? ", B packed once" : "");
   }
   [[nodiscard]] benchmark::Counter rate() const {
     return benchmark::Counter(2.0 * double(m * n * k), benchmark::Counter::kIsIterationInvariantRate,
@@ -124,9 +130,8 @@ void ag(benchmark::State& st, overlap::strategy s) {
     MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     st.SetIterationTime(slowest);
   }
-  st.counters["GFLOP/s/rank"] = benchmark::Counter(2.0 * double(m_r * R * n * k),
-                                                   benchmark::Counter::kIsIterationInvariantRate,
-                                                   benchmark::Counter::kIs1000);
+  st.counters["GFLOP/s/rank"] = benchmark::Counter(
+      2.0 * double(m_r * R * n * k), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 // The pieces of the balanced plans `make bench` reports at 2 ranks on a
@@ -151,9 +156,7 @@ int64_t plan_pieces(const plan_shape& s, bool f32_gemm) {
   return 2 * int64_t{chunks};
 }
 
-bool f32_gemm(overlap::dtype t) {
-  return t == overlap::dtype::f32 || !overlap::backend::detail::native_bf16();
-}
+bool f32_gemm(overlap::dtype t) { return t == overlap::dtype::f32 || !overlap::backend::detail::native_bf16(); }
 
 /// range(3) pieces (1: one GEMM); range(4): B packed once per run. Counter
 /// plan_choice: 1 where P is what the plan of that shape uses on this CPU.
@@ -199,9 +202,17 @@ BENCHMARK(gemm_steps_with_progress)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(plan_lookup)->Name("plan/lookup")->Iterations(2000)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(ag, bulk, overlap::strategy::bulk)
-    ->Name("ag/bulk")->Args({2048, 1024, 2048})->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
+    ->Name("ag/bulk")
+    ->Args({2048, 1024, 2048})
+    ->Iterations(10)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(ag, ring, overlap::strategy::ring)
-    ->Name("ag/ring")->Args({2048, 1024, 2048})->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
+    ->Name("ag/ring")
+    ->Args({2048, 1024, 2048})
+    ->Iterations(10)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   overlap::mpi::environment env(argc, argv);

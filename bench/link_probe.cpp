@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   int iters = 9;
   std::string transport;
   CLI::App app{"overlap-link-probe: one-way and two-way ring exchange in raw MPI"};
-  app.add_option("--bytes", bytes, "bytes each rank sends per exchange (even)")->check(CLI::Range(int64_t{2}, int64_t{1} << 30));
+  app.add_option("--bytes", bytes, "bytes each rank sends per exchange (even)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 30));
   app.add_option("--iters", iters, "measured iterations (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--transport", transport, "label of the transport for the report");
   try {
@@ -66,8 +67,9 @@ int main(int argc, char** argv) {
   };
   if (p == 0) {
     const double a = median(t1), b = median(t2);
-    std::cout << nlohmann::json{{"probe", "ring_exchange"}, {"ranks", R}, {"bytes", bytes}, {"one_way_ms", a},
-                                {"both_ways_ms", b}, {"ratio", b / a}, {"transport", transport}, {"iterations", iters}}
+    std::cout << nlohmann::json{{"probe", "ring_exchange"}, {"ranks", R},         {"bytes", bytes},
+                                {"one_way_ms", a},          {"both_ways_ms", b},  {"ratio", b / a},
+                                {"transport", transport},   {"iterations", iters}}
                      .dump()
               << "\n";
   }

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "overlap/overlap.hpp"
 #include "overlap/ops/all_gather_matmul-inl.hpp"
 #include "overlap/ops/matmul_reduce_scatter-inl.hpp"
+#include "overlap/overlap.hpp"
 #include "overlap/schedule/model.hpp"
 
 namespace {
@@ -93,19 +93,28 @@ int main(int argc, char** argv) {
           return overlap::detail::plan_chunks(r);
         };
         auto ag_chunks = [&](int lanes) { return chunks(overlap::detail::ag_chunk_rule, lanes); };
-        const nlohmann::json up = candidates(l, g, R, [&](const overlap::candidate& cand) {
-          return overlap::detail::ag_work(geo, n_r, R, cand, 4, 4);
-        }, ag_chunks);
+        const nlohmann::json up = candidates(
+            l, g, R, [&](const overlap::candidate& cand) { return overlap::detail::ag_work(geo, n_r, R, cand, 4, 4); },
+            ag_chunks);
         // Down-projection: RS rows, A = H_r (tokens x ffn / R), B = W2_r (ffn / R x hidden).
         const overlap::shard_layout rows = overlap::shard_layout::balanced(tokens, R);
         auto rs_chunks = [&](int lanes) { return chunks(overlap::detail::rs_chunk_rule, lanes); };
-        const nlohmann::json down = candidates(l, g, R, [&](const overlap::candidate& cand) {
-          return overlap::detail::rs_work(true, tokens, hidden, n_r, rows, R, cand, 4, 4);
-        }, rs_chunks);
-        std::cout << nlohmann::json{{"gbit", gbit},   {"cores", c},        {"ranks", R},
-                                    {"tokens", tokens}, {"hidden", hidden}, {"latency_us", f.latency_us},
-                                    {"slowdown", f.slowdown}, {"efficiency", f.efficiency},
-                                    {"up", up},        {"down", down}}
+        const nlohmann::json down = candidates(
+            l, g, R,
+            [&](const overlap::candidate& cand) {
+              return overlap::detail::rs_work(true, tokens, hidden, n_r, rows, R, cand, 4, 4);
+            },
+            rs_chunks);
+        std::cout << nlohmann::json{{"gbit", gbit},
+                                    {"cores", c},
+                                    {"ranks", R},
+                                    {"tokens", tokens},
+                                    {"hidden", hidden},
+                                    {"latency_us", f.latency_us},
+                                    {"slowdown", f.slowdown},
+                                    {"efficiency", f.efficiency},
+                                    {"up", up},
+                                    {"down", down}}
                          .dump()
                   << "\n";
       }

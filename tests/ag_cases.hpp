@@ -16,8 +16,8 @@ struct ag_case {
   overlap::strategy strategy = overlap::strategy::ring;
   int64_t m = 1, n = 1, k = 1;  ///< global sizes (the non-sharded local dim is varied per rank)
   split how = split::balanced;
-  int64_t pad = 0;              ///< extra leading-dimension elements on every view
-  bool with_out = false;        ///< also request the gathered operand
+  int64_t pad = 0;        ///< extra leading-dimension elements on every view
+  bool with_out = false;  ///< also request the gathered operand
   uint32_t seed = 1;
   bool transpose_a = false, transpose_b = false;
   overlap::activation act = overlap::activation::none;
@@ -27,9 +27,9 @@ struct ag_case {
   [[nodiscard]] std::string name() const {
     std::ostringstream s;
     s << overlap::to_string(variant) << "/" << overlap::to_string(strategy) << "/" << overlap::to_string(algorithm)
-      << " m=" << m << " n=" << n << " k=" << k
-      << " " << to_string(how) << " pad=" << pad << (with_out ? " +gathered_out" : "") << (transpose_a ? " a^T" : "")
-      << (transpose_b ? " b^T" : "") << " act=" << overlap::to_string(act) << (bias ? " +bias" : "");
+      << " m=" << m << " n=" << n << " k=" << k << " " << to_string(how) << " pad=" << pad
+      << (with_out ? " +gathered_out" : "") << (transpose_a ? " a^T" : "") << (transpose_b ? " b^T" : "")
+      << " act=" << overlap::to_string(act) << (bias ? " +bias" : "");
     return s.str();
   }
 };
@@ -49,11 +49,13 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
   const auto x_log = shard_rows ? slice(X, off, 0, len, x_cols) : slice(X, 0, off, x_rows, len);
   // The other operand is this rank's own, with a rank-dependent local size.
   const int64_t other_local = (lhs ? cs.n : cs.m) + p % 2;
-  const auto other = lhs ? random_matrix<T>(cs.k, other_local, cs.seed * 7 + p)
-                         : random_matrix<T>(other_local, cs.k, cs.seed * 7 + p);
+  const auto other =
+      lhs ? random_matrix<T>(cs.k, other_local, cs.seed * 7 + p) : random_matrix<T>(other_local, cs.k, cs.seed * 7 + p);
   // Operands are stored transposed when the case says so.
   const bool tx = lhs ? cs.transpose_a : cs.transpose_b, to = lhs ? cs.transpose_b : cs.transpose_a;
-  auto store = [&](const matrix<T>& m, bool t) { return t ? transposed(m, cs.pad) : slice(m, 0, 0, m.rows, m.cols, cs.pad); };
+  auto store = [&](const matrix<T>& m, bool t) {
+    return t ? transposed(m, cs.pad) : slice(m, 0, 0, m.rows, m.cols, cs.pad);
+  };
   const auto x_local = store(x_log, tx), other_stored = store(other, to);
   const auto& a = lhs ? x_local : other_stored;
   const auto& b = lhs ? other_stored : x_local;
@@ -66,8 +68,10 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
   overlap::ag_options opt;
   opt.gathered = cs.variant;
   set_common_options(opt, cs, bias);
-  if (cs.with_out) overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), out.view(), opt);
-  else overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), opt);
+  if (cs.with_out)
+    overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), out.view(), opt);
+  else
+    overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), opt);
 
   auto ref = lhs ? naive_matmul(X, other) : naive_matmul(other, X);
   reference_epilogue(ref, bias_ref, cs.act);
@@ -76,8 +80,8 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
     for (int64_t i = 0; i < x_rows; ++i)
       for (int64_t j = 0; j < x_cols; ++j)
         if ((tx ? out(j, i) : out(i, j)) != X(i, j)) {
-          ADD_FAILURE() << cs.name() << ": gathered_out at logical (" << i << "," << j << ") differs from X = "
-                        << double(X(i, j));
+          ADD_FAILURE() << cs.name() << ": gathered_out at logical (" << i << "," << j
+                        << ") differs from X = " << double(X(i, j));
           return err;
         }
   }

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   const int local = RUN_ALL_TESTS();
   int global = 0;
   MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && global != 0 && local == 0) std::fprintf(stderr, "a test failed on another rank (see [rank N] lines)\n");
+  if (rank == 0 && global != 0 && local == 0)
+    std::fprintf(stderr, "a test failed on another rank (see [rank N] lines)\n");
   return global;
 }

@@ -25,7 +25,8 @@ struct matrix {
   int64_t rows = 0, cols = 0, ld = 0;
   std::vector<T> data;
   matrix() = default;
-  matrix(int64_t r, int64_t c, int64_t pad = 0) : rows(r), cols(c), ld(c + pad), data(static_cast<size_t>(r * (c + pad)) + 1, T(0)) {}
+  matrix(int64_t r, int64_t c, int64_t pad = 0)
+      : rows(r), cols(c), ld(c + pad), data(static_cast<size_t>(r * (c + pad)) + 1, T(0)) {}
   T& operator()(int64_t i, int64_t j) { return data[static_cast<size_t>(i * ld + j)]; }
   T operator()(int64_t i, int64_t j) const { return data[static_cast<size_t>(i * ld + j)]; }
   overlap::matrix_view<T> view() { return {data.data(), rows, cols, ld}; }
@@ -220,9 +221,7 @@ inline std::vector<int64_t> shard_sizes(int64_t total, int parts, split how) {
         for (int r = 1; r < parts; ++r) s[r] = total / (parts - 1) + (r - 1 < total % (parts - 1) ? 1 : 0);
       }
       break;
-    case split::last_takes_all:
-      s[parts - 1] = total;
-      break;
+    case split::last_takes_all: s[parts - 1] = total; break;
   }
   return s;
 }

@@ -29,10 +29,9 @@ struct rs_case {
   [[nodiscard]] std::string name() const {
     std::ostringstream s;
     s << "rs " << overlap::to_string(scattered) << "/" << overlap::to_string(strategy) << "/"
-      << overlap::to_string(algorithm) << " m=" << m << " n=" << n
-      << " k=" << k << " k:" << to_string(k_split) << " out:" << to_string(out_split) << " pad=" << pad
-      << (transpose_a ? " a^T" : "") << (transpose_b ? " b^T" : "") << " act=" << overlap::to_string(act)
-      << (bias ? " +bias" : "") << (bf16_transfers ? " bf16-transfers" : "");
+      << overlap::to_string(algorithm) << " m=" << m << " n=" << n << " k=" << k << " k:" << to_string(k_split)
+      << " out:" << to_string(out_split) << " pad=" << pad << (transpose_a ? " a^T" : "") << (transpose_b ? " b^T" : "")
+      << " act=" << overlap::to_string(act) << (bias ? " +bias" : "") << (bf16_transfers ? " bf16-transfers" : "");
     return s.str();
   }
 };

@@ -70,8 +70,11 @@ TEST_P(ag_test, matches_reference) {
   for (const int64_t pad : {0, 3}) {
     // gathered_out needs the sharded operand gathered: the others cases
     // keep their padded views without it.
-    ag_case cs{c.variant, c.choice.strategy, c.sh.m, c.sh.n, c.sh.k, c.how, pad,
-               pad != 0 && c.choice.algorithm != overlap::algorithm::others, c.seed};
+    ag_case cs{c.variant, c.choice.strategy,
+               c.sh.m,    c.sh.n,
+               c.sh.k,    c.how,
+               pad,       pad != 0 && c.choice.algorithm != overlap::algorithm::others,
+               c.seed};
     cs.algorithm = c.choice.algorithm;
     SCOPED_TRACE(cs.name() + " chunks=" + std::to_string(c.chunks));
     run_ag_case<float>(ctx, cs);

@@ -44,8 +44,8 @@ void check_backend(Backend& be) {
                 ref.magnitude(i, j) += std::abs(double(C0(i, j)));
               }
           expect_near_block(C, ref, 0, 0, k + 1,
-                            "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                                " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " acc=" + std::to_string(acc));
+                            "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + " ta=" +
+                                std::to_string(ta) + " tb=" + std::to_string(tb) + " acc=" + std::to_string(acc));
         }
 }
 

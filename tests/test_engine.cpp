@@ -99,8 +99,8 @@ TEST(ring_engine, a_throwing_step_leaves_no_pending_request) {
 // The plan's chunk choice (ops/chunks.hpp): configured counts win; one node
 // takes the minimum; otherwise 12+ pieces, at least `preferred` chunks, and
 // no piece below 128 rows or 512 KiB unless the minimum forces it.
-#include "overlap/ops/chunks.hpp"
 #include "overlap/backend/onednn.hpp"
+#include "overlap/ops/chunks.hpp"
 
 namespace {
 
@@ -119,14 +119,14 @@ TEST(plan_chunks, rules) {
   EXPECT_EQ(plan_chunks(5, 1, 2, 2, 1, 1024, row, false), 5);
   EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, true), 1);
   EXPECT_EQ(plan_chunks(0, 2, 3, 2, 1, 1024, row, true), 2);
-  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, false), 6);    // 12 pieces of 170 rows
-  EXPECT_EQ(plan_chunks(0, 1, 2, 4, 1, 512, row, false), 3);     // 12 pieces of 170 rows
-  EXPECT_EQ(plan_chunks(0, 1, 2, 3, 2, 512, row, false), 2);     // two lanes: 12 pieces of 256 rows
-  EXPECT_EQ(plan_chunks(0, 1, 2, 16, 1, 128, row, false), 1);    // 128 rows cannot be halved
-  EXPECT_EQ(plan_chunks(0, 2, 3, 16, 1, 128, row, false), 2);    // reduce-scatter keeps 2
-  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, 1024, false), 2);   // 1 KiB rows: 512 KiB needs 512 rows
-  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 4096, 1024, false), 6);   // 682 rows of 1 KiB
-  EXPECT_EQ(plan_chunks(0, 2, 3, 8, 1, 1024, row, false), 3);    // preferred above 12 / 8
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, false), 6);   // 12 pieces of 170 rows
+  EXPECT_EQ(plan_chunks(0, 1, 2, 4, 1, 512, row, false), 3);    // 12 pieces of 170 rows
+  EXPECT_EQ(plan_chunks(0, 1, 2, 3, 2, 512, row, false), 2);    // two lanes: 12 pieces of 256 rows
+  EXPECT_EQ(plan_chunks(0, 1, 2, 16, 1, 128, row, false), 1);   // 128 rows cannot be halved
+  EXPECT_EQ(plan_chunks(0, 2, 3, 16, 1, 128, row, false), 2);   // reduce-scatter keeps 2
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, 1024, false), 2);  // 1 KiB rows: 512 KiB needs 512 rows
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 4096, 1024, false), 6);  // 682 rows of 1 KiB
+  EXPECT_EQ(plan_chunks(0, 2, 3, 8, 1, 1024, row, false), 3);   // preferred above 12 / 8
   // A kernel's rate knee raises the 128-row floor: 1024 rows as 3 chunks of 341.
   EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, false, 302), 3);
   EXPECT_EQ(plan_chunks(0, 2, 3, 2, 1, 1024, row, false, 302), 3);

@@ -93,12 +93,13 @@ TEST_F(fixture, invalid_enum_value) {
 }
 
 TEST_F(fixture, others_algorithm_with_a_ring_strategy) {
-  expect_all_ranks_reject(ctx, "ag_options.algorithm others is not a ring schedule; ag_options.strategy ring cannot run it", [&] {
-    overlap::ag_options opt;
-    opt.algorithm = overlap::algorithm::others;
-    if (p == last) opt.strategy = strategy::ring;
-    call(a.cview(), b.cview(), c.view(), opt);
-  });
+  expect_all_ranks_reject(
+      ctx, "ag_options.algorithm others is not a ring schedule; ag_options.strategy ring cannot run it", [&] {
+        overlap::ag_options opt;
+        opt.algorithm = overlap::algorithm::others;
+        if (p == last) opt.strategy = strategy::ring;
+        call(a.cview(), b.cview(), c.view(), opt);
+      });
 }
 
 // The bias remembers its element type: a double bias on a float op is
@@ -155,9 +156,8 @@ TEST_F(fixture, config_disagrees_across_ranks) {
   cfg.ag_chunks = p == last ? 2 : 1;
   overlap::context other(MPI_COMM_WORLD, cfg);
   // `other` can never agree; the recovery check runs on the fixture's context.
-  expect_all_ranks_reject(ctx, "config.ag_chunks differs across ranks", [&] {
-    overlap::all_gather_matmul<float>(other, a.cview(), b.cview(), c.view());
-  });
+  expect_all_ranks_reject(ctx, "config.ag_chunks differs across ranks",
+                          [&] { overlap::all_gather_matmul<float>(other, a.cview(), b.cview(), c.view()); });
 }
 
 TEST(context_errors, double_on_onednn_is_rejected) {

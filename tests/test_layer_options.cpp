@@ -55,8 +55,8 @@ template <class Layout>
 std::string option_name(const ::testing::TestParamInfo<option_param<Layout>>& info) {
   const auto& c = info.param;
   return case_name(std::string(overlap::to_string(c.backend)) + "_" + overlap::to_string(c.layout) + "_" +
-                   to_string(c.choice) + (c.ta ? "_aT" : "") + (c.tb ? "_bT" : "") + "_" +
-                   overlap::to_string(c.act) + (c.bias ? "_bias" : ""));
+                   to_string(c.choice) + (c.ta ? "_aT" : "") + (c.tb ? "_bT" : "") + "_" + overlap::to_string(c.act) +
+                   (c.bias ? "_bias" : ""));
 }
 
 class layer_options_ag : public suite_with_contexts<option_param<gathered>> {};
@@ -86,11 +86,10 @@ TEST_P(layer_options_rs, matmul_reduce_scatter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(all, layer_options_ag,
-                         ::testing::ValuesIn(option_params({gathered::lhs_rows, gathered::lhs_cols,
-                                                            gathered::rhs_rows, gathered::rhs_cols})),
+                         ::testing::ValuesIn(option_params({gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows,
+                                                            gathered::rhs_cols})),
                          option_name<gathered>);
-INSTANTIATE_TEST_SUITE_P(all, layer_options_rs,
-                         ::testing::ValuesIn(option_params({scattered::rows, scattered::cols})),
+INSTANTIATE_TEST_SUITE_P(all, layer_options_rs, ::testing::ValuesIn(option_params({scattered::rows, scattered::cols})),
                          option_name<scattered>);
 
 TEST(layer_options_double, both_ops) {

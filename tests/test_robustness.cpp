@@ -56,7 +56,9 @@ struct robustness : ::testing::Test {
   int p = ctx.rank();
   int last = ctx.size() - 1;
   /// The context still works after a rejected call.
-  void expect_usable() { run_ag_case<float>(ctx, {gathered::lhs_rows, strategy::ring, 6, 5, 4, split::skewed, 0, false, 3}); }
+  void expect_usable() {
+    run_ag_case<float>(ctx, {gathered::lhs_rows, strategy::ring, 6, 5, 4, split::skewed, 0, false, 3});
+  }
 };
 
 // ---- ranks that make different calls ----
@@ -71,9 +73,9 @@ TEST_F(robustness, element_type_differs_across_ranks) {
         f.run(ctx, s);
         d.run(ctx, s);
       }
-      expect_everywhere([&] { p == last ? d.run(ctx, s) : f.run(ctx, s); },
-                        "rank 0 called all_gather_matmul<f32>, rank " + std::to_string(last) +
-                            " called all_gather_matmul<f64>");
+      expect_everywhere(
+          [&] { p == last ? d.run(ctx, s) : f.run(ctx, s); },
+          "rank 0 called all_gather_matmul<f32>, rank " + std::to_string(last) + " called all_gather_matmul<f64>");
       expect_usable();
     }
 }
@@ -87,8 +89,10 @@ TEST_F(robustness, op_differs_across_ranks) {
     rs.strategy = s;
     expect_everywhere(
         [&] {
-          if (p == last) overlap::matmul_reduce_scatter<float>(ctx, a.cview(), b.cview(), c.view(), rs);
-          else ag.run(ctx, s);
+          if (p == last)
+            overlap::matmul_reduce_scatter<float>(ctx, a.cview(), b.cview(), c.view(), rs);
+          else
+            ag.run(ctx, s);
         },
         "called matmul_reduce_scatter<f32>");
     expect_usable();

@@ -143,8 +143,7 @@ TEST(cost_model, thin_reduce_scatter_moves_the_inputs) {
   if (R == 1) GTEST_SKIP() << "nothing travels on one rank";
   // K = 4 per rank: the partial sums (M x N) are far larger than A and B.
   matrix<float> a(1024, 4), b(4, 1024), c(1024 / R + (ctx.rank() < 1024 % R ? 1 : 0), 1024);
-  const overlap::schedule s =
-      overlap::matmul_reduce_scatter_schedule<float>(ctx, a.cview(), b.cview(), c.view());
+  const overlap::schedule s = overlap::matmul_reduce_scatter_schedule<float>(ctx, a.cview(), b.cview(), c.view());
   EXPECT_TRUE(s.by_model);
   EXPECT_EQ(s.algorithm, algorithm::others) << overlap::to_string(s);
 }

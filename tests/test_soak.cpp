@@ -55,12 +55,14 @@ struct soak {
       overlap::matrix_view<const float> av, bv;
       overlap::matrix_view<float> cv;
       if (lhs) {  // X = A: rows -> M_r x k, cols -> k x M_r (K sharded, K = m)
-        av = rows ? overlap::matrix_view<const float>(a.data(), m_r, k) : overlap::matrix_view<const float>(a.data(), k, m_r);
+        av = rows ? overlap::matrix_view<const float>(a.data(), m_r, k)
+                  : overlap::matrix_view<const float>(a.data(), k, m_r);
         bv = {b.data(), rows ? k : m, n};
         cv = {c.data(), rows ? m : k, n};
       } else {  // X = B: rows -> M_r x n (K sharded), cols -> k x M_r
         av = {a.data(), n, rows ? m : k};
-        bv = rows ? overlap::matrix_view<const float>(b.data(), m_r, k) : overlap::matrix_view<const float>(b.data(), k, m_r);
+        bv = rows ? overlap::matrix_view<const float>(b.data(), m_r, k)
+                  : overlap::matrix_view<const float>(b.data(), k, m_r);
         cv = {c.data(), n, rows ? k : m};
       }
       overlap::all_gather_matmul<float>(ctx, av, bv, cv, opt);

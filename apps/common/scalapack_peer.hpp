@@ -20,8 +20,8 @@ void Cblacs_gridinit(int* ctxt, const char* order, int rows, int cols);
 void Cblacs_gridinfo(int ctxt, int* rows, int* cols, int* row, int* col);
 void Cblacs_gridexit(int ctxt);
 int numroc_(const int* n, const int* nb, const int* iproc, const int* isrcproc, const int* nprocs);
-void descinit_(int* desc, const int* m, const int* n, const int* mb, const int* nb, const int* irsrc,
-               const int* icsrc, const int* ictxt, const int* lld, int* info);
+void descinit_(int* desc, const int* m, const int* n, const int* mb, const int* nb, const int* irsrc, const int* icsrc,
+               const int* ictxt, const int* lld, int* info);
 void psgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
              const float* a, const int* ia, const int* ja, const int* desca, const float* b, const int* ib,
              const int* jb, const int* descb, const float* beta, float* c, const int* ic, const int* jc,
@@ -45,8 +45,8 @@ struct scalapack_peer {
   std::function<void()> body;
   /// max |c - ref| / max |ref| over this rank's elements of C; ref(rows, cols)
   /// gives the exact product of the given global rows and columns (row-major).
-  std::function<double(const std::function<std::vector<double>(const std::vector<int64_t>&,
-                                                                const std::vector<int64_t>&)>&)>
+  std::function<double(
+      const std::function<std::vector<double>(const std::vector<int64_t>&, const std::vector<int64_t>&)>&)>
       error;
 };
 
@@ -61,8 +61,8 @@ inline std::vector<int64_t> cyclic_indices(int n, int nb, int me, int procs) {
 
 /// PSGEMM of the global C = A @ B (value(i, j, salt): A with salt 1, B with
 /// salt 2) on `lay`, or nothing when the layout does not fit the ranks.
-inline std::optional<scalapack_peer> make_scalapack_peer(int m, int n, int k, scalapack_layout lay,
-                                                         const std::function<float(int64_t, int64_t, uint32_t)>& value) {
+inline std::optional<scalapack_peer> make_scalapack_peer(
+    int m, int n, int k, scalapack_layout lay, const std::function<float(int64_t, int64_t, uint32_t)>& value) {
   struct state {
     int ctxt = -1;
     int desca[9], descb[9], descc[9];

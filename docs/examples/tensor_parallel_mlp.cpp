@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   try {
     overlap::context ctx(MPI_COMM_WORLD);  // collective: dups the communicator
     const int R = ctx.size(), p = ctx.rank();
-    const int64_t tokens = 37, d_model = 16, hidden = 24;  // global sizes
+    const int64_t tokens = 37, d_model = 16, hidden = 24;          // global sizes
     const auto rows = overlap::shard_layout::balanced(tokens, R);  // uneven when R does not divide 37
     const auto cols = overlap::shard_layout::balanced(hidden, R);
     const int64_t m_r = rows.size(p), h_r = cols.size(p);
@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
     overlap::ag_options ag;
     ag.gathered = overlap::gathered::lhs_rows;
     ag.epilogue = {overlap::activation::gelu, b1.data()};
-    overlap::all_gather_matmul<float>(ctx, {x.data(), m_r, d_model}, {w1.data(), d_model, h_r},
-                                      {h.data(), tokens, h_r}, ag);
+    overlap::all_gather_matmul<float>(ctx, {x.data(), m_r, d_model}, {w1.data(), d_model, h_r}, {h.data(), tokens, h_r},
+                                      ag);
 
     // 2. Z_r = this rank's rows of sum over ranks of H_r @ W2_r: the accumulators travel.
     std::vector<float> z(m_r * d_model);

@@ -89,8 +89,9 @@ enum class ring_phases { both, compute_only, comm_only };
 
 template <>
 struct enum_names<ring_phases> {
-  static constexpr std::array<enum_entry<ring_phases>, 3> entries{
-      {{ring_phases::both, "both"}, {ring_phases::compute_only, "compute_only"}, {ring_phases::comm_only, "comm_only"}}};
+  static constexpr std::array<enum_entry<ring_phases>, 3> entries{{{ring_phases::both, "both"},
+                                                                   {ring_phases::compute_only, "compute_only"},
+                                                                   {ring_phases::comm_only, "comm_only"}}};
 };
 
 /// Settings of a context. Every field that changes the communication schedule
@@ -155,14 +156,19 @@ inline const char* env(const char* name) {
 /// A config field as a whole number (settings are ints, enums or microseconds).
 template <class F>
 long long as_number(const F& v) {
-  if constexpr (std::is_enum_v<F>) return static_cast<long long>(v);
-  else if constexpr (std::is_same_v<F, std::chrono::microseconds>) return v.count();
-  else return v;
+  if constexpr (std::is_enum_v<F>)
+    return static_cast<long long>(v);
+  else if constexpr (std::is_same_v<F, std::chrono::microseconds>)
+    return v.count();
+  else
+    return v;
 }
 template <class F>
 F from_number(long long x) {
-  if constexpr (std::is_same_v<F, std::chrono::microseconds>) return std::chrono::microseconds(x);
-  else return static_cast<F>(x);
+  if constexpr (std::is_same_v<F, std::chrono::microseconds>)
+    return std::chrono::microseconds(x);
+  else
+    return static_cast<F>(x);
 }
 
 /// The typed part of a setting: its field of config and how it is read,
@@ -175,9 +181,12 @@ struct field_rules {
   static constexpr bool is_text = std::is_same_v<value_type, std::string>;
 
   static std::string text(const config& c) {
-    if constexpr (is_enum) return to_string(c.*Field);
-    else if constexpr (is_text) return c.*Field;
-    else return std::to_string(as_number(c.*Field));
+    if constexpr (is_enum)
+      return to_string(c.*Field);
+    else if constexpr (is_text)
+      return c.*Field;
+    else
+      return std::to_string(as_number(c.*Field));
   }
   /// "" when the field's value is allowed, else why not.
   static std::string problem(const config& c, long long lo, long long hi, long long gap) {
@@ -235,14 +244,18 @@ struct setting {
 
 namespace detail {
 template <auto Field>
-setting make_setting(const char* variable, const char* field, const char* meaning, long long lo = 0,
-                     long long hi = 0, long long gap = 0) {
+setting make_setting(const char* variable, const char* field, const char* meaning, long long lo = 0, long long hi = 0,
+                     long long gap = 0) {
   using rules = field_rules<Field>;
   auto values = [](const setting& s) -> std::string {
-    if constexpr (rules::is_enum) return enum_choices<typename rules::value_type>();
-    else if constexpr (rules::is_text) return "path";
-    else if (s.gap != 0) return std::to_string(s.lo) + "|" + std::to_string(s.gap + 1) + ".." + std::to_string(s.hi);
-    else return std::to_string(s.lo) + ".." + std::to_string(s.hi);
+    if constexpr (rules::is_enum)
+      return enum_choices<typename rules::value_type>();
+    else if constexpr (rules::is_text)
+      return "path";
+    else if (s.gap != 0)
+      return std::to_string(s.lo) + "|" + std::to_string(s.gap + 1) + ".." + std::to_string(s.hi);
+    else
+      return std::to_string(s.lo) + ".." + std::to_string(s.hi);
   };
   return {variable, field, meaning, lo, hi, gap, values, &rules::text, &rules::problem, &rules::parse};
 }
@@ -274,8 +287,7 @@ setting make_setting(const char* variable, const char* field, const char* meanin
       make_setting<&config::plan_cache>("OVERLAP_PLAN_CACHE", "plan_cache",
                                         "plans kept per context, least recently used evicted", 1, 65536),
       make_setting<&config::verbose>("OVERLAP_VERBOSE", "verbose",
-                                     "1: rank 0 prints the configuration and each plan; 2: also every ring step", 0,
-                                     2),
+                                     "1: rank 0 prints the configuration and each plan; 2: also every ring step", 0, 2),
       make_setting<&config::calibration>("OVERLAP_CALIBRATION", "calibration",
                                          "cost model calibration file (overlap-calibrate); empty: measured when "
                                          "needed"),

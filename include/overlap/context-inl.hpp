@@ -22,8 +22,9 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
   int inter = 0;
   OVERLAP_MPI(MPI_Comm_test_inter, comm, &inter);
   if (inter != 0)
-    throw std::invalid_argument(who + ": comm is an inter-communicator; a context needs an intra-communicator "
-                                      "(MPI_Intercomm_merge makes one)");
+    throw std::invalid_argument(who +
+                                ": comm is an inter-communicator; a context needs an intra-communicator "
+                                "(MPI_Intercomm_merge makes one)");
   // Local steps that may fail on one rank only; their outcome is agreed
   // below, once the duplicate communicator exists.
   detail::failure local;
@@ -65,8 +66,8 @@ OVERLAP_FUNC std::string context::gemm_path(dtype t) const {
   if (t != dtype::bf16) return std::string("onednn ") + to_string(t) + " (" + isa + ")";
   if (!widen_bf16_) return "onednn bf16 (native, " + isa + ")";
   return "onednn f32 on widened bf16 pieces (" +
-         std::string(cfg_.bf16 == bf16_gemm::widened ? "OVERLAP_BF16_GEMM=widened" : "no bf16 matmul") +
-         " at ISA " + isa + ")";
+         std::string(cfg_.bf16 == bf16_gemm::widened ? "OVERLAP_BF16_GEMM=widened" : "no bf16 matmul") + " at ISA " +
+         isa + ")";
 }
 
 OVERLAP_FUNC int64_t context::piece_knee(dtype t, int64_t other) const noexcept {

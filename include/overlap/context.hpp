@@ -279,8 +279,7 @@ class context {
     s.text.resize(static_cast<size_t>(s.ints[0]));
     collective(
         "MPI_Bcast", [&] { return MPI_Bcast(s.text.data(), s.ints[0], MPI_CHAR, root, comm_.get()); },
-        [&](MPI_Request* r) { return MPI_Ibcast(s.text.data(), s.ints[0], MPI_CHAR, root, comm_.get(), r); },
-        describe);
+        [&](MPI_Request* r) { return MPI_Ibcast(s.text.data(), s.ints[0], MPI_CHAR, root, comm_.get(), r); }, describe);
     detail::failure::unpack(s.text).raise(where + ": on rank " + std::to_string(root));
   }
 
@@ -291,8 +290,8 @@ class context {
   /// requests are given up on, not freed) and throw overlap::error.
   [[noreturn]] void fatal(const std::string& what, const char* call, int code, error_source source) {
     const bool abort = cfg_.on_fatal == fatal_policy::abort;
-    std::fprintf(stderr, "overlap: fatal error on rank %d of %d (world rank %d): %s; OVERLAP_ON_FATAL=%s: %s\n",
-                 rank_, size_, detail::world_rank(), what.c_str(), to_string(cfg_.on_fatal),
+    std::fprintf(stderr, "overlap: fatal error on rank %d of %d (world rank %d): %s; OVERLAP_ON_FATAL=%s: %s\n", rank_,
+                 size_, detail::world_rank(), what.c_str(), to_string(cfg_.on_fatal),
                  abort ? "aborting the job (MPI_Abort)" : "throwing; this context is no longer usable");
     std::fflush(stderr);
     if (abort) {
@@ -359,7 +358,7 @@ class context {
   bool one_node_ = false;
   bool widen_bf16_ = false;
   std::optional<overlap::calibration> model_;
-  std::string failure_;  ///< the fatal error that ended this context (throw policy)
+  std::string failure_;                              ///< the fatal error that ended this context (throw policy)
   std::unique_ptr<backend::eigen_backend> eigen_;    ///< made on first use
   std::unique_ptr<backend::onednn_backend> onednn_;  ///< made on first use
   std::unique_ptr<engine::progress_thread> progress_;

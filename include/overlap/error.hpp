@@ -12,9 +12,9 @@ namespace overlap {
 
 /// Where a failing status code came from.
 enum class error_source {
-  mpi,      ///< an MPI call returned an error code
-  backend,  ///< the GEMM library failed
-  watchdog, ///< a wait outlasted config::timeout_s (OVERLAP_TIMEOUT_S)
+  mpi,       ///< an MPI call returned an error code
+  backend,   ///< the GEMM library failed
+  watchdog,  ///< a wait outlasted config::timeout_s (OVERLAP_TIMEOUT_S)
 };
 
 /// A failed MPI or backend call. Invalid arguments are reported as
@@ -22,8 +22,7 @@ enum class error_source {
 class error : public std::runtime_error {
  public:
   error(error_source source, int code, std::string call, const std::string& detail)
-      : std::runtime_error(format(source, code, call, detail)),
-        source_(source), code_(code), call_(std::move(call)) {}
+      : std::runtime_error(format(source, code, call, detail)), source_(source), code_(code), call_(std::move(call)) {}
 
   [[nodiscard]] error_source source() const noexcept { return source_; }
   /// The MPI error code or the backend's status value.
@@ -32,8 +31,7 @@ class error : public std::runtime_error {
   [[nodiscard]] const std::string& call() const noexcept { return call_; }
 
  private:
-  static std::string format(error_source source, int code, const std::string& call,
-                            const std::string& detail) {
+  static std::string format(error_source source, int code, const std::string& call, const std::string& detail) {
     std::string msg = "overlap: ";
     msg += call;
     msg += " failed";
@@ -46,8 +44,10 @@ class error : public std::runtime_error {
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       msg += " on world rank " + std::to_string(rank);
     }
-    if (source == error_source::watchdog) msg += " (timeout)";
-    else msg += (source == error_source::mpi ? " (MPI error " : " (backend status ") + std::to_string(code) + ")";
+    if (source == error_source::watchdog)
+      msg += " (timeout)";
+    else
+      msg += (source == error_source::mpi ? " (MPI error " : " (backend status ") + std::to_string(code) + ")";
     if (!detail.empty()) msg += ": " + detail;
     return msg;
   }

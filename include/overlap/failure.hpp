@@ -38,11 +38,13 @@ inline void require_mpi_running(const char* who) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (finalized)
-    throw std::logic_error(std::string(who) + ": MPI has already been finalised; overlap needs MPI between MPI_Init_thread and "
-                                 "MPI_Finalize (destroy contexts before MPI_Finalize)");
+    throw std::logic_error(std::string(who) +
+                           ": MPI has already been finalised; overlap needs MPI between MPI_Init_thread and "
+                           "MPI_Finalize (destroy contexts before MPI_Finalize)");
   if (!initialized)
-    throw std::logic_error(std::string(who) + ": MPI is not initialised; call MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) "
-                                 "first (or use overlap::mpi::environment)");
+    throw std::logic_error(std::string(who) +
+                           ": MPI is not initialised; call MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) "
+                           "first (or use overlap::mpi::environment)");
 }
 
 /// What went wrong on one rank: the kind of exception, and for overlap::error

@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "overlap/overlap.hpp"
 #include "overlap/ops/faults.hpp"
+#include "overlap/overlap.hpp"
 
 namespace {
 void one_call(overlap::context& ctx, int64_t m_r, overlap::strategy s = overlap::strategy::ring,
@@ -65,8 +65,10 @@ int main(int argc, char** argv) {
       one_call(ctx, 64, overlap::strategy::bulk, overlap::algorithm::others);
     } else if (mode == "absent") {
       one_call(ctx, 64);  // everybody there once
-      if (rank == size - 1) std::this_thread::sleep_for(std::chrono::duration<double>(arg));
-      else one_call(ctx, 64);
+      if (rank == size - 1)
+        std::this_thread::sleep_for(std::chrono::duration<double>(arg));
+      else
+        one_call(ctx, 64);
     } else if (mode == "loop") {
       std::printf("rank %d pid %d running\n", rank, static_cast<int>(getpid()));
       std::fflush(stdout);

@@ -29,8 +29,10 @@ inline constexpr bool is_element_v =
 
 template <class T>
 constexpr dtype dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return dtype::f32;
-  else if constexpr (std::is_same_v<T, double>) return dtype::f64;
+  if constexpr (std::is_same_v<T, float>)
+    return dtype::f32;
+  else if constexpr (std::is_same_v<T, double>)
+    return dtype::f64;
   else {
     static_assert(std::is_same_v<T, bfloat16>, "overlap supports float, double and bfloat16");
     return dtype::bf16;

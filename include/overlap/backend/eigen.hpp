@@ -29,18 +29,24 @@ class eigen_gemm final : public gemm_kernel {
     // Stored shapes: A is m x k (or k x m when transposed), B is k x n (or n x k).
     const cmap am(a, d_.trans_a ? d_.k : d_.m, d_.trans_a ? d_.m : d_.k, stride(d_.lda));
     const cmap bm(b, d_.trans_b ? d_.n : d_.k, d_.trans_b ? d_.k : d_.n, stride(d_.ldb));
-    if (d_.trans_a && d_.trans_b) apply(cm, am.transpose() * bm.transpose());
-    else if (d_.trans_a) apply(cm, am.transpose() * bm);
-    else if (d_.trans_b) apply(cm, am * bm.transpose());
-    else apply(cm, am * bm);
+    if (d_.trans_a && d_.trans_b)
+      apply(cm, am.transpose() * bm.transpose());
+    else if (d_.trans_a)
+      apply(cm, am.transpose() * bm);
+    else if (d_.trans_b)
+      apply(cm, am * bm.transpose());
+    else
+      apply(cm, am * bm);
     overlap::detail::apply_epilogue(d_, c, bias, addend);
   }
 
  private:
   template <class Dst, class Product>
   void apply(Dst& dst, const Product& p) const {
-    if (d_.accumulate) dst.noalias() += p;
-    else dst.noalias() = p;
+    if (d_.accumulate)
+      dst.noalias() += p;
+    else
+      dst.noalias() = p;
   }
   gemm_desc d_;
 };
@@ -51,8 +57,8 @@ class eigen_backend {
   [[nodiscard]] std::shared_ptr<const gemm_kernel> make(const gemm_desc& d) const {
     if (d.in != d.out || d.in == dtype::bf16)
       throw std::invalid_argument(std::string("overlap: the eigen backend multiplies f32 or f64 with the same output "
-                                              "type; asked for ") + to_string(d.in) + " -> " + to_string(d.out) +
-                                  " (use the onednn backend for bf16)");
+                                              "type; asked for ") +
+                                  to_string(d.in) + " -> " + to_string(d.out) + " (use the onednn backend for bf16)");
     if (d.in == dtype::f64) return std::make_shared<eigen_gemm<double>>(d);
     return std::make_shared<eigen_gemm<float>>(d);
   }

@@ -8,12 +8,12 @@
 /// onednn (default; f32 and bf16) and eigen (header-only fallback; f32, f64).
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
-#include <cstddef>
 
 #include "overlap/backend/dtype.hpp"
 #include "overlap/epilogue.hpp"

@@ -141,8 +141,8 @@ class onednn_gemm final : public gemm_kernel {
       const dnnl::memory::desc b_stored(dims{d.k, d.n}, dt, detail::strides(d.ldb, d.trans_b));
       // pack_b: let oneDNN choose B's layout (`any`); where it picks a blocked
       // one (brgemm kernels), B is reordered once per plan call, not per piece.
-      const dnnl::memory::desc b_md = d.pack_b ? dnnl::memory::desc(dims{d.k, d.n}, dt, dnnl::memory::format_tag::any)
-                                               : b_stored;
+      const dnnl::memory::desc b_md =
+          d.pack_b ? dnnl::memory::desc(dims{d.k, d.n}, dt, dnnl::memory::format_tag::any) : b_stored;
       const dnnl::memory::desc c_md(dims{d.m, d.n}, dt_out, dims{d.ldc, 1});
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), post_ops(dt_out), h_->engine);
       prim_ = dnnl::matmul(pd);
@@ -352,8 +352,10 @@ class onednn_backend {
     auto& slot = cache_[{d, widen}];
     std::shared_ptr<const gemm_kernel> k = slot.lock();
     if (!k) {
-      if (widen) k = std::make_shared<onednn_widened_gemm>(h_, d);
-      else k = std::make_shared<onednn_gemm>(h_, d);
+      if (widen)
+        k = std::make_shared<onednn_widened_gemm>(h_, d);
+      else
+        k = std::make_shared<onednn_gemm>(h_, d);
       slot = k;
     }
     if (++since_purge_ >= 256) purge();

@@ -17,8 +17,7 @@ namespace overlap::engine {
 
 class progress_thread {
  public:
-  explicit progress_thread(std::chrono::microseconds interval)
-      : interval_(interval), thread_([this] { loop(); }) {}
+  explicit progress_thread(std::chrono::microseconds interval) : interval_(interval), thread_([this] { loop(); }) {}
   progress_thread(const progress_thread&) = delete;
   progress_thread& operator=(const progress_thread&) = delete;
   ~progress_thread() {

@@ -78,9 +78,8 @@ struct ring_window {
 /// computing (OVERLAP_VERBOSE=2 on rank 0).
 /// `at`, when given, holds the step being run (for error reports).
 template <class Pattern>
-void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& requests,
-              progress_thread* progress, ring_phases phases = ring_phases::both, bool trace = false,
-              int* at = nullptr) {
+void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& requests, progress_thread* progress,
+              ring_phases phases = ring_phases::both, bool trace = false, int* at = nullptr) {
   const int steps = pattern.steps();
   const ring_window w = pattern.window();
   const bool transfers = phases != ring_phases::compute_only;

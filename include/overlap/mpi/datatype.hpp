@@ -77,12 +77,10 @@ inline int to_count(int64_t n, const char* what) {
 [[nodiscard]] inline datatype block_type(int64_t rows, int64_t cols, int64_t ld, MPI_Datatype base) {
   MPI_Datatype t = MPI_DATATYPE_NULL;
   if (ld == cols) {
-    OVERLAP_MPI(MPI_Type_contiguous, detail::to_count(rows * cols, "block elements"),
-                base, &t);
+    OVERLAP_MPI(MPI_Type_contiguous, detail::to_count(rows * cols, "block elements"), base, &t);
   } else {
-    OVERLAP_MPI(MPI_Type_vector, detail::to_count(rows, "block rows"),
-                detail::to_count(cols, "block cols"), detail::to_count(ld, "block ld"),
-                base, &t);
+    OVERLAP_MPI(MPI_Type_vector, detail::to_count(rows, "block rows"), detail::to_count(cols, "block cols"),
+                detail::to_count(ld, "block ld"), base, &t);
   }
   datatype owned(t);
   OVERLAP_MPI(MPI_Type_commit, &t);

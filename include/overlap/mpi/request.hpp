@@ -34,7 +34,9 @@ class request_group {
   request_group(const request_group&) = delete;
   request_group& operator=(const request_group&) = delete;
   request_group(request_group&& other) noexcept
-      : reqs_(std::move(other.reqs_)), due_(std::move(other.due_)), about_(std::move(other.about_)),
+      : reqs_(std::move(other.reqs_)),
+        due_(std::move(other.due_)),
+        about_(std::move(other.about_)),
         timeout_s_(other.timeout_s_) {
     other.clear();
   }
@@ -140,8 +142,8 @@ class request_group {
         },
         timeout_s_);
     if (done) return;
-    std::string what = "waited more than " + std::to_string(static_cast<int>(timeout_s_)) + " s before " + before +
-                       " for";
+    std::string what =
+        "waited more than " + std::to_string(static_cast<int>(timeout_s_)) + " s before " + before + " for";
     for (size_t i = 0; i < n; ++i) {
       if (reqs_[i] == MPI_REQUEST_NULL) continue;
       if (about_[i].collective) {

@@ -17,8 +17,8 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "overlap/context.hpp"
@@ -50,9 +50,10 @@ namespace overlap::detail {
   s.in[1] = static_cast<int64_t>(checks.type());
   s.table.resize(2 * static_cast<size_t>(ctx.size()));
   ctx.collective(
-      "MPI_Allgather",
-      [&] { return MPI_Allgather(s.in, 2, MPI_INT64_T, s.table.data(), 2, MPI_INT64_T, ctx.comm()); },
-      [&](MPI_Request* r) { return MPI_Iallgather(s.in, 2, MPI_INT64_T, s.table.data(), 2, MPI_INT64_T, ctx.comm(), r); },
+      "MPI_Allgather", [&] { return MPI_Allgather(s.in, 2, MPI_INT64_T, s.table.data(), 2, MPI_INT64_T, ctx.comm()); },
+      [&](MPI_Request* r) {
+        return MPI_Iallgather(s.in, 2, MPI_INT64_T, s.table.data(), 2, MPI_INT64_T, ctx.comm(), r);
+      },
       [&] { return checks.op() + " (comparing the calls of the ranks)"; });
   int r = 1;
   while (r < ctx.size() && s.table[2 * static_cast<size_t>(r)] == s.table[0] &&

@@ -15,18 +15,18 @@
 #include "overlap/engine/ring.hpp"
 #include "overlap/matrix.hpp"
 #include "overlap/ops/agreement.hpp"
+#include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/block_types.hpp"
 #include "overlap/ops/checks.hpp"
 #include "overlap/ops/chunks.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/op_id.hpp"
+#include "overlap/ops/options.hpp"
+#include "overlap/ops/others.hpp"
 #include "overlap/ops/packing.hpp"
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/verbose.hpp"
-#include "overlap/ops/options.hpp"
-#include "overlap/ops/others.hpp"
 #include "overlap/schedule/choose.hpp"
-#include "overlap/ops/all_gather_matmul.hpp"
 
 namespace overlap {
 namespace detail {
@@ -34,13 +34,13 @@ namespace detail {
 /// Where the gathered operand X sits in the product and how it is split.
 /// "Logical" is op(X); "stored" is X as the caller keeps it (transposed or not).
 struct ag_geometry {
-  bool lhs = true;          ///< X is the left operand A (else the right operand B)
-  bool shard_rows = true;   ///< op(X) is sharded along its rows (else its columns)
-  bool contracting = false; ///< the sharded dimension is K: partial products accumulate
-  bool trans_x = false;     ///< X is stored transposed
-  bool trans_o = false;     ///< the other operand is stored transposed
+  bool lhs = true;                 ///< X is the left operand A (else the right operand B)
+  bool shard_rows = true;          ///< op(X) is sharded along its rows (else its columns)
+  bool contracting = false;        ///< the sharded dimension is K: partial products accumulate
+  bool trans_x = false;            ///< X is stored transposed
+  bool trans_o = false;            ///< the other operand is stored transposed
   int64_t x_rows = 0, x_cols = 0;  ///< logical op(X)
-  shard_layout layout;      ///< op(X)'s sharded dimension over the ranks
+  shard_layout layout;             ///< op(X)'s sharded dimension over the ranks
 
   explicit ag_geometry(const ag_options& o)
       : lhs(o.gathered == gathered::lhs_rows || o.gathered == gathered::lhs_cols),
@@ -71,14 +71,14 @@ struct ag_step {
   int64_t r0 = 0, c0 = 0, nr = 0, nc = 0;  ///< the piece in stored X's global coordinates
   int64_t lr0 = 0, lc0 = 0;                ///< its origin in op(X)
   piece_home home = piece_home::slot;
-  int64_t slot_offset = 0;                 ///< element offset into the slot buffer
-  int64_t ld = 0;                          ///< leading dimension where it lives
-  MPI_Datatype type = MPI_DATATYPE_NULL;   ///< the piece as one element (owned by the plan)
-  bool send = false;                       ///< forwarded to the previous rank
-  bool recv = false;                       ///< arrives from the next rank
-  bool into_acc = false;                   ///< writes the fp32 accumulator (bf16 products)
-  bool add_acc = false;                    ///< adds the fp32 accumulator into c (its last step)
-  gemm_desc desc;                          ///< what `kernel` computes
+  int64_t slot_offset = 0;                ///< element offset into the slot buffer
+  int64_t ld = 0;                         ///< leading dimension where it lives
+  MPI_Datatype type = MPI_DATATYPE_NULL;  ///< the piece as one element (owned by the plan)
+  bool send = false;                      ///< forwarded to the previous rank
+  bool recv = false;                      ///< arrives from the next rank
+  bool into_acc = false;                  ///< writes the fp32 accumulator (bf16 products)
+  bool add_acc = false;                   ///< adds the fp32 accumulator into c (its last step)
+  gemm_desc desc;                         ///< what `kernel` computes
   std::shared_ptr<const gemm_kernel> kernel;
   [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
 };
@@ -88,9 +88,9 @@ struct ag_plan final : plan_base {
   ag_geometry geo;
   overlap::strategy strategy = overlap::strategy::ring;
   // ring (and bidirectional)
-  int lanes = 1;                     ///< 2: bidirectional
+  int lanes = 1;  ///< 2: bidirectional
   int n_steps = 0;
-  std::vector<ag_step<T>> steps;     ///< step t, lane l at [t * lanes + l]
+  std::vector<ag_step<T>> steps;  ///< step t, lane l at [t * lanes + l]
   engine::ring_window window;
   engine::buffer<T> slots;
   block_types types{dtype_of<T>()};
@@ -108,7 +108,6 @@ struct ag_plan final : plan_base {
   others_plan<T> others;
   overlap::schedule sched;  ///< what runs, and the candidates when the model chose
 };
-
 
 /// How a piece's product enters the output.
 struct ag_piece_output {
@@ -156,7 +155,8 @@ void ag_build_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag
   plan.displs.resize(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
     plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(geo.layout.size(r) * per_unit, "all-gather count");
-    plan.displs[static_cast<size_t>(r)] = mpi::detail::to_count(geo.layout.offset(r) * per_unit, "all-gather displacement");
+    plan.displs[static_cast<size_t>(r)] =
+        mpi::detail::to_count(geo.layout.offset(r) * per_unit, "all-gather displacement");
   }
   const auto elems = static_cast<size_t>(srows * scols);
   // Row shards land as contiguous row blocks of X: straight into gathered_out
@@ -185,8 +185,8 @@ struct ag_slots {
 /// Ring step t = i * chunks + j of lane l: piece j of the shard the lane
 /// holds at round i (docs in ag_build_ring).
 template <class T>
-ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int i, int j,
-                        int l, int chunks, ag_slots& slots) {
+ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int i, int j, int l,
+                        int chunks, ag_slots& slots) {
   const ag_geometry& geo = plan.geo;
   const int R = ctx.size(), p = ctx.rank();
   const int shard = l == 0 ? (p + i) % R : (p - i + R) % R;
@@ -240,11 +240,11 @@ void ag_build_ring(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag
   plan.window = {chunks, chunks - 1};
   plan.n_steps = R * chunks;
   ag_slots slots{plan.window.lead + 1 + plan.window.send_slack, plan.lanes, 0};
-  if (ag_fp32_acc<T>(plan.geo, R))
-    plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
+  if (ag_fp32_acc<T>(plan.geo, R)) plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < chunks; ++j)
-      for (int l = 0; l < plan.lanes; ++l) plan.steps.push_back(ag_ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
+      for (int l = 0; l < plan.lanes; ++l)
+        plan.steps.push_back(ag_ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
   plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
   for (auto& st : plan.steps)
     if (st.home == piece_home::slot) st.slot_offset *= slots.elems;
@@ -257,8 +257,8 @@ struct ag_others_ctx {
   int R = 1, p = 0;
   dtype t = dtype::f32;
   bool tx = false, to = false;
-  int64_t x_ld = 0;          ///< ld of this rank's shard of X
-  others_src x_src, o_src;   ///< the caller's views holding X and the other operand
+  int64_t x_ld = 0;                   ///< ld of this rank's shard of X
+  others_src x_src, o_src;            ///< the caller's views holding X and the other operand
   const std::vector<int64_t>& other;  ///< every rank's extent of the other operand's free dimension
   [[nodiscard]] int64_t o(int q) const { return other[static_cast<size_t>(q)]; }
 };
@@ -279,7 +279,8 @@ int64_t ag_others_gather(const ag_geometry& geo, others_plan<T>& o, const ag_arg
   o.gather = true;
   o.gathered_at = others_counts(gathered);
   const dims2 od = op_dims(geo.lhs ? x.b : x.a, c.to);
-  o.gather_own = stored_block(c.o_src, c.to, {0, od.rows}, {0, od.cols}, o.gathered_at.displs[static_cast<size_t>(c.p)]);
+  o.gather_own =
+      stored_block(c.o_src, c.to, {0, od.rows}, {0, od.cols}, o.gathered_at.displs[static_cast<size_t>(c.p)]);
   int64_t at = 0;
   for (int q = 0; q < c.R; ++q) {
     others_gemm g;
@@ -290,8 +291,8 @@ int64_t ag_others_gather(const ag_geometry& geo, others_plan<T>& o, const ag_arg
       g.desc = others_desc(sh.size(c.p), oq, k, c.x_ld, packed_ld(c.to ? k : oq), oq, c.tx, c.to, c.t, c.t, false);
     } else {
       g.a = others_src::gathered, g.b = c.x_src, g.a_off = off;
-      g.desc = others_desc(oq, sh.size(c.p), k, packed_ld(c.to ? oq : k), c.x_ld, sh.size(c.p), c.to, c.tx, c.t, c.t,
-                           false);
+      g.desc =
+          others_desc(oq, sh.size(c.p), k, packed_ld(c.to ? oq : k), c.x_ld, sh.size(c.p), c.to, c.tx, c.t, c.t, false);
     }
     g.out = at;
     at += g.desc.m * g.desc.n;
@@ -374,10 +375,17 @@ void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const 
                      const std::vector<int64_t>& other) {
   const ag_geometry& geo = plan.geo;
   others_plan<T>& o = plan.others;
-  const ag_others_ctx c{ctx.size(), ctx.rank(), dtype_of<T>(), geo.trans_x, geo.trans_o, local_view(x, geo).ld,
+  const ag_others_ctx c{ctx.size(),
+                        ctx.rank(),
+                        dtype_of<T>(),
+                        geo.trans_x,
+                        geo.trans_o,
+                        local_view(x, geo).ld,
                         geo.lhs ? others_src::caller_a : others_src::caller_b,
-                        geo.lhs ? others_src::caller_b : others_src::caller_a, other};
-  const int64_t products = geo.contracting ? ag_others_exchange(geo, o, x, opt, c) : ag_others_gather(geo, o, x, opt, c);
+                        geo.lhs ? others_src::caller_b : others_src::caller_a,
+                        other};
+  const int64_t products =
+      geo.contracting ? ag_others_exchange(geo, o, x, opt, c) : ag_others_gather(geo, o, x, opt, c);
   for (others_gemm& g : o.gemms) g.kernel = ctx.make_kernel(g.desc);
   // This rank's own block first: its inputs are local, so it runs while the
   // input collective moves the others.
@@ -388,8 +396,8 @@ void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const 
 /// What a candidate schedule of all_gather_matmul does on the busiest rank,
 /// for the cost model. other[q]: rank q's extent of the other operand's free
 /// dimension; elem/acc: bytes of an element and of a partial sum.
-inline work ag_work(const ag_geometry& g, const std::vector<int64_t>& other, int R, const candidate& c,
-                    int64_t elem, int64_t acc) {
+inline work ag_work(const ag_geometry& g, const std::vector<int64_t>& other, int R, const candidate& c, int64_t elem,
+                    int64_t acc) {
   const int64_t omax = *std::max_element(other.begin(), other.end());
   const int64_t m = g.lhs ? g.x_rows : omax, n = g.lhs ? omax : g.x_cols, k = g.lhs ? g.x_cols : g.x_rows;
   const int64_t shard = g.layout.max_size();
@@ -467,7 +475,7 @@ struct ag_exchanged {
   int64_t gathered, strategy, chunks, transpose_a, transpose_b, activation, phases, algorithm;
   int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
   int64_t c_rows, c_cols;
-  int64_t has_out, out_rows, out_cols;     ///< gathered_out
+  int64_t has_out, out_rows, out_cols;  ///< gathered_out
   /// Pieces split op(X)'s output dimension; this rank's GEMM keeps its rate above this many.
   int64_t knee;
 
@@ -487,19 +495,32 @@ struct ag_exchanged {
 template <class T>
 ag_exchanged ag_row_of(const context& ctx, const ag_geometry& geo, const ag_args<T>& x, const ag_options& opt) {
   const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
-  return {static_cast<int64_t>(opt.gathered), static_cast<int64_t>(opt.strategy), ctx.config().ag_chunks,
-          opt.transpose_a, opt.transpose_b, static_cast<int64_t>(opt.epilogue.activation),
-          static_cast<int64_t>(ctx.config().phases), static_cast<int64_t>(opt.algorithm),
-          la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols, x.has_out, x.out.rows, x.out.cols,
+  return {static_cast<int64_t>(opt.gathered),
+          static_cast<int64_t>(opt.strategy),
+          ctx.config().ag_chunks,
+          opt.transpose_a,
+          opt.transpose_b,
+          static_cast<int64_t>(opt.epilogue.activation),
+          static_cast<int64_t>(ctx.config().phases),
+          static_cast<int64_t>(opt.algorithm),
+          la.rows,
+          la.cols,
+          lb.rows,
+          lb.cols,
+          x.c.rows,
+          x.c.cols,
+          x.has_out,
+          x.out.rows,
+          x.out.cols,
           ctx.piece_knee(dtype_of<T>(), geo.lhs ? x.c.cols : x.c.rows)};
 }
 
 /// What the exchanged table says about the whole problem.
 struct ag_global {
-  ag_geometry full;                ///< with the global extents and the shards' layout
-  std::vector<int64_t> other;      ///< every rank's extent of the other operand's free dimension
-  bool any_out = false;            ///< some rank wants the gathered operand (gathered_out)
-  int64_t knee_units = 0;          ///< the largest GEMM rate knee over ranks
+  ag_geometry full;            ///< with the global extents and the shards' layout
+  std::vector<int64_t> other;  ///< every rank's extent of the other operand's free dimension
+  bool any_out = false;        ///< some rank wants the gathered operand (gathered_out)
+  int64_t knee_units = 0;      ///< the largest GEMM rate knee over ranks
 };
 
 /// The fields of the exchanged row that the rules across ranks read, for a
@@ -559,8 +580,8 @@ inline ag_global ag_global_checks(const arg_checks& checks, const ag_geometry& g
     const ag_exchanged& row = table[r];
     const std::string on = " on rank " + std::to_string(r);
     if (row.*f.summed != total)
-      fail(f.summed_name + " (" + std::to_string(row.*f.summed) + ")" + on + " must equal " + f.symbol +
-           " = sum of " + f.sharded_name + " over ranks (" + std::to_string(total) + ")");
+      fail(f.summed_name + " (" + std::to_string(row.*f.summed) + ")" + on + " must equal " + f.symbol + " = sum of " +
+           f.sharded_name + " over ranks (" + std::to_string(total) + ")");
     if (row.has_out && (row.out_rows != g.full.stored_rows() || row.out_cols != g.full.stored_cols()))
       fail("gathered_out" + on + " is " + std::to_string(row.out_rows) + " x " + std::to_string(row.out_cols) +
            "; it must be the gathered operand's " + std::to_string(g.full.stored_rows()) + " x " +
@@ -606,8 +627,8 @@ std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks,
                                          uint64_t fingerprint) {
   const ag_geometry& full = g.full;
   const std::string summary =
-      checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) + " ranks: " +
-      to_string(sched.strategy) +
+      checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) +
+      " ranks: " + to_string(sched.strategy) +
       (sched.algorithm == algorithm::others ? std::string(" moving the other operands") : std::string()) +
       ", sharded sizes [" + list(full.layout.sizes()) + "], op(X) " + std::to_string(full.x_rows) + " x " +
       std::to_string(full.x_cols);
@@ -620,17 +641,20 @@ std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks,
     built->fingerprint = fingerprint;
     built->algorithm = sched.algorithm;
     built->sched = sched;
-    if (sched.algorithm == algorithm::others) ag_others_build<T>(ctx, *built, x, opt, g.other);
-    else if (sched.strategy == strategy::bulk) ag_build_bulk<T>(ctx, *built, x, opt);
-    else ag_build_ring<T>(ctx, *built, x, opt, sched.chunks);
+    if (sched.algorithm == algorithm::others)
+      ag_others_build<T>(ctx, *built, x, opt, g.other);
+    else if (sched.strategy == strategy::bulk)
+      ag_build_bulk<T>(ctx, *built, x, opt);
+    else
+      ag_build_ring<T>(ctx, *built, x, opt, sched.chunks);
     return built;
   });
   if (ctx.config().verbose && ctx.rank() == 0)
-    log_built_plan(ctx, summary,
-                   ring_summary(opt.strategy, *plan, sched.chunks, ctx.config().ag_chunks == 0,
-                                plan->slots.size() * sizeof(T)) +
-                       (plan->acc.size() ? ", fp32 accumulator" : "") + "; schedule: " + to_string(sched),
-                   dtype_of<T>());
+    log_built_plan(
+        ctx, summary,
+        ring_summary(opt.strategy, *plan, sched.chunks, ctx.config().ag_chunks == 0, plan->slots.size() * sizeof(T)) +
+            (plan->acc.size() ? ", fp32 accumulator" : "") + "; schedule: " + to_string(sched),
+        dtype_of<T>());
   return plan;
 }
 
@@ -657,8 +681,7 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   const ag_global g = ag_global_checks(checks, geo, opt, agreed_on.table);
   const schedule sched = ag_choose<T>(ctx, opt, g);
   const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
-  return static_cast<ag_plan<T>&>(
-      *ctx.store_plan(stored, ag_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
+  return static_cast<ag_plan<T>&>(*ctx.store_plan(stored, ag_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
 }
 
 /// The ring pattern of all_gather_matmul, for engine::run_ring.
@@ -699,7 +722,7 @@ class ag_ring_pattern {
     if (g.lhs) {  // rows lc0.. of op(b): columns of b when it is stored transposed
       const T* b = x_.b.data + (g.trans_o ? st.lc0 : st.lc0 * x_.b.ld);
       st.kernel->run(piece(st), st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias_, addend);
-    } else {      // columns lr0.. of op(a): rows of a when it is stored transposed
+    } else {  // columns lr0.. of op(a): rows of a when it is stored transposed
       const T* a = x_.a.data + (g.trans_o ? st.lr0 * x_.a.ld : st.lr0);
       st.kernel->run(a, piece(st), dst, bias_ == nullptr ? nullptr : bias_ + st.lc0, addend);
     }
@@ -754,8 +777,10 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
     }
   }
   run_local_step(ctx, plan, [&] {
-    if (geo.lhs) plan.bulk_kernel->run(xv.data, x.b.data, x.c.data, bias);
-    else plan.bulk_kernel->run(x.a.data, xv.data, x.c.data, bias);
+    if (geo.lhs)
+      plan.bulk_kernel->run(xv.data, x.b.data, x.c.data, bias);
+    else
+      plan.bulk_kernel->run(x.a.data, xv.data, x.c.data, bias);
   });
 }
 
@@ -776,7 +801,8 @@ void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options&
     const ag_geometry& geo = plan.geo;
     const int64_t off = geo.layout.offset(ctx.rank());
     const auto& l = local_view(x, geo);
-    copy_block<T>(l, geo.stored_shard_rows() ? x.out.block(off, 0, l.rows, l.cols) : x.out.block(0, off, l.rows, l.cols));
+    copy_block<T>(l,
+                  geo.stored_shard_rows() ? x.out.block(off, 0, l.rows, l.cols) : x.out.block(0, off, l.rows, l.cols));
   }
   run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
@@ -792,7 +818,7 @@ schedule all_gather_matmul_schedule_impl(context& ctx, const ag_args<T>& x, cons
 
 #ifdef OVERLAP_COMPILED
 // Instantiated once in the compiled library (src/instantiations.cpp).
-#define OVERLAP_AG_EXTERN(T)                                                                     \
+#define OVERLAP_AG_EXTERN(T)                                                                      \
   extern template void all_gather_matmul_impl<T>(context&, const ag_args<T>&, const ag_options&); \
   extern template schedule all_gather_matmul_schedule_impl<T>(context&, const ag_args<T>&, const ag_options&);
 OVERLAP_FOR_EACH_ELEMENT(OVERLAP_AG_EXTERN)

@@ -66,5 +66,4 @@ schedule all_gather_matmul_schedule(context& ctx, matrix_view<const T> a, matrix
   return detail::all_gather_matmul_schedule_impl<T>(ctx, detail::ag_args<T>{a, b, c, {}, false}, opt);
 }
 
-
 }  // namespace overlap

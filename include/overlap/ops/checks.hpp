@@ -26,8 +26,8 @@ namespace overlap::detail {
 /// Whether two strided row-major blocks share a byte: x and y start at byte
 /// addresses bx, by and have rows of `cols` bytes every `ld` bytes. Exact,
 /// and O(1) unless their address spans intersect.
-[[nodiscard]] inline bool blocks_overlap(uintptr_t bx, int64_t rx, int64_t cx, int64_t ldx, uintptr_t by,
-                                         int64_t ry, int64_t cy, int64_t ldy) {
+[[nodiscard]] inline bool blocks_overlap(uintptr_t bx, int64_t rx, int64_t cx, int64_t ldx, uintptr_t by, int64_t ry,
+                                         int64_t cy, int64_t ldy) {
   if (rx == 0 || cx == 0 || ry == 0 || cy == 0) return false;
   const auto span = [](int64_t r, int64_t c, int64_t ld) { return static_cast<uintptr_t>((r - 1) * ld + c); };
   if (bx + span(rx, cx, ldx) <= by || by + span(ry, cy, ldy) <= bx) return false;
@@ -57,8 +57,10 @@ class arg_checks {
   template <class Msg>
   void require(bool cond, Msg&& msg) {
     if (cond || !failure_.empty()) return;
-    if constexpr (std::is_invocable_v<Msg>) failure_ = msg();
-    else failure_ = std::forward<Msg>(msg);
+    if constexpr (std::is_invocable_v<Msg>)
+      failure_ = msg();
+    else
+      failure_ = std::forward<Msg>(msg);
   }
   /// An option holds one of its enum's values (not a cast from a bad integer).
   template <class E>
@@ -71,8 +73,8 @@ class arg_checks {
   template <class T>
   void bias(const typed_bias& values, const matrix_view<T>& c) {
     require(values.fits<T>(), [&] {
-      return std::string("the epilogue's bias holds ") + to_string(values.type()) + " values; this op's element type is " +
-             to_string(dtype_of<T>());
+      return std::string("the epilogue's bias holds ") + to_string(values.type()) +
+             " values; this op's element type is " + to_string(dtype_of<T>());
     });
     if (values && values.fits<T>())
       disjoint("c", c, "the epilogue's bias", matrix_view<const T>(values.get<T>(), 1, c.cols));
@@ -83,11 +85,10 @@ class arg_checks {
     const std::string n(name);  // messages are built only for a view that breaks a rule
     require(v.rows >= 0, n + ".rows (" + std::to_string(v.rows) + ") must be >= 0");
     require(v.cols >= 0, n + ".cols (" + std::to_string(v.cols) + ") must be >= 0");
-    require(v.ld >= v.cols, n + ".ld (" + std::to_string(v.ld) + ") must be >= " + n + ".cols (" +
-                                std::to_string(v.cols) + ")");
-    require(v.empty() || v.data != nullptr, n + ".data must not be null for a non-empty " +
-                                                std::to_string(v.rows) + " x " + std::to_string(v.cols) +
-                                                " view");
+    require(v.ld >= v.cols,
+            n + ".ld (" + std::to_string(v.ld) + ") must be >= " + n + ".cols (" + std::to_string(v.cols) + ")");
+    require(v.empty() || v.data != nullptr, n + ".data must not be null for a non-empty " + std::to_string(v.rows) +
+                                                " x " + std::to_string(v.cols) + " view");
   }
   /// An output must not share memory with another view of the call (the ring
   /// writes it while the other is still read, or sent).

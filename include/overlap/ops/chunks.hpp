@@ -31,8 +31,8 @@ inline constexpr chunk_rule ag_chunk_rule{1, 2}, rs_chunk_rule{2, 3};
 /// What a ring plan's chunk count depends on. Every field must be the same
 /// on every rank (global sizes), so that all ranks choose alike.
 struct chunk_request {
-  int configured = 0;          ///< config.ag_chunks / rs_chunks; 0: the plan chooses
-  chunk_rule rule{1, 2};       ///< the op's minimum and preferred counts
+  int configured = 0;     ///< config.ag_chunks / rs_chunks; 0: the plan chooses
+  chunk_rule rule{1, 2};  ///< the op's minimum and preferred counts
   int ranks = 1, lanes = 1;
   int64_t piece_units = 0;     ///< the extent (per lane) that chunks split
   int64_t bytes_per_unit = 0;  ///< message bytes per unit of that extent

@@ -19,29 +19,29 @@
 #include "overlap/ops/checks.hpp"
 #include "overlap/ops/chunks.hpp"
 #include "overlap/ops/geometry.hpp"
+#include "overlap/ops/matmul_reduce_scatter.hpp"
 #include "overlap/ops/op_id.hpp"
+#include "overlap/ops/options.hpp"
+#include "overlap/ops/others.hpp"
 #include "overlap/ops/packing.hpp"
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/verbose.hpp"
-#include "overlap/ops/options.hpp"
-#include "overlap/ops/others.hpp"
 #include "overlap/schedule/choose.hpp"
-#include "overlap/ops/matmul_reduce_scatter.hpp"
 
 namespace overlap {
 namespace detail {
 
 struct rs_step {
   int64_t r0 = 0, c0 = 0, nr = 0, nc = 0;  ///< the output piece in global C coordinates
-  bool dst_c = false;        ///< the final step: the product goes to this rank's c
-  bool acc_in_c = false;     ///< the accumulator lives in c (else in a slot)
-  int64_t slot_offset = 0;   ///< bytes into the slot buffer
-  int64_t ld = 0;            ///< of the accumulator
+  bool dst_c = false;                      ///< the final step: the product goes to this rank's c
+  bool acc_in_c = false;                   ///< the accumulator lives in c (else in a slot)
+  int64_t slot_offset = 0;                 ///< bytes into the slot buffer
+  int64_t ld = 0;                          ///< of the accumulator
   MPI_Datatype type = MPI_DATATYPE_NULL;
-  bool recv = false;     ///< its accumulator arrives from the next rank before this step
-  bool forward = false;  ///< its result goes to the previous rank at the next step
-  bool add_slot = false; ///< c = product + the fp32 accumulator in the slot (bf16, final step)
-  gemm_desc desc;        ///< what `kernel` computes
+  bool recv = false;      ///< its accumulator arrives from the next rank before this step
+  bool forward = false;   ///< its result goes to the previous rank at the next step
+  bool add_slot = false;  ///< c = product + the fp32 accumulator in the slot (bf16, final step)
+  gemm_desc desc;         ///< what `kernel` computes
   std::shared_ptr<const gemm_kernel> kernel;
   [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
 };
@@ -54,9 +54,9 @@ struct rs_plan final : plan_base {
   overlap::strategy strategy = overlap::strategy::ring;
   dtype acc = dtype::f32;  ///< what accumulators are summed and sent in
   // ring (and bidirectional)
-  int lanes = 1;                ///< 2: bidirectional
+  int lanes = 1;  ///< 2: bidirectional
   int n_steps = 0;
-  std::vector<rs_step> steps;   ///< step t, lane l at [t * lanes + l]
+  std::vector<rs_step> steps;  ///< step t, lane l at [t * lanes + l]
   engine::ring_window window;
   engine::buffer<std::byte> slots;
   block_types types;
@@ -71,7 +71,6 @@ struct rs_plan final : plan_base {
   others_plan<T> others;
   overlap::schedule sched;  ///< what runs, and the candidates when the model chose
 };
-
 
 /// How a piece's product enters its destination.
 struct rs_piece_output {
@@ -193,7 +192,8 @@ void rs_build_ring(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs
   rs_slots slots{plan.window.lead + 2 + plan.window.send_slack, plan.lanes, 0};
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < chunks; ++j)
-      for (int l = 0; l < plan.lanes; ++l) plan.steps.push_back(rs_ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
+      for (int l = 0; l < plan.lanes; ++l)
+        plan.steps.push_back(rs_ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
   plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
   const auto acc_bytes = static_cast<int64_t>(size_of(plan.acc));
   for (auto& st : plan.steps)
@@ -223,8 +223,10 @@ void rs_others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_option
   o.exchanged_at = others_counts(got);
   const int64_t mine_at = o.gathered_at.displs[static_cast<size_t>(p)];
   // Rows: A travels in row blocks, B whole; columns: A whole, B in column blocks.
-  if (plan.rows) o.gather_own = stored_block(others_src::caller_b, tb, {0, kp}, {0, plan.n}, mine_at);
-  else o.gather_own = stored_block(others_src::caller_a, ta, {0, plan.m}, {0, kp}, mine_at);
+  if (plan.rows)
+    o.gather_own = stored_block(others_src::caller_b, tb, {0, kp}, {0, plan.n}, mine_at);
+  else
+    o.gather_own = stored_block(others_src::caller_a, ta, {0, plan.m}, {0, kp}, mine_at);
   for (int q = 0; q < R; ++q) {
     const range block{sh.offset(q), sh.size(q)};
     const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
@@ -327,8 +329,10 @@ int rs_local_checks(const context& ctx, arg_checks& checks, const rs_args<T>& x,
   const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
   const bool ta = opt.transpose_a, tb = opt.transpose_b;
   require_equal(checks, ta, tb, lb.rows, "b.rows", la.cols, "a.cols", ", this rank's K");
-  if (opt.scattered == scattered::rows) require_equal(checks, ta, tb, x.c.cols, "c.cols", lb.cols, "b.cols");
-  else require_equal(checks, ta, tb, x.c.rows, "c.rows", la.rows, "a.rows");
+  if (opt.scattered == scattered::rows)
+    require_equal(checks, ta, tb, x.c.cols, "c.cols", lb.cols, "b.cols");
+  else
+    require_equal(checks, ta, tb, x.c.rows, "c.rows", la.rows, "a.rows");
   return checked_backend<T>(ctx, checks);
 }
 
@@ -359,10 +363,21 @@ struct rs_exchanged {
 template <class T>
 rs_exchanged rs_row_of(const context& ctx, const rs_args<T>& x, const rs_options& opt) {
   const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
-  return {static_cast<int64_t>(opt.scattered), static_cast<int64_t>(opt.strategy), ctx.config().rs_chunks,
-          opt.transpose_a, opt.transpose_b, static_cast<int64_t>(opt.epilogue.activation), opt.bf16_transfers,
-          static_cast<int64_t>(ctx.config().phases), static_cast<int64_t>(opt.algorithm),
-          la.rows, la.cols, lb.rows, lb.cols, x.c.rows, x.c.cols,
+  return {static_cast<int64_t>(opt.scattered),
+          static_cast<int64_t>(opt.strategy),
+          ctx.config().rs_chunks,
+          opt.transpose_a,
+          opt.transpose_b,
+          static_cast<int64_t>(opt.epilogue.activation),
+          opt.bf16_transfers,
+          static_cast<int64_t>(ctx.config().phases),
+          static_cast<int64_t>(opt.algorithm),
+          la.rows,
+          la.cols,
+          lb.rows,
+          lb.cols,
+          x.c.rows,
+          x.c.cols,
           ctx.piece_knee(dtype_of<T>(), opt.scattered == scattered::rows ? lb.cols : la.rows)};
 }
 
@@ -370,9 +385,9 @@ rs_exchanged rs_row_of(const context& ctx, const rs_args<T>& x, const rs_options
 struct rs_global {
   bool rows = true;
   int64_t m = 0, n = 0;
-  shard_layout layout;        ///< the scattered dimension over the ranks
-  std::vector<int64_t> ks;    ///< every rank's K_r
-  int64_t knee_units = 0;     ///< the largest GEMM rate knee over ranks
+  shard_layout layout;      ///< the scattered dimension over the ranks
+  std::vector<int64_t> ks;  ///< every rank's K_r
+  int64_t knee_units = 0;   ///< the largest GEMM rate knee over ranks
 };
 
 /// Step 3: the rules that span ranks, on the exchanged table (element r =
@@ -386,8 +401,8 @@ inline rs_global rs_global_checks(const arg_checks& checks, const rs_options& op
   g.rows = opt.scattered == scattered::rows;
   std::vector<int64_t> sizes;
   for (size_t r = 0; r < table.size(); ++r) {
-    for (const auto& [field, name] : {std::pair{&rs_exchanged::a_rows, an + ".rows (M)"},
-                                      std::pair{&rs_exchanged::b_cols, bn + ".cols (N)"}})
+    for (const auto& [field, name] :
+         {std::pair{&rs_exchanged::a_rows, an + ".rows (M)"}, std::pair{&rs_exchanged::b_cols, bn + ".cols (N)"}})
       if (table[r].*field != first.*field)
         fail(name + " must agree across ranks (rank 0: " + std::to_string(first.*field) + ", rank " +
              std::to_string(r) + ": " + std::to_string(table[r].*field) + ")");
@@ -450,15 +465,18 @@ std::unique_ptr<rs_plan<T>> rs_make_plan(context& ctx, const arg_checks& checks,
   plan->lanes = sched.lanes;
   plan->acc = rs_acc_type(dtype_of<T>(), opt, sched.strategy);
   plan->fingerprint = fingerprint;
-  plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) + " ranks: " +
-                  to_string(plan->strategy) +
+  plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) +
+                  " ranks: " + to_string(plan->strategy) +
                   (plan->algorithm == algorithm::others ? std::string(" moving the inputs") : std::string()) +
                   ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(plan->m) + " x " +
                   std::to_string(plan->n) + ", accumulators " + to_string(plan->acc);
   build_agreed(ctx, checks.op(), [&] {
-    if (plan->algorithm == algorithm::others) rs_others_build<T>(ctx, *plan, x, opt, g.ks);
-    else if (plan->strategy == strategy::bulk) rs_build_bulk<T>(ctx, *plan, x, opt);
-    else rs_build_ring<T>(ctx, *plan, x, opt, sched.chunks);
+    if (plan->algorithm == algorithm::others)
+      rs_others_build<T>(ctx, *plan, x, opt, g.ks);
+    else if (plan->strategy == strategy::bulk)
+      rs_build_bulk<T>(ctx, *plan, x, opt);
+    else
+      rs_build_ring<T>(ctx, *plan, x, opt, sched.chunks);
     return 0;
   });
   if (ctx.config().verbose && ctx.rank() == 0)
@@ -489,8 +507,7 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   const rs_global g = rs_global_checks(checks, opt, agreed_on.table);
   const schedule sched = rs_choose<T>(ctx, opt, g);
   const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
-  return static_cast<rs_plan<T>&>(
-      *ctx.store_plan(stored, rs_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
+  return static_cast<rs_plan<T>&>(*ctx.store_plan(stored, rs_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
 }
 
 /// The ring pattern of matmul_reduce_scatter, for engine::run_ring.
@@ -594,7 +611,7 @@ schedule matmul_reduce_scatter_schedule_impl(context& ctx, const rs_args<T>& x, 
 
 #ifdef OVERLAP_COMPILED
 // Instantiated once in the compiled library (src/instantiations.cpp).
-#define OVERLAP_RS_EXTERN(T)                                                                         \
+#define OVERLAP_RS_EXTERN(T)                                                                          \
   extern template void matmul_reduce_scatter_impl<T>(context&, const rs_args<T>&, const rs_options&); \
   extern template schedule matmul_reduce_scatter_schedule_impl<T>(context&, const rs_args<T>&, const rs_options&);
 OVERLAP_FOR_EACH_ELEMENT(OVERLAP_RS_EXTERN)

@@ -49,11 +49,10 @@ void matmul_reduce_scatter(context& ctx, matrix_view<const T> a, matrix_view<con
 /// every rank): builds and caches the plan like a call, without computing.
 /// Collective, with the same rules as the call.
 template <class T>
-schedule matmul_reduce_scatter_schedule(context& ctx, matrix_view<const T> a, matrix_view<const T> b,
-                                        matrix_view<T> c, const rs_options& opt = {}) {
+schedule matmul_reduce_scatter_schedule(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
+                                        const rs_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
   return detail::matmul_reduce_scatter_schedule_impl<T>(ctx, detail::rs_args<T>{a, b, c}, opt);
 }
-
 
 }  // namespace overlap

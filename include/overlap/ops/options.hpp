@@ -13,8 +13,8 @@ namespace overlap {
 
 /// How an op is carried out.
 enum class strategy {
-  bulk,       ///< one blocking collective and one GEMM (the baseline)
-  ring,       ///< decomposed into ring steps, transfers overlapped with partial products
+  bulk,  ///< one blocking collective and one GEMM (the baseline)
+  ring,  ///< decomposed into ring steps, transfers overlapped with partial products
   /// as ring, with half of every transfer going each way round the ring, so
   /// both directions of every link carry data (for networks whose links are
   /// point to point, like a ring or torus). Any rank count; at 2 ranks it runs
@@ -60,9 +60,9 @@ enum class gathered {
 template <>
 struct enum_names<strategy> {
   static constexpr std::array<enum_entry<strategy>, 4> entries{{{strategy::bulk, "bulk"},
-                                                               {strategy::ring, "ring"},
-                                                               {strategy::bidirectional, "bidirectional"},
-                                                               {strategy::automatic, "automatic"}}};
+                                                                {strategy::ring, "ring"},
+                                                                {strategy::bidirectional, "bidirectional"},
+                                                                {strategy::automatic, "automatic"}}};
 };
 template <>
 struct enum_names<algorithm> {
@@ -72,9 +72,9 @@ struct enum_names<algorithm> {
 template <>
 struct enum_names<gathered> {
   static constexpr std::array<enum_entry<gathered>, 4> entries{{{gathered::lhs_rows, "lhs_rows"},
-                                                               {gathered::lhs_cols, "lhs_cols"},
-                                                               {gathered::rhs_rows, "rhs_rows"},
-                                                               {gathered::rhs_cols, "rhs_cols"}}};
+                                                                {gathered::lhs_cols, "lhs_cols"},
+                                                                {gathered::rhs_rows, "rhs_rows"},
+                                                                {gathered::rhs_cols, "rhs_cols"}}};
 };
 
 /// How matmul_reduce_scatter scatters the reduced product.

@@ -104,18 +104,18 @@ struct others_plan {
   others_counts owners_send, owners_recv;  ///< owners: products (T) to each rank, received from each
   bool recv_into_c = false;                ///< owners: received straight into c (dense row blocks)
   engine::buffer<T> received;
-  std::vector<others_block> place;         ///< owners: received blocks to c
-  bool own_place = false;                  ///< owners: this rank's own block goes from products to c
-  others_block own;                        ///< ... at element `to` of products
-  others_counts reduce_at;                 ///< reduced: the sums each rank gets
-  engine::buffer<std::byte> result;        ///< reduced: when not straight into c
-  bool finish = false;                     ///< a pass over c for the epilogue (and the fp32 result)
+  std::vector<others_block> place;   ///< owners: received blocks to c
+  bool own_place = false;            ///< owners: this rank's own block goes from products to c
+  others_block own;                  ///< ... at element `to` of products
+  others_counts reduce_at;           ///< reduced: the sums each rank gets
+  engine::buffer<std::byte> result;  ///< reduced: when not straight into c
+  bool finish = false;               ///< a pass over c for the epilogue (and the fp32 result)
   gemm_desc finish_desc;
 };
 
 /// The GEMM descriptor of others_gemm (no epilogue unless added).
-inline gemm_desc others_desc(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, bool ta,
-                             bool tb, dtype in, dtype out, bool accumulate) {
+inline gemm_desc others_desc(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, bool ta, bool tb,
+                             dtype in, dtype out, bool accumulate) {
   gemm_desc d;
   d.m = m, d.n = n, d.k = k, d.lda = lda, d.ldb = ldb, d.ldc = ldc;
   d.trans_a = ta, d.trans_b = tb, d.accumulate = accumulate;
@@ -146,7 +146,14 @@ class others_runner {
  public:
   others_runner(context& ctx, const plan_base& info, others_plan<T>& plan, int tag, matrix_view<const T> a,
                 matrix_view<const T> b, matrix_view<T> c, const T* bias)
-      : ctx_(ctx), info_(info), plan_(plan), tag_(tag), a_(a), b_(b), c_(c), bias_(bias),
+      : ctx_(ctx),
+        info_(info),
+        plan_(plan),
+        tag_(tag),
+        a_(a),
+        b_(b),
+        c_(c),
+        bias_(bias),
         comm_(ctx.config().phases != ring_phases::compute_only),
         compute_(ctx.config().phases != ring_phases::comm_only),
         owners_(plan.output == others_output::owners),
@@ -157,14 +164,16 @@ class others_runner {
     if (plan_.exchange)
       for (const others_block& k : plan_.exchange_out) pack(k, plan_.send.data());
     // ctx.fatal forgets the pending requests.
-    fatal_on_failure(ctx_, info_, "others", [&] { return info_.summary; }, [&] {
-      if (comm_) post_inputs();
-      for (size_t i = 0; i < plan_.gemms.size(); ++i) {
-        if (i == 1 && comm_) ctx_.requests().wait_due(0);  // the inputs of every block but this rank's own
-        multiply(plan_.gemms[i]);
-      }
-      if (comm_) ctx_.requests().wait_all();
-    });
+    fatal_on_failure(
+        ctx_, info_, "others", [&] { return info_.summary; },
+        [&] {
+          if (comm_) post_inputs();
+          for (size_t i = 0; i < plan_.gemms.size(); ++i) {
+            if (i == 1 && comm_) ctx_.requests().wait_due(0);  // the inputs of every block but this rank's own
+            multiply(plan_.gemms[i]);
+          }
+          if (comm_) ctx_.requests().wait_all();
+        });
     if (owners_) place_blocks();
     if (plan_.output == others_output::reduced) reduce();
     if (plan_.finish) run_local_step(ctx_, info_, [&] { run_degenerate(plan_.finish_desc, c_.data, bias_, result()); });
@@ -200,7 +209,8 @@ class others_runner {
                   ga.displs.data(), type_, ctx_.comm(), g.add(0, {0, MPI_PROC_NULL, type_, false, true}));
     if (plan_.exchange)
       OVERLAP_MPI(MPI_Ialltoallv, plan_.send.data(), s.counts.data(), s.displs.data(), type_, plan_.exchanged.data(),
-                  r.counts.data(), r.displs.data(), type_, ctx_.comm(), g.add(0, {0, MPI_PROC_NULL, type_, false, true}));
+                  r.counts.data(), r.displs.data(), type_, ctx_.comm(),
+                  g.add(0, {0, MPI_PROC_NULL, type_, false, true}));
     for (int q = 0; owners_ && q < ctx_.size(); ++q) {
       const auto qi = static_cast<size_t>(q);
       if (q != ctx_.rank() && plan_.owners_recv.counts[qi] > 0)
@@ -264,8 +274,7 @@ class others_runner {
 /// as `sums` (elements per rank, in rank order) into c, or into a result
 /// buffer when c is not dense or the sums are not of T; and the pass after it.
 template <class T>
-void others_reduce_into(others_plan<T>& plan, const std::vector<int64_t>& sums, matrix_view<T> c,
-                        const epilogue& e) {
+void others_reduce_into(others_plan<T>& plan, const std::vector<int64_t>& sums, matrix_view<T> c, const epilogue& e) {
   plan.output = others_output::reduced;
   plan.reduce_at = others_counts(sums);
   const bool via_result = c.ld != c.cols || plan.out != dtype_of<T>();

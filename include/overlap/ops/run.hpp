@@ -50,8 +50,8 @@ void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, op_id op
   // Where the failure happened: the plan, the step, and the ring neighbours.
   auto where = [&] {
     std::string s = plan.summary + ", at ring step " + std::to_string(step + 1) + " of " +
-                    std::to_string(pattern.steps()) + " (lane 0 receives from rank " + std::to_string(links.lanes[0].from) +
-                    " and sends to rank " + std::to_string(links.lanes[0].to);
+                    std::to_string(pattern.steps()) + " (lane 0 receives from rank " +
+                    std::to_string(links.lanes[0].from) + " and sends to rank " + std::to_string(links.lanes[0].to);
     return s + (lanes == 2 ? "; lane 1 the other way)" : ")");
   };
   fatal_on_failure(ctx, plan, "ring", where, [&] {

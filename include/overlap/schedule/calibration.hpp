@@ -35,15 +35,15 @@ struct enum_names<link_class> {
 /// A ring's links as measured: every rank sending to one neighbour at once
 /// (one direction), or to both (both directions).
 struct link_rates {
-  double latency_s = 0;          ///< per message
-  double bytes_per_s = 0;        ///< one direction
-  double bytes_per_s_both = 0;   ///< per direction, both directions busy
-  double gemm_slowdown = 1;      ///< GEMM time while the links carry data / alone (>= 1)
+  double latency_s = 0;         ///< per message
+  double bytes_per_s = 0;       ///< one direction
+  double bytes_per_s_both = 0;  ///< per direction, both directions busy
+  double gemm_slowdown = 1;     ///< GEMM time while the links carry data / alone (>= 1)
 };
 
 /// GEMM rates of one element type on a grid sizes x sizes x sizes (m, n, k).
 struct gemm_rates {
-  std::vector<int64_t> sizes;  ///< ascending
+  std::vector<int64_t> sizes;       ///< ascending
   std::vector<double> flops_per_s;  ///< [(i * n + j) * n + l] for m = sizes[i], n = sizes[j], k = sizes[l]
 
   [[nodiscard]] bool empty() const noexcept { return sizes.empty(); }
@@ -54,7 +54,10 @@ struct gemm_rates {
       const double x = std::log2(static_cast<double>(std::max<int64_t>(v, 1)));
       i0 = 0, w = 0;
       if (s == 1 || x <= std::log2(double(sizes.front()))) return;
-      if (x >= std::log2(double(sizes.back()))) { i0 = s - 2, w = 1; return; }
+      if (x >= std::log2(double(sizes.back()))) {
+        i0 = s - 2, w = 1;
+        return;
+      }
       while (i0 + 2 < s && x > std::log2(double(sizes[i0 + 1]))) ++i0;
       const double lo = std::log2(double(sizes[i0])), hi = std::log2(double(sizes[i0 + 1]));
       w = (x - lo) / (hi - lo);

@@ -32,8 +32,7 @@ inline constexpr double model_margin = 1.03;
 /// chunks_for(lanes): the chunk count of a ring with that many lanes;
 /// work_of(candidate): the candidate's work on the busiest rank.
 template <class ChunksFor, class WorkOf>
-schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, ChunksFor&& chunks_for,
-                         WorkOf&& work_of) {
+schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, ChunksFor&& chunks_for, WorkOf&& work_of) {
   const int R = ctx.size();
   auto fixed = [&](overlap::strategy s, overlap::algorithm a) {
     schedule x;
@@ -63,8 +62,9 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
     s.predicted_s = predict(l, g, R, work_of(candidate{s.strategy, s.algorithm, s.chunks}));
     table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
   }
-  const auto best = std::min_element(options.begin(), options.end(),
-                                     [](const schedule& x, const schedule& y) { return x.predicted_s < y.predicted_s; });
+  const auto best = std::min_element(options.begin(), options.end(), [](const schedule& x, const schedule& y) {
+    return x.predicted_s < y.predicted_s;
+  });
   schedule chosen = best->predicted_s * model_margin < options.front().predicted_s ? *best : options.front();
   chosen.by_model = true;
   chosen.candidates = std::move(table);

@@ -35,8 +35,8 @@ struct work {
   int steps = 0;           ///< ring steps (ranks x chunks)
   int transfer_steps = 0;  ///< steps whose pieces arrive from a neighbour
   int lanes = 1;
-  double step_bytes = 0;   ///< per lane and step
-  gemm_work piece;         ///< per lane and step
+  double step_bytes = 0;  ///< per lane and step
+  gemm_work piece;        ///< per lane and step
 };
 
 /// The most elements one rank sends to or receives from the others when rank
