@@ -14,7 +14,7 @@ DEPS := cmake make g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps bench-deps configure build test test-isa asan tsan demo bench install clean
+.PHONY: all deps bench-deps lint-deps configure build test test-isa asan tsan lint format demo bench install clean
 
 all: build
 
@@ -31,7 +31,7 @@ deps:
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
 
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -71,6 +71,23 @@ tsan: deps
 	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DOVERLAP_BUILD_APPS=OFF -DOVERLAP_BUILD_BENCH=OFF
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target backend_test progress_test
 	bash tests/tsan.sh $(BUILD)-tsan
+
+# Layout and static checks (.clang-format, .clang-tidy): clang-format must
+# leave every C++ file as it is, and clang-tidy's checks must pass on the
+# headers (through src/instantiations.cpp, which instantiates every op).
+# `make format` applies the layout.
+LINT_DEPS := clang-format clang-tidy
+CXX_SOURCES = $(shell git ls-files '*.hpp' '*.cpp' 2>/dev/null || find include src apps tests bench docs -name '*.[hc]pp')
+
+lint-deps:
+	@$(MAKE) --no-print-directory deps DEPS="$(LINT_DEPS)"
+
+lint: lint-deps configure
+	clang-format --dry-run -Werror $(CXX_SOURCES)
+	clang-tidy --quiet -p $(BUILD) --extra-arg=-std=c++17 src/instantiations.cpp
+
+format: lint-deps
+	clang-format -i $(CXX_SOURCES)
 
 # On an emulated 2-node cluster when the machine allows it, else on shared memory.
 demo: build
