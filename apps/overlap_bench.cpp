@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -151,6 +152,16 @@ struct result {
   nlohmann::json setup = nullptr;
 };
 
+/// "a|b|c" as {"a", "b", "c"}.
+std::vector<std::string> split_names(const std::string& names) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t bar = names.find('|'); bar != std::string::npos; at = bar + 1, bar = names.find('|', at))
+    out.push_back(names.substr(at, bar - at));
+  out.push_back(names.substr(at));
+  return out;
+}
+
 /// What each --strategies name asks the library for.
 struct asked {
   overlap::strategy strategy;
@@ -191,248 +202,296 @@ nlohmann::json schedule_json(const overlap::schedule& s) {
           {"text", overlap::to_string(s)}};
 }
 
-template <class T>
-int run(const options& o) {
-  const int R = [] {
-    int s = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &s);
-    return s;
-  }();
-  const int p = [] {
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-  }();
-  const slicing sl = slice_for(o, R, p);
-  const auto a = make_slice<T>(sl.a, 1), b = make_slice<T>(sl.b, 2);
-  std::vector<T> c(static_cast<size_t>(sl.c.nr * sl.c.nc));
-  const overlap::matrix_view<const T> av(a.data(), sl.a.nr, sl.a.nc), bv(b.data(), sl.b.nr, sl.b.nc);
-  const overlap::matrix_view<T> cv(c.data(), sl.c.nr, sl.c.nc);
-  const bool ag = o.op == "ag";
+/// The side of the limit: the reference schedule's halves and bulk's.
+struct limit_sides {
+  double one_gemm = 0, bulk_comm = 0;      ///< bulk's GEMM alone, bulk's collective alone
+  double compute_only = 0, comm_only = 0;  ///< the reference schedule's halves
+  std::string reference;                   ///< its name
+  [[nodiscard]] double limit() const { return std::max(compute_only, comm_only); }
+  [[nodiscard]] double stable_limit() const { return std::max(one_gemm, comm_only); }
+};
 
-  // One context per ring_phases setting: same schedule, halves switched off.
-  overlap::config base = overlap::config::from_env();
-  auto make_ctx = [&](overlap::ring_phases ph) {
-    overlap::config cfg = base;
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+/// One overlap-bench run of element type T: this rank's slices, the three
+/// contexts (both halves, compute only, comm only), the rows measured.
+template <class T>
+class bench_run {
+ public:
+  explicit bench_run(const options& o)
+      : o_(o),
+        R_(world_size()),
+        p_(world_rank()),
+        sl_(slice_for(o, R_, p_)),
+        a_(make_slice<T>(sl_.a, 1)),
+        b_(make_slice<T>(sl_.b, 2)),
+        c_(static_cast<size_t>(sl_.c.nr * sl_.c.nc)) {}
+
+  /// Measures every row, prints the table (rank 0), appends the JSON; 0 when
+  /// every result was right.
+  int run() {
+    measure_library();
+    measure_halves();
+    if (o_.peers) measure_peers();
+    if (p_ == 0) {
+      print_table();
+      if (!o_.json.empty()) append_json();
+    }
+    return wrong_ == 0 ? 0 : 1;
+  }
+
+ private:
+  [[nodiscard]] overlap::matrix_view<const T> av() const { return {a_.data(), sl_.a.nr, sl_.a.nc}; }
+  [[nodiscard]] overlap::matrix_view<const T> bv() const { return {b_.data(), sl_.b.nr, sl_.b.nc}; }
+  [[nodiscard]] overlap::matrix_view<T> cv() { return {c_.data(), sl_.c.nr, sl_.c.nc}; }
+
+  static overlap::context make_ctx(overlap::ring_phases ph) {
+    overlap::config cfg = overlap::config::from_env();
     cfg.phases = ph;
     return overlap::context(MPI_COMM_WORLD, cfg);
-  };
-  overlap::context full = make_ctx(overlap::ring_phases::both);
-  overlap::context compute_ctx = make_ctx(overlap::ring_phases::compute_only);
-  overlap::context comm_ctx = make_ctx(overlap::ring_phases::comm_only);
-  auto ag_opt = [&](asked s) {
-    overlap::ag_options opt;
-    const std::string& v = o.variant;
-    opt.gathered = v == "lhs_rows"   ? overlap::gathered::lhs_rows
-                   : v == "lhs_cols" ? overlap::gathered::lhs_cols
-                   : v == "rhs_rows" ? overlap::gathered::rhs_rows
-                                     : overlap::gathered::rhs_cols;
+  }
+  template <class Options>
+  Options options_for(asked s) const {
+    Options opt;
+    if constexpr (std::is_same_v<Options, overlap::ag_options>)
+      (void)overlap::parse_enum(o_.variant, opt.gathered);
+    else
+      (void)overlap::parse_enum(o_.variant, opt.scattered);
     opt.strategy = s.strategy, opt.algorithm = s.algorithm;
     return opt;
-  };
-  auto rs_opt = [&](asked s) {
-    overlap::rs_options opt;
-    opt.scattered = o.variant == "rows" ? overlap::scattered::rows : overlap::scattered::cols;
-    opt.strategy = s.strategy, opt.algorithm = s.algorithm;
-    return opt;
-  };
-  auto op = [&](overlap::context& ctx, asked s) {
-    return [&, s] {
-      if (ag)
-        overlap::all_gather_matmul<T>(ctx, av, bv, cv, ag_opt(s));
+  }
+  /// The library's op on ctx, as the row named `name` asks for it.
+  std::function<void()> op(overlap::context& ctx, const std::string& name) {
+    const asked s = asked_for(name);
+    return [this, &ctx, s] {
+      if (o_.op == "ag")
+        overlap::all_gather_matmul<T>(ctx, av(), bv(), cv(), options_for<overlap::ag_options>(s));
       else
-        overlap::matmul_reduce_scatter<T>(ctx, av, bv, cv, rs_opt(s));
+        overlap::matmul_reduce_scatter<T>(ctx, av(), bv(), cv(), options_for<overlap::rs_options>(s));
     };
-  };
-  auto schedule_of = [&](overlap::context& ctx, asked s) {
-    return ag ? overlap::all_gather_matmul_schedule<T>(ctx, av, bv, cv, ag_opt(s))
-              : overlap::matmul_reduce_scatter_schedule<T>(ctx, av, bv, cv, rs_opt(s));
-  };
-  int wrong = 0;
-  // Checks body's result from a first, unmeasured run.
-  auto checked = [&](const std::string& name, const std::function<void()>& body) {
-    std::fill(c.begin(), c.end(), from_float<T>(-7.0f));
-    body();
-    double err = check(c, sl.c, o.k), worst = 0;
+  }
+  overlap::schedule schedule_of(overlap::context& ctx, const std::string& name) {
+    const asked s = asked_for(name);
+    return o_.op == "ag"
+               ? overlap::all_gather_matmul_schedule<T>(ctx, av(), bv(), cv(), options_for<overlap::ag_options>(s))
+               : overlap::matmul_reduce_scatter_schedule<T>(ctx, av(), bv(), cv(), options_for<overlap::rs_options>(s));
+  }
+  /// Counts a wrong result (max relative error over ranks above T's tolerance).
+  double judge(const std::string& name, double err) {
+    double worst = 0;
     MPI_Allreduce(&err, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (!(worst <= tolerance<T>())) {
-      ++wrong;
-      if (p == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result (max rel err {:.3e})\n", name, worst);
+      ++wrong_;
+      if (p_ == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result (max rel err {:.3e})\n", name, worst);
     }
-    return result{name, name, 0, worst, -1, -1, std::nullopt};
-  };
-  // Checks body's result, then times it.
-  auto measure_checked = [&](const std::string& name, const std::function<void()>& body) {
-    result r = checked(name, body);
-    r.time_ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, body);
-    return r;
-  };
-
-  // Each decomposed strategy's own schedule with transfers off and with GEMMs
-  // off; the reference limit is the first one's (ring by default).
-  // The library's rows (bulk and every --strategies entry) are checked, then
-  // timed round-robin: one call of each per round, so that a slow phase of
-  // this shared machine does not favour whichever row ran at another time.
-  std::vector<result> results;
-  std::vector<std::function<void()>> bodies{op(full, asked_for("bulk"))};
-  results.push_back(checked("bulk", bodies.back()));
-  for (const auto& s : o.strategies)
-    if (s != "bulk") bodies.push_back(op(full, asked_for(s))), results.push_back(checked(s, bodies.back()));
-  const std::vector<double> rounds =
-      overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, bodies);
-  for (size_t i = 0; i < results.size(); ++i) results[i].time_ms = rounds[i];
-  // The stable side of the limit: bulk's one GEMM of the whole work alone
-  // (a decomposed schedule's own compute only moves with its pieces' rate),
-  // and bulk's one collective alone.
-  const double one_gemm =
-      overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, asked_for("bulk")));
-  const double bulk_comm =
-      overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, asked_for("bulk")));
-  for (result& r : results) {
-    if (r.strategy == "bulk") continue;
-    if (r.strategy == "automatic") {  // the choice, not a schedule of its own to take apart
-      r.chosen = schedule_of(full, asked_for(r.strategy));
-    } else {
-      r.compute_only_ms =
-          overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(compute_ctx, asked_for(r.strategy)));
-      r.comm_only_ms =
-          overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, op(comm_ctx, asked_for(r.strategy)));
-    }
+    return worst;
   }
-  // The reference schedule of the limit: the first decomposed one measured
-  // in halves (bulk's own halves when there is none). A copy: the peers'
-  // results are appended below.
-  result first = results[0];
-  first.compute_only_ms = one_gemm, first.comm_only_ms = bulk_comm;
-  for (size_t i = 1; i < results.size(); ++i)
-    if (results[i].compute_only_ms >= 0) {
-      first = results[i];
-      break;
+  /// body's result from a first, unmeasured run, checked.
+  result checked(const std::string& name, const std::function<void()>& body) {
+    std::fill(c_.begin(), c_.end(), from_float<T>(-7.0f));
+    body();
+    return result{name, name, 0, judge(name, check(c_, sl_.c, o_.k)), -1, -1, std::nullopt};
+  }
+  double median(const std::function<void()>& body) const {
+    return overlap::apps::median_max_ms(MPI_COMM_WORLD, o_.warmup, o_.iters, body);
+  }
+
+  /// The library's rows (bulk and every --strategies entry), checked, then
+  /// timed round-robin: one call of each per round, so that a slow phase of
+  /// this shared machine does not favour whichever row ran at another time.
+  void measure_library() {
+    std::vector<std::function<void()>> bodies{op(full_, "bulk")};
+    results_.push_back(checked("bulk", bodies.back()));
+    for (const auto& s : o_.strategies)
+      if (s != "bulk") bodies.push_back(op(full_, s)), results_.push_back(checked(s, bodies.back()));
+    const std::vector<double> rounds =
+        overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o_.warmup, o_.iters, bodies);
+    for (size_t i = 0; i < results_.size(); ++i) results_[i].time_ms = rounds[i];
+  }
+
+  /// The stable side of the limit (bulk's one GEMM of the whole work alone,
+  /// and its one collective alone), each decomposed strategy's own schedule
+  /// with transfers off and with GEMMs off, and the reference schedule of
+  /// the limit: the first decomposed one (bulk's own halves without one).
+  void measure_halves() {
+    sides_.one_gemm = median(op(compute_ctx_, "bulk"));
+    sides_.bulk_comm = median(op(comm_ctx_, "bulk"));
+    for (result& r : results_) {
+      if (r.strategy == "bulk") continue;
+      if (r.strategy == "automatic") {  // the choice, not a schedule of its own to take apart
+        r.chosen = schedule_of(full_, r.strategy);
+      } else {
+        r.compute_only_ms = median(op(compute_ctx_, r.strategy));
+        r.comm_only_ms = median(op(comm_ctx_, r.strategy));
+      }
     }
-  const double compute_only = first.compute_only_ms, comm_only = first.comm_only_ms;
-  if (o.peers) {
+    sides_.reference = "bulk", sides_.compute_only = sides_.one_gemm, sides_.comm_only = sides_.bulk_comm;
+    for (size_t i = 1; i < results_.size(); ++i)
+      if (results_[i].compute_only_ms >= 0) {
+        sides_.reference = results_[i].strategy;
+        sides_.compute_only = results_[i].compute_only_ms, sides_.comm_only = results_[i].comm_only_ms;
+        break;
+      }
+  }
+
+  /// The hand-written pipeline (f32, the two most common layouts) and ScaLAPACK.
+  void measure_peers() {
     if constexpr (std::is_same_v<T, float>) {
-      if (auto peer = make_pipeline_peer(o, av, bv, cv)) results.push_back(measure_checked(peer->name, peer->body));
+      if (auto peer = make_pipeline_peer(o_, av(), bv(), cv())) {
+        result r = checked(peer->name, peer->body);
+        r.time_ms = median(peer->body);
+        results_.push_back(r);
+      }
+#ifdef OVERLAP_HAVE_SCALAPACK
+      if (o_.m <= INT32_MAX && o_.n <= INT32_MAX && o_.k <= INT32_MAX) measure_scalapack();
+#endif
     }
   }
 
 #ifdef OVERLAP_HAVE_SCALAPACK
-  // ScaLAPACK computes the whole C = A @ B in its own layout, given its best
-  // grid shape and block size from a small search (each timed as a median of
-  // 3 after a warm-up); its elements of C are checked like every other case.
-  if constexpr (std::is_same_v<T, float>) {
-    if (o.peers && o.m <= INT32_MAX && o.n <= INT32_MAX && o.k <= INT32_MAX) {
-      const int m = static_cast<int>(o.m), n = static_cast<int>(o.n), k = static_cast<int>(o.k);
-      std::optional<overlap::apps::scalapack_peer> best;
-      double best_ms = 0;
-      nlohmann::json searched = nlohmann::json::array();
-      for (int q = 1; q <= R; ++q) {
-        if (R % q != 0) continue;
-        const int pr = R / q;
-        const int whole = static_cast<int>((std::max({o.m, o.n, o.k}) + std::max(pr, q) - 1) / std::max(pr, q));
-        std::vector<int> blocks{64, 256};
-        if (whole > 256) blocks.push_back(whole);
-        for (int nb : blocks) {
-          auto sp = overlap::apps::make_scalapack_peer(m, n, k, {pr, q, nb, nb}, global_value);
-          if (!sp) continue;
-          const double ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, 1, 3, sp->body);
-          searched.push_back({{"layout", sp->layout.text()}, {"ms", ms}});
-          if (!best || ms < best_ms) best = std::move(sp), best_ms = ms;
-        }
-      }
-      if (best) {
-        best->body();
-        double err = best->error([&](const std::vector<int64_t>& rows, const std::vector<int64_t>& cols) {
-          return reference_block(rows, cols, o.k);
-        });
-        double worst = 0;
-        MPI_Allreduce(&err, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        if (!(worst <= tolerance<T>())) {
-          ++wrong;
-          if (p == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result ({:.3e})\n", best->name, worst);
-        }
-        result r{best->name,  best->name, overlap::apps::median_max_ms(MPI_COMM_WORLD, o.warmup, o.iters, best->body),
-                 worst,       -1,         -1,
-                 std::nullopt};
-        r.setup = {{"best", best->layout.text()}, {"searched", searched}};
-        results.push_back(r);
+  /// ScaLAPACK computes the whole C = A @ B in its own layout, given its best
+  /// grid shape and block size from a small search (each timed as a median
+  /// of 3 after a warm-up); its elements of C are checked like every other case.
+  void measure_scalapack() {
+    const int m = static_cast<int>(o_.m), n = static_cast<int>(o_.n), k = static_cast<int>(o_.k);
+    std::optional<overlap::apps::scalapack_peer> best;
+    double best_ms = 0;
+    nlohmann::json searched = nlohmann::json::array();
+    for (int q = 1; q <= R_; ++q) {
+      if (R_ % q != 0) continue;
+      const int pr = R_ / q;
+      const int whole = static_cast<int>((std::max({o_.m, o_.n, o_.k}) + std::max(pr, q) - 1) / std::max(pr, q));
+      std::vector<int> blocks{64, 256};
+      if (whole > 256) blocks.push_back(whole);
+      for (int nb : blocks) {
+        auto sp = overlap::apps::make_scalapack_peer(m, n, k, {pr, q, nb, nb}, global_value);
+        if (!sp) continue;
+        const double ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, 1, 3, sp->body);
+        searched.push_back({{"layout", sp->layout.text()}, {"ms", ms}});
+        if (!best || ms < best_ms) best = std::move(sp), best_ms = ms;
       }
     }
+    if (!best) return;
+    best->body();
+    const double err = best->error([&](const std::vector<int64_t>& rows, const std::vector<int64_t>& cols) {
+      return reference_block(rows, cols, o_.k);
+    });
+    result r{best->name, best->name, median(best->body), judge(best->name, err), -1, -1, std::nullopt};
+    r.setup = {{"best", best->layout.text()}, {"searched", searched}};
+    results_.push_back(r);
   }
 #endif
-  const double bulk_ms = results.front().time_ms, limit = std::max(compute_only, comm_only);
-  const double stable_limit = std::max(one_gemm, comm_only);
-  const std::string transport = !o.transport.empty()               ? o.transport
-                                : std::getenv("OVERLAP_TRANSPORT") ? std::getenv("OVERLAP_TRANSPORT")
-                                                                   : "unlabelled";
-  if (p == 0) {
-    const double flops = 2.0 * double(o.m) * double(o.n) * double(o.k);
-    fmt::print("overlap-bench: {} {} {} M={} N={} K={} ranks={} transport: {}\n", o.op, o.variant, o.dtype, o.m, o.n,
-               o.k, R, transport);
-    fmt::print("gemm path (rank 0): {}\n", full.gemm_path(overlap::dtype_of<T>()));
-    fmt::print("median of {} iterations of the slowest rank\n", o.iters);
+
+  [[nodiscard]] std::string transport() const {
+    if (!o_.transport.empty()) return o_.transport;
+    const char* env = std::getenv("OVERLAP_TRANSPORT");
+    return env != nullptr ? env : "unlabelled";
+  }
+  [[nodiscard]] double flops() const { return 2.0 * double(o_.m) * double(o_.n) * double(o_.k); }
+
+  void print_header() {
+    const limit_sides& l = sides_;
+    fmt::print("overlap-bench: {} {} {} M={} N={} K={} ranks={} transport: {}\n", o_.op, o_.variant, o_.dtype, o_.m,
+               o_.n, o_.k, R_, transport());
+    fmt::print("gemm path (rank 0): {}\n", full_.gemm_path(overlap::dtype_of<T>()));
+    fmt::print("median of {} iterations of the slowest rank\n", o_.iters);
     fmt::print("limit = max(compute only, comm only) of the {} schedule; 1-GEMM limit = max(one GEMM, comm only)\n\n",
-               first.strategy);
+               l.reference);
     fmt::print("{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}{:>13}\n", "variant", "ms", "GFLOP/s", "x bulk", "/ limit",
                "/ 1-GEMM", "max rel err");
-    fmt::print("{:<22}{:>10.2f}{:>10.1f}   (bulk's GEMM of the whole work alone)\n", "one GEMM", one_gemm,
-               flops / one_gemm / 1e6);
+    fmt::print("{:<22}{:>10.2f}{:>10.1f}   (bulk's GEMM of the whole work alone)\n", "one GEMM", l.one_gemm,
+               flops() / l.one_gemm / 1e6);
     fmt::print("{:<22}{:>10.2f}{:>10.1f}   ({} schedule's GEMMs alone: {:.3f} x one GEMM)\n", "compute only",
-               compute_only, flops / compute_only / 1e6, first.strategy, compute_only / one_gemm);
-    fmt::print("{:<22}{:>10.2f}             ({} schedule's transfers alone)\n", "comm only", comm_only, first.strategy);
-    fmt::print("{:<22}{:>10.2f}             (bulk's collective alone)\n", "bulk comm only", bulk_comm);
-    for (const auto& r : results)
+               l.compute_only, flops() / l.compute_only / 1e6, l.reference, l.compute_only / l.one_gemm);
+    fmt::print("{:<22}{:>10.2f}             ({} schedule's transfers alone)\n", "comm only", l.comm_only, l.reference);
+    fmt::print("{:<22}{:>10.2f}             (bulk's collective alone)\n", "bulk comm only", l.bulk_comm);
+  }
+
+  void print_table() {
+    print_header();
+    const limit_sides& l = sides_;
+    const double bulk_ms = results_.front().time_ms;
+    for (const auto& r : results_)
       fmt::print("{:<22}{:>10.2f}{:>10.1f}{:>10.3f}{:>10.3f}{:>10.3f}{:>13.2e}\n", r.strategy, r.time_ms,
-                 flops / r.time_ms / 1e6, bulk_ms / r.time_ms, r.time_ms / limit, r.time_ms / stable_limit, r.err);
-    for (const auto& r : results)
+                 flops() / r.time_ms / 1e6, bulk_ms / r.time_ms, r.time_ms / l.limit(), r.time_ms / l.stable_limit(),
+                 r.err);
+    for (const auto& r : results_)
       if (r.chosen) fmt::print("automatic chose: {}\n", overlap::to_string(*r.chosen));
-    for (const auto& r : results)
-      if (r.comm_only_ms >= 0 && r.strategy != first.strategy)
+    for (const auto& r : results_)
+      if (r.comm_only_ms >= 0 && r.strategy != l.reference)
         fmt::print("{:<22}{:>10.2f}  ({} schedule; comm only {:.2f} = {:.3f} x {}'s)\n", "  its compute only",
-                   r.compute_only_ms, r.strategy, r.comm_only_ms, r.comm_only_ms / comm_only, first.strategy);
-    if (!o.json.empty()) {
-      std::ofstream out(o.json, std::ios::app);
-      for (const auto& r : results) {
-        nlohmann::json j{
-            {"op", o.op == "ag" ? "all_gather_matmul" : "matmul_reduce_scatter"},
-            {"variant", o.variant},
+                   r.compute_only_ms, r.strategy, r.comm_only_ms, r.comm_only_ms / l.comm_only, l.reference);
+  }
+
+  /// One JSON object per row (the fields bench/report.py reads).
+  nlohmann::json row_json(const result& r) {
+    const limit_sides& l = sides_;
+    const double bulk_ms = results_.front().time_ms;
+    auto optional_ms = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    return {{"op", o_.op == "ag" ? "all_gather_matmul" : "matmul_reduce_scatter"},
+            {"variant", o_.variant},
             {"strategy", r.strategy},
-            {"dtype", o.dtype},
-            {"ranks", R},
-            {"m", o.m},
-            {"n", o.n},
-            {"k", o.k},
+            {"dtype", o_.dtype},
+            {"ranks", R_},
+            {"m", o_.m},
+            {"n", o_.n},
+            {"k", o_.k},
             {"time_ms", r.time_ms},
-            {"compute_only_ms", compute_only},
-            {"comm_only_ms", comm_only},
+            {"compute_only_ms", l.compute_only},
+            {"comm_only_ms", l.comm_only},
             {"bulk_ms", bulk_ms},
             {"speedup_vs_bulk", bulk_ms / r.time_ms},
-            {"limit_ms", limit},
-            {"ratio_to_limit", r.time_ms / limit},
-            {"own_compute_only_ms", r.compute_only_ms >= 0 ? nlohmann::json(r.compute_only_ms) : nullptr},
-            {"own_comm_only_ms", r.comm_only_ms >= 0 ? nlohmann::json(r.comm_only_ms) : nullptr},
-            {"one_gemm_ms", one_gemm},
-            {"bulk_comm_only_ms", bulk_comm},
-            {"stable_limit_ms", stable_limit},
-            {"ratio_to_stable_limit", r.time_ms / stable_limit},
+            {"limit_ms", l.limit()},
+            {"ratio_to_limit", r.time_ms / l.limit()},
+            {"own_compute_only_ms", optional_ms(r.compute_only_ms)},
+            {"own_comm_only_ms", optional_ms(r.comm_only_ms)},
+            {"one_gemm_ms", l.one_gemm},
+            {"bulk_comm_only_ms", l.bulk_comm},
+            {"stable_limit_ms", l.stable_limit()},
+            {"ratio_to_stable_limit", r.time_ms / l.stable_limit()},
             // A decomposed schedule's GEMMs against one GEMM of the same work.
-            {"decomposition_overhead", r.compute_only_ms >= 0 ? nlohmann::json(r.compute_only_ms / one_gemm) : nullptr},
-
+            {"decomposition_overhead", optional_ms(r.compute_only_ms >= 0 ? r.compute_only_ms / l.one_gemm : -1)},
             {"max_rel_err", r.err},
             {"schedule", r.chosen ? nlohmann::json(schedule_json(*r.chosen)) : nullptr},
             {"setup", r.setup},
-            {"transport", transport},
-            {"backend", overlap::to_string(full.backend_for<T>())},
-            {"gemm_path", full.gemm_path(overlap::dtype_of<T>())},
-            {"progress", overlap::to_string(full.config().progress)},
-            {"progress_setting", overlap::describe_progress(full.config())},
+            {"transport", transport()},
+            {"backend", overlap::to_string(full_.backend_for<T>())},
+            {"gemm_path", full_.gemm_path(overlap::dtype_of<T>())},
+            {"progress", overlap::to_string(full_.config().progress)},
+            {"progress_setting", overlap::describe_progress(full_.config())},
             {"threads", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "default"},
-            {"iterations", o.iters}};
-        out << j.dump() << "\n";
-      }
-    }
+            {"iterations", o_.iters}};
   }
-  return wrong == 0 ? 0 : 1;
+  void append_json() {
+    std::ofstream out(o_.json, std::ios::app);
+    for (const auto& r : results_) out << row_json(r).dump() << "\n";
+  }
+
+  const options& o_;
+  int R_, p_;
+  slicing sl_;
+  std::vector<T> a_, b_, c_;
+  // One context per ring_phases setting: same schedule, halves switched off.
+  overlap::context full_ = make_ctx(overlap::ring_phases::both);
+  overlap::context compute_ctx_ = make_ctx(overlap::ring_phases::compute_only);
+  overlap::context comm_ctx_ = make_ctx(overlap::ring_phases::comm_only);
+  std::vector<result> results_;
+  limit_sides sides_;
+  int wrong_ = 0;
+};
+
+template <class T>
+int run(const options& o) {
+  return bench_run<T>(o).run();
 }
 
 }  // namespace
@@ -445,8 +504,11 @@ int main(int argc, char** argv) {
   CLI::App app{"overlap-bench: compute only, comm only, bulk, decomposed strategies and peers, side by side"};
   app.add_option("--op", o.op, "ag (all_gather_matmul) or rs (matmul_reduce_scatter)")
       ->check(CLI::IsMember({"ag", "rs"}));
-  app.add_option("--variant", o.variant, "ag: lhs_rows|lhs_cols|rhs_rows|rhs_cols; rs: rows|cols (default: the first)")
-      ->check(CLI::IsMember({"lhs_rows", "lhs_cols", "rhs_rows", "rhs_cols", "rows", "cols"}));
+  // Names from the library's enum tables (enum_names).
+  const std::string ag_variants = overlap::enum_choices<overlap::gathered>(),
+                    rs_variants = overlap::enum_choices<overlap::scattered>();
+  app.add_option("--variant", o.variant, "ag: " + ag_variants + "; rs: " + rs_variants + " (default: the first)")
+      ->check(CLI::IsMember(split_names(ag_variants + "|" + rs_variants)));
   app.add_option("-m", o.m, "global M")->check(CLI::PositiveNumber);
   app.add_option("-n", o.n, "global N")->check(CLI::PositiveNumber);
   app.add_option("-k", o.k, "global K")->check(CLI::PositiveNumber);
@@ -454,7 +516,7 @@ int main(int argc, char** argv) {
   app.add_option("--strategies", o.strategies,
                  "strategies to compare with bulk (always measured): ring, bidirectional, others (bulk moving the "
                  "other operands), automatic (the library's choice)")
-      ->check(CLI::IsMember({"bulk", "ring", "bidirectional", "others", "automatic"}))
+      ->check(CLI::IsMember(split_names(overlap::enum_choices<overlap::strategy>() + "|others")))
       ->delimiter(',');
   app.add_flag("!--no-peers", o.peers, "skip the hand-written non-blocking-collective pipeline peer");
   app.add_option("--pipeline-chunks", o.pipeline_chunks, "chunks of the pipeline peer")->check(CLI::PositiveNumber);
