@@ -17,7 +17,7 @@ TEST(settings, every_variable_is_read_checked_and_described) {
   std::set<std::string> seen;
   for (const overlap::setting& s : overlap::settings()) {
     EXPECT_TRUE(seen.insert(s.field).second) << "field listed twice: " << s.field;
-    EXPECT_EQ(s.problem(defaults, s.lo, s.hi, s.gap), "") << s.field << ": the default breaks its own range";
+    EXPECT_EQ(s.check(defaults), "") << s.field << ": the default breaks its own range";
     if (s.variable == nullptr) continue;
     const std::string v(s.variable);
     EXPECT_NE(help.find(v + "=" + s.allowed()), std::string::npos) << v << " missing from env_help:\n" << help;

@@ -240,6 +240,10 @@ struct setting {
   /// What the variable takes: "0..1024", "0|2..1024", "thread|poll|none" or "path".
   [[nodiscard]] std::string allowed() const { return values(*this); }
   [[nodiscard]] std::string fallback() const { return text(config{}); }
+  /// "" when c's field is allowed, else the rule it breaks.
+  [[nodiscard]] std::string check(const config& c) const { return problem(c, lo, hi, gap); }
+  /// Sets c's field from the variable's text; "" or why the text is refused.
+  [[nodiscard]] std::string read(config& c, const char* value) const { return parse(c, value, lo, hi, gap); }
 };
 
 namespace detail {
@@ -312,7 +316,7 @@ namespace detail {
 /// The first rule a config breaks, or "" (ranges as in settings()).
 [[nodiscard]] inline std::string config_problem(const config& c) {
   for (const setting& s : settings())
-    if (std::string p = s.problem(c, s.lo, s.hi, s.gap); !p.empty()) return std::string("config.") + s.field + " " + p;
+    if (std::string p = s.check(c); !p.empty()) return std::string("config.") + s.field + " " + p;
   return {};
 }
 }  // namespace detail
@@ -322,7 +326,7 @@ inline config config::from_env() {
   for (const setting& s : settings()) {
     const char* v = s.variable == nullptr ? nullptr : detail::env(s.variable);
     if (v == nullptr) continue;
-    if (std::string why = s.parse(c, v, s.lo, s.hi, s.gap); !why.empty())
+    if (std::string why = s.read(c, v); !why.empty())
       throw std::invalid_argument(std::string("overlap: ") + s.variable + "='" + v + "' " + why);
   }
   return c;

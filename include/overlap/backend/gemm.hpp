@@ -43,6 +43,31 @@ struct gemm_desc {
   /// being repacked by every call; see gemm_kernel::packed_b_bytes().
   bool pack_b = false;
 
+  /// Construction by named steps, for call sites that set more than the
+  /// shape: gemm_desc::shape(m, n, k).strides(lda, ldb, ldc).transposed(ta, tb)
+  /// .types(in, out).accumulating(beta_one).
+  [[nodiscard]] static gemm_desc shape(int64_t m, int64_t n, int64_t k) {
+    gemm_desc d;
+    d.m = m, d.n = n, d.k = k;
+    return d;
+  }
+  gemm_desc& strides(int64_t lda_, int64_t ldb_, int64_t ldc_) {
+    lda = lda_, ldb = ldb_, ldc = ldc_;
+    return *this;
+  }
+  gemm_desc& transposed(bool a, bool b) {
+    trans_a = a, trans_b = b;
+    return *this;
+  }
+  gemm_desc& types(overlap::dtype in_, overlap::dtype out_) {
+    in = in_, out = out_;
+    return *this;
+  }
+  gemm_desc& accumulating(bool beta_one) {
+    accumulate = beta_one;
+    return *this;
+  }
+
   [[nodiscard]] bool has_epilogue() const noexcept { return bias || act != overlap::activation::none; }
   [[nodiscard]] auto tie() const {
     return std::tie(m, n, k, lda, ldb, ldc, trans_a, trans_b, accumulate, bias, act, in, out, addend, ld_addend,

@@ -288,11 +288,16 @@ int64_t ag_others_gather(const ag_geometry& geo, others_plan<T>& o, const ag_arg
     const int64_t oq = c.o(q), off = o.gathered_at.displs[static_cast<size_t>(q)];
     if (geo.lhs) {
       g.a = c.x_src, g.b = others_src::gathered, g.b_off = off;
-      g.desc = others_desc(sh.size(c.p), oq, k, c.x_ld, packed_ld(c.to ? k : oq), oq, c.tx, c.to, c.t, c.t, false);
+      g.desc = gemm_desc::shape(sh.size(c.p), oq, k)
+                   .strides(c.x_ld, packed_ld(c.to ? k : oq), oq)
+                   .transposed(c.tx, c.to)
+                   .types(c.t, c.t);
     } else {
       g.a = others_src::gathered, g.b = c.x_src, g.a_off = off;
-      g.desc =
-          others_desc(oq, sh.size(c.p), k, packed_ld(c.to ? oq : k), c.x_ld, sh.size(c.p), c.to, c.tx, c.t, c.t, false);
+      g.desc = gemm_desc::shape(oq, sh.size(c.p), k)
+                   .strides(packed_ld(c.to ? oq : k), c.x_ld, sh.size(c.p))
+                   .transposed(c.to, c.tx)
+                   .types(c.t, c.t);
     }
     g.out = at;
     at += g.desc.m * g.desc.n;
@@ -354,10 +359,16 @@ int64_t ag_others_exchange(const ag_geometry& geo, others_plan<T>& o, const ag_a
     g.peer = q;
     if (geo.lhs) {
       g.a = c.x_src, g.b = ex, g.b_off = off;
-      g.desc = others_desc(free, oq, kp, c.x_ld, packed_ld(c.to ? kp : oq), oq, c.tx, c.to, c.t, o.out, false);
+      g.desc = gemm_desc::shape(free, oq, kp)
+                   .strides(c.x_ld, packed_ld(c.to ? kp : oq), oq)
+                   .transposed(c.tx, c.to)
+                   .types(c.t, o.out);
     } else {
       g.a = ex, g.b = c.x_src, g.a_off = off;
-      g.desc = others_desc(oq, free, kp, packed_ld(c.to ? oq : kp), c.x_ld, free, c.to, c.tx, c.t, o.out, false);
+      g.desc = gemm_desc::shape(oq, free, kp)
+                   .strides(packed_ld(c.to ? oq : kp), c.x_ld, free)
+                   .transposed(c.to, c.tx)
+                   .types(c.t, o.out);
     }
     g.out = at;
     sums.push_back(g.desc.m * g.desc.n);

@@ -270,8 +270,11 @@ void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const 
     g.a = plan.rows ? ex : others_src::gathered, g.a_off = plan.rows ? ex_at : ga_at;
     g.b = plan.rows ? others_src::gathered : ex, g.b_off = plan.rows ? ga_at : ex_at;
     const int64_t kq = ks[qi];
-    g.desc = others_desc(m, n, kq, packed_ld(ta ? m : kq), packed_ld(tb ? kq : n), g.to_c ? x.c.ld : n, ta, tb, t,
-                         g.to_c ? t : dtype::f32, i > 0 && !g.addend);
+    g.desc = gemm_desc::shape(m, n, kq)
+                 .strides(packed_ld(ta ? m : kq), packed_ld(tb ? kq : n), g.to_c ? x.c.ld : n)
+                 .transposed(ta, tb)
+                 .types(t, g.to_c ? t : dtype::f32)
+                 .accumulating(i > 0 && !g.addend);
     if (g.addend) g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
     if (last) g.desc.bias = static_cast<bool>(opt.epilogue.bias), g.desc.act = opt.epilogue.activation;
     g.kernel = ctx.make_kernel(g.desc);

@@ -113,21 +113,12 @@ struct others_plan {
   gemm_desc finish_desc;
 };
 
-/// The GEMM descriptor of others_gemm (no epilogue unless added).
-inline gemm_desc others_desc(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, bool ta, bool tb,
-                             dtype in, dtype out, bool accumulate) {
-  gemm_desc d;
-  d.m = m, d.n = n, d.k = k, d.lda = lda, d.ldb = ldb, d.ldc = ldc;
-  d.trans_a = ta, d.trans_b = tb, d.accumulate = accumulate;
-  d.in = in, d.out = out;
-  return d;
-}
-
 /// The pass that finishes c after an output collective: c = act(c + bias)
 /// (sums in c already), or c = act(sum + bias) from the sums in `result`.
 template <class T>
 void others_finish(others_plan<T>& plan, matrix_view<T> c, const epilogue& e, bool from_result, dtype acc) {
-  gemm_desc d = others_desc(c.rows, c.cols, 0, 0, 0, c.ld, false, false, dtype_of<T>(), dtype_of<T>(), !from_result);
+  gemm_desc d = gemm_desc::shape(c.rows, c.cols, 0).strides(0, 0, c.ld).types(dtype_of<T>(), dtype_of<T>());
+  d.accumulating(!from_result);
   d.bias = static_cast<bool>(e.bias);
   d.act = e.activation;
   if (from_result) d.addend = true, d.ld_addend = c.cols, d.addend_type = acc;
