@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# CI smoke test of the emulated cluster: 2 nodes up (star, 1 Gbit/s), both ops
-# checked across the namespaces over TCP (the tensor-parallel MLP example
-# verifies itself), down, and nothing of ours left behind. No timing asserted.
-# Exit 77 (skipped) with a reason where the machine forbids namespaces or tbf.
+# CI smoke test of the emulated cluster, twice: 2 nodes of one rank (star,
+# 1 Gbit/s), then 2 nodes of 2 ranks each (--slots 2: shared memory inside a
+# node, TCP between nodes). Both ops are checked across the namespaces (the
+# tensor-parallel MLP example verifies itself); with slots, each rank must
+# see its node's ranks as its shared-memory group (MPI_COMM_TYPE_SHARED, what
+# the library's node detection uses) and ranks must fill node0 first. Then
+# down, and nothing of ours left behind. No timing asserted. Exit 77
+# (skipped) with a reason where the machine forbids namespaces or tbf.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-prog=${1:?usage: smoke_test.sh PROGRAM}
+prog=${1:?usage: smoke_test.sh PROGRAM NODE_PROBE}
+probe=${2:?usage: smoke_test.sh PROGRAM NODE_PROBE}
 vc="$here/vcluster"
 # A prefix of its own, so a vcluster someone has up is left alone.
 export VCLUSTER_PREFIX=ovlsmoke VCLUSTER_STATE=/tmp/overlap-vcluster-smoke.$$
@@ -13,11 +18,21 @@ export VCLUSTER_PREFIX=ovlsmoke VCLUSTER_STATE=/tmp/overlap-vcluster-smoke.$$
 reason=$("$vc" check 2>&1) || { echo "SKIPPED: ${reason#vcluster: }"; exit 77; }
 
 trap '"$vc" down >/dev/null 2>&1' EXIT
+fail() { echo "vcluster smoke test: $*"; exit 1; }
+
 "$vc" up --nodes 2 --rate 1gbit --topology star || exit 1
-OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 2 "$prog"
-rc=$?
+OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 2 "$prog" || fail "the run across 2 nodes failed"
+
+"$vc" up --nodes 2 --slots 2 --rate 1gbit --topology star || exit 1
+# Placement: ranks 0,1 on node0 and 2,3 on node1 (by slot).
+hosts=$(timeout 60 "$vc" run -np 4 sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' | sort -n | awk '{print $2}' | tr '\n' ' ')
+[ "$hosts" = "node0 node0 node1 node1 " ] || fail "ranks by node: '$hosts', want 'node0 node0 node1 node1'"
+groups=$(timeout 60 "$vc" run -np 4 "$probe" | sort -k2 -n | tr '\n' ';')
+want="rank 0 node_ranks 2 one_node 0;rank 1 node_ranks 2 one_node 0;rank 2 node_ranks 2 one_node 0;rank 3 node_ranks 2 one_node 0;"
+[ "$groups" = "$want" ] || fail "node groups: '$groups', want '$want'"
+OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 4 "$prog" || fail "the run across 2 nodes x 2 slots failed"
+
 "$vc" down
 left=$(ip netns list | awk '{print $1}' | grep "^$VCLUSTER_PREFIX-" || true)
-[ -z "$left" ] || { echo "left behind: $left"; exit 1; }
-[ "$rc" -eq 0 ] || { echo "the run across the namespaces failed (rc=$rc)"; exit 1; }
-echo "vcluster smoke test: ok (2 nodes, star, tcp)"
+[ -z "$left" ] || fail "left behind: $left"
+echo "vcluster smoke test: ok (2 nodes, and 2 nodes x 2 slots; star, tcp between nodes)"
