@@ -263,6 +263,30 @@ struct ag_others_ctx {
   [[nodiscard]] int64_t o(int q) const { return other[static_cast<size_t>(q)]; }
 };
 
+/// The product of this rank's shard of X with rank q's gathered other
+/// operand (at element `off` of the gathered buffer; K = k).
+inline others_gemm ag_others_gather_gemm(const ag_geometry& geo, const ag_others_ctx& c, int q, int64_t k,
+                                         int64_t off) {
+  const shard_layout& sh = geo.layout;
+  const int64_t oq = c.o(q);
+  others_gemm g;
+  g.peer = q;
+  if (geo.lhs) {
+    g.a = c.x_src, g.b = others_src::gathered, g.b_off = off;
+    g.desc = gemm_desc::shape(sh.size(c.p), oq, k)
+                 .strides(c.x_ld, packed_ld(c.to ? k : oq), oq)
+                 .transposed(c.tx, c.to)
+                 .types(c.t, c.t);
+  } else {
+    g.a = others_src::gathered, g.b = c.x_src, g.a_off = off;
+    g.desc = gemm_desc::shape(oq, sh.size(c.p), k)
+                 .strides(packed_ld(c.to ? oq : k), c.x_ld, sh.size(c.p))
+                 .transposed(c.to, c.tx)
+                 .types(c.t, c.t);
+  }
+  return g;
+}
+
 /// Not contracting (lhs_rows, rhs_cols): every rank's other operand is
 /// gathered, this rank multiplies its shard of X by each, and the output
 /// blocks go to their owners.
@@ -283,22 +307,7 @@ int64_t ag_others_gather(const ag_geometry& geo, others_plan<T>& o, const ag_arg
       stored_block(c.o_src, c.to, {0, od.rows}, {0, od.cols}, o.gathered_at.displs[static_cast<size_t>(c.p)]);
   int64_t at = 0;
   for (int q = 0; q < c.R; ++q) {
-    others_gemm g;
-    g.peer = q;
-    const int64_t oq = c.o(q), off = o.gathered_at.displs[static_cast<size_t>(q)];
-    if (geo.lhs) {
-      g.a = c.x_src, g.b = others_src::gathered, g.b_off = off;
-      g.desc = gemm_desc::shape(sh.size(c.p), oq, k)
-                   .strides(c.x_ld, packed_ld(c.to ? k : oq), oq)
-                   .transposed(c.tx, c.to)
-                   .types(c.t, c.t);
-    } else {
-      g.a = others_src::gathered, g.b = c.x_src, g.a_off = off;
-      g.desc = gemm_desc::shape(oq, sh.size(c.p), k)
-                   .strides(packed_ld(c.to ? oq : k), c.x_ld, sh.size(c.p))
-                   .transposed(c.to, c.tx)
-                   .types(c.t, c.t);
-    }
+    others_gemm g = ag_others_gather_gemm(geo, c, q, k, o.gathered_at.displs[static_cast<size_t>(q)]);
     g.out = at;
     at += g.desc.m * g.desc.n;
     to_each.push_back(g.desc.m * g.desc.n);
