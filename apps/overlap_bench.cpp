@@ -152,16 +152,6 @@ struct result {
   nlohmann::json setup = nullptr;
 };
 
-/// "a|b|c" as {"a", "b", "c"}.
-std::vector<std::string> split_names(const std::string& names) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  for (size_t bar = names.find('|'); bar != std::string::npos; at = bar + 1, bar = names.find('|', at))
-    out.push_back(names.substr(at, bar - at));
-  out.push_back(names.substr(at));
-  return out;
-}
-
 /// What each --strategies name asks the library for.
 struct asked {
   overlap::strategy strategy;
@@ -505,18 +495,24 @@ int main(int argc, char** argv) {
   app.add_option("--op", o.op, "ag (all_gather_matmul) or rs (matmul_reduce_scatter)")
       ->check(CLI::IsMember({"ag", "rs"}));
   // Names from the library's enum tables (enum_names).
-  const std::string ag_variants = overlap::enum_choices<overlap::gathered>(),
-                    rs_variants = overlap::enum_choices<overlap::scattered>();
-  app.add_option("--variant", o.variant, "ag: " + ag_variants + "; rs: " + rs_variants + " (default: the first)")
-      ->check(CLI::IsMember(split_names(ag_variants + "|" + rs_variants)));
+  std::vector<std::string> variants = overlap::enum_name_list<overlap::gathered>();
+  for (const auto& v : overlap::enum_name_list<overlap::scattered>()) variants.push_back(v);
+  app.add_option("--variant", o.variant,
+                 "ag: " + overlap::enum_choices<overlap::gathered>() +
+                     "; rs: " + overlap::enum_choices<overlap::scattered>() + " (default: the first)")
+      ->check(CLI::IsMember(variants));
   app.add_option("-m", o.m, "global M")->check(CLI::PositiveNumber);
   app.add_option("-n", o.n, "global N")->check(CLI::PositiveNumber);
   app.add_option("-k", o.k, "global K")->check(CLI::PositiveNumber);
-  app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember({"f32", "bf16", "f64"}));
+  app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember(overlap::enum_name_list<overlap::dtype>()));
   app.add_option("--strategies", o.strategies,
                  "strategies to compare with bulk (always measured): ring, bidirectional, others (bulk moving the "
                  "other operands), automatic (the library's choice)")
-      ->check(CLI::IsMember(split_names(overlap::enum_choices<overlap::strategy>() + "|others")))
+      ->check(CLI::IsMember([] {
+        std::vector<std::string> names = overlap::enum_name_list<overlap::strategy>();
+        names.emplace_back("others");  // a label of overlap-bench: bulk moving the other operands
+        return names;
+      }()))
       ->delimiter(',');
   app.add_flag("!--no-peers", o.peers, "skip the hand-written non-blocking-collective pipeline peer");
   app.add_option("--pipeline-chunks", o.pipeline_chunks, "chunks of the pipeline peer")->check(CLI::PositiveNumber);

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 namespace overlap {
 
@@ -56,6 +57,14 @@ template <class E>
       return true;
     }
   return false;
+}
+
+/// The names, in the table's order (a command line's allowed values).
+template <class E>
+[[nodiscard]] std::vector<std::string> enum_name_list() {
+  std::vector<std::string> names;
+  for (const auto& entry : enum_names<E>::entries) names.emplace_back(entry.name);
+  return names;
 }
 
 /// The names joined by `sep`: "bulk|ring|..." for help, "bulk, ring, ..." for messages.

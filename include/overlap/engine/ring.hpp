@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 
@@ -54,6 +55,14 @@ struct ring_links {
 struct ring_window {
   int lead = 1;
   int send_slack = 0;
+};
+
+/// The buffers a ring plan's travelling pieces live in while a plan is
+/// built: `per_lane` slots per lane (enough for the window), `lanes` lanes,
+/// and the largest piece so far, which sizes every slot.
+struct ring_slots {
+  int per_lane = 0, lanes = 1;
+  int64_t elems = 0;
 };
 
 /// Runs the ring schedule of `pattern`:

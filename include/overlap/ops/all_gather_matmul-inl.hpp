@@ -175,18 +175,11 @@ bool ag_fp32_acc(const ag_geometry& geo, int R) {
   return dtype_of<T>() == dtype::bf16 && geo.contracting && R > 1;
 }
 
-/// Where a ring plan's pieces live: the slots (slots per lane, lanes) and the
-/// largest piece, which sizes every slot.
-struct ag_slots {
-  int per_lane = 0, lanes = 1;
-  int64_t elems = 0;
-};
-
 /// Ring step t = i * chunks + j of lane l: piece j of the shard the lane
 /// holds at round i (docs in ag_build_ring).
 template <class T>
 ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int i, int j, int l,
-                        int chunks, ag_slots& slots) {
+                        int chunks, engine::ring_slots& slots) {
   const ag_geometry& geo = plan.geo;
   const int R = ctx.size(), p = ctx.rank();
   const int shard = l == 0 ? (p + i) % R : (p - i + R) % R;
@@ -239,7 +232,7 @@ void ag_build_ring(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag
   const int R = ctx.size();
   plan.window = {chunks, chunks - 1};
   plan.n_steps = R * chunks;
-  ag_slots slots{plan.window.lead + 1 + plan.window.send_slack, plan.lanes, 0};
+  engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, plan.lanes, 0};
   if (ag_fp32_acc<T>(plan.geo, R)) plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < chunks; ++j)

@@ -132,17 +132,10 @@ void rs_build_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs
   f.addend = via_ws, f.ld_addend = x.c.cols, f.addend_type = acc;
 }
 
-/// The slots of a ring plan's accumulators: slots per lane, lanes, and the
-/// largest piece, which sizes every slot.
-struct rs_slots {
-  int per_lane = 0, lanes = 1;
-  int64_t elems = 0;
-};
-
 /// Ring step t = i * chunks + j of lane l (docs in rs_build_ring).
 template <class T>
 rs_step rs_ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int i, int j, int l,
-                     int chunks, rs_slots& slots) {
+                     int chunks, engine::ring_slots& slots) {
   const int R = ctx.size(), p = ctx.rank();
   const int shard = l == 0 ? (p + i + 1) % R : (p - i - 1 + 2 * R) % R;
   auto [rows, cols] = rs_block(plan, shard);
@@ -189,7 +182,7 @@ void rs_build_ring(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs
   plan.types = block_types(plan.acc);
   plan.window = {chunks - 1, chunks - 2};
   plan.n_steps = R * chunks;
-  rs_slots slots{plan.window.lead + 2 + plan.window.send_slack, plan.lanes, 0};
+  engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, plan.lanes, 0};
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < chunks; ++j)
       for (int l = 0; l < plan.lanes; ++l)
