@@ -94,8 +94,24 @@ struct enum_names<ring_phases> {
                                                                    {ring_phases::comm_only, "comm_only"}}};
 };
 
+/// The order of the ranks on a context's ring (the ops' neighbours).
+enum class ring_order {
+  /// the ranks of one node are neighbours (MPI_COMM_TYPE_SHARED): a ring
+  /// spanning nodes crosses each node boundary once per direction, whatever
+  /// the placement; rank order where every node's ranks are consecutive
+  node,
+  /// rank order of the context's communicator, wherever the ranks sit
+  rank,
+};
+
+template <>
+struct enum_names<ring_order> {
+  static constexpr std::array<enum_entry<ring_order>, 2> entries{
+      {{ring_order::node, "node"}, {ring_order::rank, "rank"}}};
+};
+
 /// Settings of a context. Every field that changes the communication schedule
-/// (chunk counts) must agree across ranks; a disagreement is detected and
+/// (chunk counts, the ring order) must agree across ranks; a disagreement is detected and
 /// reported as std::invalid_argument on every rank. Ranges are in settings().
 struct config {
   /// GEMM library; automatic picks oneDNN for float and Eigen for double.
@@ -117,6 +133,8 @@ struct config {
   /// accumulator of one chunk travels while the next chunk is computed;
   /// 0: the plan chooses.
   int rs_chunks = 0;
+  /// The order of the ranks on the ring (see overlap::ring_order).
+  overlap::ring_order ring = overlap::ring_order::node;
   /// How bfloat16 products are computed (see bf16_gemm).
   overlap::bf16_gemm bf16 = overlap::bf16_gemm::automatic;
   /// Watchdog: a wait for a transfer or a collective of an op that lasts
@@ -281,6 +299,8 @@ setting make_setting(const char* variable, const char* field, const char* meanin
                                        "ring steps per all-gathered shard (0: the plan chooses)", 0, 1024),
       make_setting<&config::rs_chunks>("OVERLAP_RS_CHUNKS", "rs_chunks",
                                        "ring steps per reduce-scattered shard (0: the plan chooses)", 0, 1024, 1),
+      make_setting<&config::ring>("OVERLAP_RING_ORDER", "ring",
+                                  "ring neighbours: the ranks of one node together, or plain rank order"),
       make_setting<&config::bf16>("OVERLAP_BF16_GEMM", "bf16",
                                   "bf16 products: oneDNN's bf16 matmul, or f32 on widened pieces (CPUs without "
                                   "AVX-512)"),

@@ -5,7 +5,9 @@
 /// (flavour.hpp), so a consumer of the compiled flavour never parses their
 /// headers.
 
+#include <algorithm>
 #include <memory>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -48,12 +50,36 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
   agree_on(local, who);
   share_calibration();
   requests_->set_timeout(cfg_.timeout_s);
-  // The same answer on every rank: all ranks see the whole communicator on
-  // their node, or none does.
-  one_node_ = comm_.ranks_on_my_node() == size_;
+  place_ranks();
   if (cfg_.verbose && rank_ == 0)
     std::fprintf(stderr, "overlap: context on %d ranks%s: %s; bf16 products: %s\n", size_,
-                 one_node_ ? " (all on one node)" : "", describe(cfg_).c_str(), gemm_path(dtype::bf16).c_str());
+                 nodes_ == 1 ? " (all on one node)" : (" on " + std::to_string(nodes_) + " nodes").c_str(),
+                 describe(cfg_).c_str(), gemm_path(dtype::bf16).c_str());
+}
+
+OVERLAP_FUNC void context::place_ranks() {
+  world_ = mpi::world_ranks(comm_.get());
+  requests_->set_world_ranks(world_);
+  const std::vector<int> leaders = mpi::node_leaders(comm_.get());
+  nodes_ = mpi::node_count(leaders);
+  // The ring order changes every op's neighbours: the ranks must agree on it.
+  const int mine = static_cast<int>(cfg_.ring);
+  int lo = mine, hi = mine;
+  OVERLAP_MPI(MPI_Allreduce, &mine, &lo, 1, MPI_INT, MPI_MIN, comm_.get());
+  OVERLAP_MPI(MPI_Allreduce, &mine, &hi, 1, MPI_INT, MPI_MAX, comm_.get());
+  if (lo != hi)
+    throw std::invalid_argument("overlap::context: config.ring (OVERLAP_RING_ORDER) differs across ranks (" +
+                                std::string(to_string(static_cast<ring_order>(lo))) + " and " +
+                                to_string(static_cast<ring_order>(hi)) + "); it must agree");
+  std::vector<int> order(static_cast<size_t>(size_));
+  std::iota(order.begin(), order.end(), 0);
+  detail::set_ring_for_testing(*this, cfg_.ring == ring_order::node ? mpi::ring_by_node(leaders) : order);
+}
+
+OVERLAP_FUNC void detail::set_ring_for_testing(context& ctx, std::vector<int> order) {
+  ctx.ring_ = std::move(order);
+  ctx.ring_pos_ = static_cast<int>(std::find(ctx.ring_.begin(), ctx.ring_.end(), ctx.rank_) - ctx.ring_.begin());
+  ctx.clear_plans();
 }
 
 OVERLAP_FUNC context::context(context&&) noexcept = default;

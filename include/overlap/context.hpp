@@ -23,10 +23,20 @@
 #include "overlap/flavour.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/mpi/request.hpp"
+#include "overlap/mpi/topology.hpp"
 #include "overlap/mpi/wait.hpp"
 #include "overlap/schedule/calibration.hpp"
 
 namespace overlap {
+
+class context;
+
+namespace detail {
+/// Tests only: puts the ranks of ctx on the ring in `order` (element k: the
+/// rank at position k; the same on every rank) and drops the cached plans, so
+/// the ops run on rings that placement alone does not make on one machine.
+void set_ring_for_testing(context& ctx, std::vector<int> order);
+}  // namespace detail
 
 namespace backend {
 class eigen_backend;   // backend/eigen.hpp
@@ -106,7 +116,22 @@ class context {
   }
   /// True when every rank of the communicator shares one node (MPI moves data
   /// through shared memory: copies done by the cores that also compute).
-  [[nodiscard]] bool one_node() const noexcept { return one_node_; }
+  [[nodiscard]] bool one_node() const noexcept { return nodes_ == 1; }
+  /// Number of nodes (MPI_COMM_TYPE_SHARED domains) the ranks sit on.
+  [[nodiscard]] int nodes() const noexcept { return nodes_; }
+  /// The ring of the ops: element k is the rank at position k (the same on
+  /// every rank). Under ring_order::node (the default) the ranks of a node
+  /// are neighbours, so a ring over n nodes crosses each node boundary once
+  /// per direction; C's blocks still follow rank order.
+  [[nodiscard]] const std::vector<int>& ring() const noexcept { return ring_; }
+  /// The rank `offset` positions after this rank on the ring (negative:
+  /// before it); ring_at(1) is where lane 0 sends from, ring_at(-1) where it sends to.
+  [[nodiscard]] int ring_at(int offset) const noexcept {
+    return ring_[static_cast<size_t>(((ring_pos_ + offset) % size_ + size_) % size_)];
+  }
+  /// "rank r" in messages, with r's rank in MPI_COMM_WORLD too when the
+  /// context's ranks are not the world's: "rank 1 (world rank 5)".
+  [[nodiscard]] std::string rank_name(int r) const { return mpi::rank_text(r, world_); }
   /// Number of plans built so far (a rebuild of a cached shape counts too).
   [[nodiscard]] size_t plans_built() const noexcept { return plans_built_; }
   /// True after a fatal error under fatal_policy::throw_error: every op throws.
@@ -176,7 +201,7 @@ class context {
     return *model_;
   }
   /// The link class of this context's ring.
-  [[nodiscard]] link_class links() const noexcept { return one_node_ ? link_class::shared : link_class::network; }
+  [[nodiscard]] link_class links() const noexcept { return nodes_ == 1 ? link_class::shared : link_class::network; }
 
   /// The cached plan for key (now the most recently used), or null.
   [[nodiscard]] detail::plan_base* find_plan(const detail::plan_key& key) {
@@ -280,7 +305,7 @@ class context {
     collective(
         "MPI_Bcast", [&] { return MPI_Bcast(s.text.data(), s.ints[0], MPI_CHAR, root, comm_.get()); },
         [&](MPI_Request* r) { return MPI_Ibcast(s.text.data(), s.ints[0], MPI_CHAR, root, comm_.get(), r); }, describe);
-    detail::failure::unpack(s.text).raise(where + ": on rank " + std::to_string(root));
+    detail::failure::unpack(s.text).raise(where + ": on " + rank_name(root));
   }
 
   /// A failure after the ranks agreed to run an op: peers may wait for this
@@ -351,11 +376,19 @@ class context {
 
   static void poll(void* group) { static_cast<mpi::request_group*>(group)->test_all(); }
 
+  /// Collective: where the ranks sit (nodes, world ranks) and the ring that
+  /// follows (config().ring, which must agree across ranks).
+  void place_ranks();
+  friend void detail::set_ring_for_testing(context& ctx, std::vector<int> order);
+
   overlap::config cfg_;
   mpi::communicator comm_;
   int rank_ = 0;
   int size_ = 1;
-  bool one_node_ = false;
+  int nodes_ = 1;
+  std::vector<int> ring_;   ///< the rank at each ring position
+  int ring_pos_ = 0;        ///< this rank's position
+  std::vector<int> world_;  ///< world rank of each rank (empty: the same numbers)
   bool widen_bf16_ = false;
   std::optional<overlap::calibration> model_;
   std::string failure_;                              ///< the fatal error that ended this context (throw policy)

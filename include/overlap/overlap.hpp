@@ -17,6 +17,7 @@
 #include "overlap/error.hpp"
 #include "overlap/flavour.hpp"
 #include "overlap/matrix.hpp"
+#include "overlap/mesh.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/mpi/environment.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"

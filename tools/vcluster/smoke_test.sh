@@ -4,7 +4,9 @@
 # node, TCP between nodes). Both ops are checked across the namespaces (the
 # tensor-parallel MLP example verifies itself); with slots, each rank must
 # see its node's ranks as its shared-memory group (MPI_COMM_TYPE_SHARED, what
-# the library's node detection uses) and ranks must fill node0 first. Then
+# the library's node detection uses) and ranks must fill node0 first; placed
+# round-robin (--map-by node), the context's ring must still keep each
+# node's ranks together (0,2,1,3) and both ops must stay exact. Then
 # down, and nothing of ours left behind. No timing asserted. Exit 77
 # (skipped) with a reason where the machine forbids namespaces or tbf.
 set -uo pipefail
@@ -28,9 +30,18 @@ OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 2 "$prog" || fail "the run across 2 
 hosts=$(timeout 60 "$vc" run -np 4 sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' | sort -n | awk '{print $2}' | tr '\n' ' ')
 [ "$hosts" = "node0 node0 node1 node1 " ] || fail "ranks by node: '$hosts', want 'node0 node0 node1 node1'"
 groups=$(timeout 60 "$vc" run -np 4 "$probe" | sort -k2 -n | tr '\n' ';')
-want="rank 0 node_ranks 2 one_node 0;rank 1 node_ranks 2 one_node 0;rank 2 node_ranks 2 one_node 0;rank 3 node_ranks 2 one_node 0;"
+want=""
+for r in 0 1 2 3; do want="${want}rank $r node_ranks 2 one_node 0 nodes 2 ring 0,1,2,3;"; done
 [ "$groups" = "$want" ] || fail "node groups: '$groups', want '$want'"
 OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 4 "$prog" || fail "the run across 2 nodes x 2 slots failed"
+# Round-robin placement: node0 holds ranks 0 and 2; the ring goes 0,2,1,3.
+hosts=$(timeout 60 "$vc" run -np 4 --map-by node sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' | sort -n | awk '{print $2}' | tr '\n' ' ')
+[ "$hosts" = "node0 node1 node0 node1 " ] || fail "ranks round-robin: '$hosts', want 'node0 node1 node0 node1'"
+groups=$(timeout 60 "$vc" run -np 4 --map-by node "$probe" | sort -k2 -n | tr '\n' ';')
+want=""
+for r in 0 1 2 3; do want="${want}rank $r node_ranks 2 one_node 0 nodes 2 ring 0,2,1,3;"; done
+[ "$groups" = "$want" ] || fail "ring by node: '$groups', want '$want'"
+OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 4 --map-by node "$prog" || fail "the round-robin run failed"
 
 "$vc" down
 left=$(ip netns list | awk '{print $1}' | grep "^$VCLUSTER_PREFIX-" || true)

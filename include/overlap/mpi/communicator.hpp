@@ -63,14 +63,6 @@ class communicator {
     OVERLAP_MPI(MPI_Comm_size, comm_, &s);
     return s;
   }
-  /// Collective: how many ranks of this communicator share this rank's node
-  /// (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED).
-  [[nodiscard]] int ranks_on_my_node() const {
-    MPI_Comm node = MPI_COMM_NULL;
-    OVERLAP_MPI(MPI_Comm_split_type, comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    const communicator owned(node, true);
-    return owned.size();
-  }
 
  private:
   communicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {}

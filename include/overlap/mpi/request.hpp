@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "overlap/error.hpp"
+#include "overlap/mpi/topology.hpp"
 #include "overlap/mpi/wait.hpp"
 
 namespace overlap::mpi {
@@ -65,6 +66,9 @@ class request_group {
   /// Watchdog: waits give up after this many seconds (0: unbounded) with
   /// mpi::wait_timeout naming the requests still pending.
   void set_timeout(double seconds) noexcept { timeout_s_ = seconds; }
+  /// The world rank of every peer, for messages (mpi::world_ranks: empty when
+  /// the numbers are the world's).
+  void set_world_ranks(std::vector<int> world) { world_ = std::move(world); }
   [[nodiscard]] bool empty() const noexcept { return reqs_.empty(); }
   [[nodiscard]] int size() const noexcept { return static_cast<int>(reqs_.size()); }
 
@@ -153,7 +157,7 @@ class request_group {
       int bytes = 0;
       if (about_[i].type != MPI_DATATYPE_NULL) MPI_Type_size(about_[i].type, &bytes);
       what += std::string(i ? ";" : "") + (about_[i].send ? " a send of " : " a receive of ") + std::to_string(bytes) +
-              " bytes " + (about_[i].send ? "to" : "from") + " rank " + std::to_string(about_[i].peer) + " on lane " +
+              " bytes " + (about_[i].send ? "to " : "from ") + rank_text(about_[i].peer, world_) + " on lane " +
               std::to_string(about_[i].lane);
     }
     throw wait_timeout(what);
@@ -173,6 +177,7 @@ class request_group {
   std::vector<int> due_;  ///< deadline step of each request
   std::vector<about> about_;
   double timeout_s_ = 0;
+  std::vector<int> world_;
 };
 
 }  // namespace overlap::mpi

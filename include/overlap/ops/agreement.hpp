@@ -64,8 +64,8 @@ namespace overlap::detail {
     const auto t = static_cast<dtype>(s.table[2 * static_cast<size_t>(q) + 1]);
     return std::string(to_string(id)) + "<" + to_string(t) + ">";
   };
-  throw std::invalid_argument("overlap: the ranks of a context made different calls: rank 0 called " + call(0) +
-                              ", rank " + std::to_string(r) + " called " + call(r) +
+  throw std::invalid_argument("overlap: the ranks of a context made different calls: " + ctx.rank_name(0) + " called " +
+                              call(0) + ", " + ctx.rank_name(r) + " called " + call(r) +
                               "; every rank must call the same op with the same element type, in the same order");
 }
 
@@ -134,8 +134,9 @@ template <class Row>
     for (const agreed_field<Row>& f : Row::agreed) {
       const int64_t v0 = rows[0].*f.member, vr = rows[r].*f.member;
       if (vr != v0)
-        throw std::invalid_argument(op + ": " + f.name + " differs across ranks (rank 0: " + std::to_string(v0) +
-                                    ", rank " + std::to_string(r) + ": " + std::to_string(vr) + "); it must agree");
+        throw std::invalid_argument(op + ": " + f.name + " differs across ranks (" + ctx.rank_name(0) + ": " +
+                                    std::to_string(v0) + ", " + ctx.rank_name(static_cast<int>(r)) + ": " +
+                                    std::to_string(vr) + "); it must agree");
     }
   return rows;
 }

@@ -181,8 +181,8 @@ template <class T>
 ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int i, int j, int l,
                         int chunks, engine::ring_slots& slots) {
   const ag_geometry& geo = plan.geo;
-  const int R = ctx.size(), p = ctx.rank();
-  const int shard = l == 0 ? (p + i) % R : (p - i + R) % R;
+  const int R = ctx.size();
+  const int shard = ctx.ring_at(l == 0 ? i : -i);
   range rows{0, geo.stored_rows()}, cols{0, geo.stored_cols()};
   (geo.stored_shard_rows() ? rows : cols) = range{geo.layout.offset(shard), geo.layout.size(shard)};
   range& chunked = geo.stored_chunk_rows() ? rows : cols;
@@ -218,11 +218,12 @@ ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, con
   return st;
 }
 
-/// The ring plan. Lane 0 holds, at round i, shard (p + i) % R: it arrived
+/// The ring plan (positions on the context's ring: p + i is ring_at(i)).
+/// Lane 0 holds, at round i, the shard of p + i: it arrived
 /// from p + 1 and is forwarded to p - 1 unless it has gone all the way round.
 /// With two lanes (bidirectional), each shard is halved along op(X)'s output
 /// dimension: lane 0 carries the first halves that way, lane 1 the second
-/// halves the other way (shard (p - i) % R, from p - 1 to p + 1). Each half is
+/// halves the other way (the shard of p - i, from p - 1 to p + 1). Each half is
 /// split into `chunks` pieces; step t = i * chunks + j computes piece j of
 /// every lane. A piece is received `lead` = chunks steps before its step and
 /// forwarded in its step, and its send may stay in flight chunks - 1 steps
@@ -571,16 +572,16 @@ struct ag_fields {
 
 /// Step 3: the rules that span ranks, on the exchanged table (element r =
 /// rank r's row); every rank sees the same table, so all throw alike.
-inline ag_global ag_global_checks(const arg_checks& checks, const ag_geometry& geo, const ag_options& opt,
-                                  const std::vector<ag_exchanged>& table) {
+inline ag_global ag_global_checks(const context& ctx, const arg_checks& checks, const ag_geometry& geo,
+                                  const ag_options& opt, const std::vector<ag_exchanged>& table) {
   auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
   const ag_fields f(geo, opt);
   const ag_exchanged& first = table.front();
   std::vector<int64_t> sizes;
   for (size_t r = 0; r < table.size(); ++r) {
     if (table[r].*f.agreed != first.*f.agreed)
-      fail(f.agreed_name + " must agree across ranks (rank 0: " + std::to_string(first.*f.agreed) + ", rank " +
-           std::to_string(r) + ": " + std::to_string(table[r].*f.agreed) + ")");
+      fail(f.agreed_name + " must agree across ranks (" + ctx.rank_name(0) + ": " + std::to_string(first.*f.agreed) +
+           ", " + ctx.rank_name(static_cast<int>(r)) + ": " + std::to_string(table[r].*f.agreed) + ")");
     sizes.push_back(table[r].*f.sharded);
   }
   ag_global g;
@@ -591,7 +592,7 @@ inline ag_global ag_global_checks(const arg_checks& checks, const ag_geometry& g
   g.full.x_cols = geo.shard_rows ? first.*f.agreed : total;
   for (size_t r = 0; r < table.size(); ++r) {
     const ag_exchanged& row = table[r];
-    const std::string on = " on rank " + std::to_string(r);
+    const std::string on = " on " + ctx.rank_name(static_cast<int>(r));
     if (row.*f.summed != total)
       fail(f.summed_name + " (" + std::to_string(row.*f.summed) + ")" + on + " must equal " + f.symbol + " = sum of " +
            f.sharded_name + " over ranks (" + std::to_string(total) + ")");
@@ -691,7 +692,7 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   if (agreed_on.cached != nullptr) return static_cast<ag_plan<T>&>(*agreed_on.cached);
 
   const plan_key stored = key;  // the scratch is the next call's
-  const ag_global g = ag_global_checks(checks, geo, opt, agreed_on.table);
+  const ag_global g = ag_global_checks(ctx, checks, geo, opt, agreed_on.table);
   const schedule sched = ag_choose<T>(ctx, opt, g);
   const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
   return static_cast<ag_plan<T>&>(*ctx.store_plan(stored, ag_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));

@@ -136,8 +136,8 @@ void rs_build_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs
 template <class T>
 rs_step rs_ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int i, int j, int l,
                      int chunks, engine::ring_slots& slots) {
-  const int R = ctx.size(), p = ctx.rank();
-  const int shard = l == 0 ? (p + i + 1) % R : (p - i - 1 + 2 * R) % R;
+  const int R = ctx.size();
+  const int shard = ctx.ring_at(l == 0 ? i + 1 : -i - 1);
   auto [rows, cols] = rs_block(plan, shard);
   range& chunked = plan.rows ? rows : cols;
   chunked = chunked.chunk(slots.lanes, l).chunk(chunks, j);
@@ -165,13 +165,14 @@ rs_step rs_ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const 
   return st;
 }
 
-/// The ring plan. Lane 0: at step t = i * chunks + j this rank adds its
-/// partial product for chunk j of output shard (p + i + 1) % R to the
+/// The ring plan (positions on the context's ring: p + i is ring_at(i)).
+/// Lane 0: at step t = i * chunks + j this rank adds its
+/// partial product for chunk j of the output shard of p + i + 1 to the
 /// accumulator that came from p + 1 and, at step t + 1, passes it on to
 /// p - 1. After R rounds the accumulator of its own shard has visited every
 /// rank and lands in c. With two lanes (bidirectional) each shard is halved
 /// along the scattered dimension and lane 1 runs the second halves the other
-/// way (shard (p - i - 1) % R, from p - 1 to p + 1). The accumulator a step
+/// way (the shard of p - i - 1, from p - 1 to p + 1). The accumulator a step
 /// needs was computed by its neighbour `chunks` steps earlier and sent one
 /// step later, so receives are posted lead = chunks - 1 steps ahead and sends
 /// may stay in flight as long; 2 * chunks - 1 slots per lane are never
@@ -388,7 +389,7 @@ struct rs_global {
 
 /// Step 3: the rules that span ranks, on the exchanged table (element r =
 /// rank r's row); every rank sees the same table, so all throw alike.
-inline rs_global rs_global_checks(const arg_checks& checks, const rs_options& opt,
+inline rs_global rs_global_checks(const context& ctx, const arg_checks& checks, const rs_options& opt,
                                   const std::vector<rs_exchanged>& table) {
   auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
   const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
@@ -400,8 +401,8 @@ inline rs_global rs_global_checks(const arg_checks& checks, const rs_options& op
     for (const auto& [field, name] :
          {std::pair{&rs_exchanged::a_rows, an + ".rows (M)"}, std::pair{&rs_exchanged::b_cols, bn + ".cols (N)"}})
       if (table[r].*field != first.*field)
-        fail(name + " must agree across ranks (rank 0: " + std::to_string(first.*field) + ", rank " +
-             std::to_string(r) + ": " + std::to_string(table[r].*field) + ")");
+        fail(name + " must agree across ranks (" + ctx.rank_name(0) + ": " + std::to_string(first.*field) + ", " +
+             ctx.rank_name(static_cast<int>(r)) + ": " + std::to_string(table[r].*field) + ")");
     sizes.push_back(g.rows ? table[r].c_rows : table[r].c_cols);
     g.ks.push_back(table[r].a_cols);
     g.knee_units = std::max(g.knee_units, table[r].knee);
@@ -500,7 +501,7 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   if (agreed_on.cached != nullptr) return static_cast<rs_plan<T>&>(*agreed_on.cached);
 
   const plan_key stored = key;  // the scratch is the next call's
-  const rs_global g = rs_global_checks(checks, opt, agreed_on.table);
+  const rs_global g = rs_global_checks(ctx, checks, opt, agreed_on.table);
   const schedule sched = rs_choose<T>(ctx, opt, g);
   const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
   return static_cast<rs_plan<T>&>(*ctx.store_plan(stored, rs_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));

@@ -31,27 +31,28 @@ void fatal_on_failure(context& ctx, const plan_base& plan, const std::string& pa
   }
 }
 
-/// Runs an op's ring pattern on the context's ring. Lane 0 carries data from
-/// rank p + 1 to p - 1, lane 1 (bidirectional) from p - 1 to p + 1, each
+/// Runs an op's ring pattern on the context's ring (context::ring). Lane 0
+/// carries data from the next rank on the ring to the previous one
+/// (ring_at(1) to ring_at(-1)), lane 1 (bidirectional) the other way, each
 /// with the op's tag for it (tags_of). Any failure
 /// inside the ring (MPI, backend, the watchdog) is fatal: the peers are in
 /// the ring too (context::fatal applies the policy).
 template <class Pattern>
 void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, op_id op, int lanes) {
-  const int R = ctx.size(), p = ctx.rank();
+  const int p = ctx.rank();
   engine::ring_links links;
   links.comm = ctx.comm();
   links.n_lanes = lanes;
   const op_tags tags = tags_of(op);
-  links.lanes[0] = {(p + 1) % R, (p + R - 1) % R, tags.lanes[0]};
-  links.lanes[1] = {(p + R - 1) % R, (p + 1) % R, tags.lanes[1]};
+  links.lanes[0] = {ctx.ring_at(1), ctx.ring_at(-1), tags.lanes[0]};
+  links.lanes[1] = {ctx.ring_at(-1), ctx.ring_at(1), tags.lanes[1]};
   const bool trace = ctx.config().verbose >= 2 && p == 0;
   int step = 0;
   // Where the failure happened: the plan, the step, and the ring neighbours.
   auto where = [&] {
     std::string s = plan.summary + ", at ring step " + std::to_string(step + 1) + " of " +
-                    std::to_string(pattern.steps()) + " (lane 0 receives from rank " +
-                    std::to_string(links.lanes[0].from) + " and sends to rank " + std::to_string(links.lanes[0].to);
+                    std::to_string(pattern.steps()) + " (lane 0 receives from " + ctx.rank_name(links.lanes[0].from) +
+                    " and sends to " + ctx.rank_name(links.lanes[0].to);
     return s + (lanes == 2 ? "; lane 1 the other way)" : ")");
   };
   fatal_on_failure(ctx, plan, "ring", where, [&] {

@@ -27,11 +27,11 @@ inline double median_of(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-/// Seconds of one ring exchange of `bytes` with the neighbours: to p - 1 and
-/// from p + 1, or (both) also to p + 1 and from p - 1. Median of `reps`,
+/// Seconds of one ring exchange of `bytes` with the ring neighbours: to
+/// ring_at(-1) and from ring_at(1), or (both) also the other way. Median of `reps`,
 /// slowest rank.
 inline double time_exchange(context& ctx, std::byte* out, std::byte* in, int bytes, bool both, int reps) {
-  const int R = ctx.size(), p = ctx.rank(), to = (p + R - 1) % R, from = (p + 1) % R;
+  const int to = ctx.ring_at(-1), from = ctx.ring_at(1);
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     OVERLAP_MPI(MPI_Barrier, ctx.comm());
@@ -146,7 +146,7 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
   const auto msg = static_cast<int>(std::clamp(l.bytes_per_s_both * slowest * 2, 65536.0, double(64 << 20)));
   engine::buffer<std::byte> out(2 * static_cast<size_t>(msg)), in(2 * static_cast<size_t>(msg));
   std::memset(out.data(), 1, out.size());
-  const int R = ctx.size(), p = ctx.rank(), to = (p + R - 1) % R, from = (p + 1) % R;
+  const int to = ctx.ring_at(-1), from = ctx.ring_at(1);
   std::vector<double> ratio;
   for (int rep = 0; rep < 3; ++rep) {
     OVERLAP_MPI(MPI_Barrier, ctx.comm());
