@@ -263,6 +263,41 @@ def policy_tables():
                      f"{r['speedup_vs_bulk']:.2f} |")
         t.append("")
     return t
+def ring_order_table():
+    """Issue 15: rank order against the order by node on round-robin placement."""
+    rows = load("slots2x2-ring-order.jsonl")
+    if not rows:
+        return []
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    settings = []
+    for r in rows:
+        if r["progress_setting"] not in settings:
+            settings.append(r["progress_setting"])
+    rounds = len([r for r in rows if r["strategy"] == "ring"]) // (4 * len(settings)) or 1
+    t = ["## Ring order on round-robin placement (2 nodes x 2 ranks)", "",
+         f"{rows[0]['transport']}; {rows[0]['ranks']} ranks on this machine's cores (two ranks per core: every",
+         "rank computes at once). Rank order crosses the network at every hop, the order by node",
+         "(`OVERLAP_RING_ORDER=node`, the default) at every other. Balanced shapes (M = N = K = 2048,",
+         f"f32); each figure is the median over {rounds} interleaved runs of each run's median of",
+         f"{rows[0]['iterations']} iterations (slowest rank); min-max over the runs in brackets.", "",
+         "| progress | op | ring order | comm only ms | ring ms | bulk ms | ring speedup vs bulk |",
+         "|---|---|---|---|---|---|---|"]
+    for progress in settings:
+        for op in ("all_gather_matmul", "matmul_reduce_scatter"):
+            for order in ("rank", "node"):
+                sel = [r for r in rows
+                       if r["progress_setting"] == progress and r["op"] == op and r["ring_order"] == order]
+                ring = [r["time_ms"] for r in sel if r["strategy"] == "ring"]
+                bulk = [r["time_ms"] for r in sel if r["strategy"] == "bulk"]
+                comm = [r["comm_only_ms"] for r in sel if r["strategy"] == "ring"]
+                if not ring:
+                    continue
+                t.append(f"| {progress} | {op} | {order} | {med(comm):.0f} | {med(ring):.0f} "
+                         f"[{min(ring):.0f}-{max(ring):.0f}] | {med(bulk):.0f} | {med(bulk) / med(ring):.2f} |")
+    t.append("")
+    return t
+
+
 OPS = {"all_gather_matmul": ("n", "N (columns of B and C; M = K = 2048)"),
        "matmul_reduce_scatter": ("k", "K (contracting; M = N = 2048)")}
 
@@ -280,6 +315,7 @@ lines += model_report.section(out_dir)
 lines += policy_tables()
 lines += gemm_path_table()
 lines += pieces_sweep()
+lines += ring_order_table()
 for run in runs:
     rows = [json.loads(l) for l in open(os.path.join(out_dir, run + ".jsonl"))]
     if not rows:

@@ -101,6 +101,9 @@ if reason=$("$here/../tools/vcluster/vcluster" check 2>&1); then
   "$vc" run -np 4 "$probe" --bytes $((32 << 20)) --iters $reps --transport "tcp, emulated 4-node ring, 1 Gbit/s per link" \
     > "$out/ring4-link.jsonl" || exit 1
   runs+=(ring4)
+  # Issue 15: the ring's order on round-robin placement, 2 nodes x 2 ranks.
+  bash "$here/ring_order.sh" "$bench" "$vc" "$out/slots2x2-ring-order.jsonl" $([ "$quick" = --quick ] && echo "1 3") ||
+    exit 1
   # Issue 12: the cost model's sweep (2-node star and 4-node ring, 1 and 10 Gbit/s).
   bash "$here/model_sweep.sh" "$build" "$vc" $quick || exit 1
   "$vc" down
