@@ -43,6 +43,7 @@ struct options {
   bool peers = true;
   int pipeline_chunks = 4;
   int iters = 5, warmup = 1;
+  int tp = 0;  ///< tensor-parallel group size; 0: one group of every rank
   std::string json, transport;
 };
 
@@ -213,14 +214,19 @@ int world_rank() {
 }
 
 /// One overlap-bench run of element type T: this rank's slices, the three
-/// contexts (both halves, compute only, comm only), the rows measured.
+/// contexts (both halves, compute only, comm only), the rows measured. The
+/// world is a dp x tp mesh (--tp; one group by default): every tensor group
+/// runs the op on its own data at the same time, and times are the slowest
+/// rank's of the whole world.
 template <class T>
 class bench_run {
  public:
   explicit bench_run(const options& o)
       : o_(o),
-        R_(world_size()),
-        p_(world_rank()),
+        mesh_(MPI_COMM_WORLD, {{"dp", 0}, {"tp", o.tp > 0 ? o.tp : world_size()}}),
+        R_(mesh_.size("tp")),
+        p_(mesh_.coord("tp")),
+        printer_(world_rank() == 0),
         sl_(slice_for(o, R_, p_)),
         a_(make_slice<T>(sl_.a, 1)),
         b_(make_slice<T>(sl_.b, 2)),
@@ -232,7 +238,7 @@ class bench_run {
     measure_library();
     measure_halves();
     if (o_.peers) measure_peers();
-    if (p_ == 0) {
+    if (printer_) {
       print_table();
       if (!o_.json.empty()) append_json();
     }
@@ -244,10 +250,10 @@ class bench_run {
   [[nodiscard]] overlap::matrix_view<const T> bv() const { return {b_.data(), sl_.b.nr, sl_.b.nc}; }
   [[nodiscard]] overlap::matrix_view<T> cv() { return {c_.data(), sl_.c.nr, sl_.c.nc}; }
 
-  static overlap::context make_ctx(overlap::ring_phases ph) {
+  [[nodiscard]] overlap::context make_ctx(overlap::ring_phases ph) const {
     overlap::config cfg = overlap::config::from_env();
     cfg.phases = ph;
-    return overlap::context(MPI_COMM_WORLD, cfg);
+    return overlap::context(mesh_.comm("tp"), cfg);
   }
   template <class Options>
   Options options_for(asked s) const {
@@ -281,7 +287,7 @@ class bench_run {
     MPI_Allreduce(&err, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (!(worst <= tolerance<T>())) {
       ++wrong_;
-      if (p_ == 0) fmt::print(stderr, "overlap-bench: {} gives a wrong result (max rel err {:.3e})\n", name, worst);
+      if (printer_) fmt::print(stderr, "overlap-bench: {} gives a wrong result (max rel err {:.3e})\n", name, worst);
     }
     return worst;
   }
@@ -392,6 +398,9 @@ class bench_run {
     const limit_sides& l = sides_;
     fmt::print("overlap-bench: {} {} {} M={} N={} K={} ranks={} transport: {}\n", o_.op, o_.variant, o_.dtype, o_.m,
                o_.n, o_.k, R_, transport());
+    if (mesh_.size("dp") > 1)
+      fmt::print("{} tensor groups of {} ranks (dp x tp mesh) run the op at once, each on its own group\n",
+                 mesh_.size("dp"), R_);
     fmt::print("gemm path (rank 0): {}\n", full_.gemm_path(overlap::dtype_of<T>()));
     fmt::print("median of {} iterations of the slowest rank\n", o_.iters);
     fmt::print("limit = max(compute only, comm only) of the {} schedule; 1-GEMM limit = max(one GEMM, comm only)\n\n",
@@ -432,6 +441,7 @@ class bench_run {
             {"strategy", r.strategy},
             {"dtype", o_.dtype},
             {"ranks", R_},
+            {"tensor_groups", mesh_.size("dp")},
             {"m", o_.m},
             {"n", o_.n},
             {"k", o_.k},
@@ -469,7 +479,9 @@ class bench_run {
   }
 
   const options& o_;
-  int R_, p_;
+  overlap::mesh mesh_;  ///< dp x tp; the ops run on comm("tp")
+  int R_, p_;           ///< the tensor group's size and this rank's place in it
+  bool printer_;        ///< world rank 0 prints and writes the JSON
   slicing sl_;
   std::vector<T> a_, b_, c_;
   // One context per ring_phases setting: same schedule, halves switched off.
@@ -521,6 +533,10 @@ int main(int argc, char** argv) {
   app.add_option("--iters", o.iters, "measured iterations (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "unmeasured iterations first")->check(CLI::NonNegativeNumber);
   app.add_option("--json", o.json, "append one JSON object per measured case to FILE (rank 0)");
+  app.add_option("--tp", o.tp,
+                 "tensor-parallel group size: the world becomes a dp x tp mesh (overlap::mesh, tp varying fastest) "
+                 "and every group runs the op at once, on its own group; 0: one group of every rank")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--transport", o.transport, "label of the transport for the report (default: $OVERLAP_TRANSPORT)");
   app.footer("Library settings come from the environment:\n" + overlap::env_help());
   try {
@@ -533,6 +549,17 @@ int main(int argc, char** argv) {
   if (o.strategies.empty()) {
     if (rank == 0) fmt::print(stderr, "overlap-bench: --strategies needs more than bulk (bulk is always run)\n");
     return 2;
+  }
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (o.tp > 0 && world % o.tp != 0) {
+    if (rank == 0) fmt::print(stderr, "overlap-bench: --tp {} does not divide the {} ranks\n", o.tp, world);
+    return 2;
+  }
+  if (o.tp > 0 && o.tp < world && o.peers) {
+    // The peers run on the whole world; beside groups they would measure another problem.
+    if (rank == 0) fmt::print(stderr, "overlap-bench: --tp {} < {} ranks: the peers are skipped\n", o.tp, world);
+    o.peers = false;
   }
   try {
     if (o.dtype == "f64") return run<double>(o);

@@ -19,6 +19,10 @@ trap 'rm -f "$json" "$cal"' EXIT
 mpiexec -np 2 --oversubscribe --bind-to none "$(dirname "$bench")/overlap-calibrate" -o "$cal" --sizes 16,64 \
   --dtypes f32 > /dev/null
 OVERLAP_CALIBRATION=$cal run 2 --op ag --variant lhs_cols --strategies ring,others,automatic
+# A dp x tp mesh: 2 tensor groups of 2 ranks at once (the peers are skipped), and
+# a group size that does not divide the ranks (exit 2, no JSON).
+run 4 --op rs --variant cols --tp 2 --strategies ring
+if run 3 --op rs --tp 2 2> /dev/null; then echo "--tp 2 on 3 ranks was accepted"; exit 1; fi
 python3 - "$json" <<'PY'
 import json, sys
 fields = ["op", "variant", "strategy", "dtype", "ranks", "m", "n", "k", "time_ms", "compute_only_ms",
@@ -33,6 +37,7 @@ expected |= {("matmul_reduce_scatter", "rows", "f32", s) for s in ring + ("iredu
 expected |= {("all_gather_matmul", "rhs_cols", "bf16", s) for s in ring}
 expected |= {("matmul_reduce_scatter", "cols", "f64", s) for s in ring}
 expected |= {("all_gather_matmul", "lhs_cols", "f32", s) for s in ("bulk", "ring", "others", "automatic")}
+expected |= {("matmul_reduce_scatter", "cols", "f32", s) for s in ("bulk", "ring")}
 # The ScaLAPACK peer is there when overlap-bench was built against it (f32 only).
 optional = {(op, v, "f32", "scalapack_psgemm") for op, v, d, _ in expected if d == "f32"}
 assert expected <= strategies <= expected | optional, f"cases {sorted(strategies)} != {sorted(expected)}"
@@ -40,6 +45,9 @@ for r in rows:
     missing = [f for f in fields if f not in r]
     assert not missing, f"missing {missing} in {r}"
     assert r["time_ms"] > 0 and r["limit_ms"] > 0 and r["m"] == 33 and r["n"] == 20 and r["k"] == 17
+    # Ranks per tensor group, groups: 2 x 2 for the mesh run, one group otherwise.
+    mesh = r["op"] == "matmul_reduce_scatter" and r["variant"] == "cols" and r["dtype"] == "f32"
+    assert (r["ranks"], r["tensor_groups"]) == ((2, 2) if mesh else (r["ranks"], 1)), r
     assert r["max_rel_err"] < (2e-2 if r["dtype"] == "bf16" else 1e-4), r
     # The GEMM path names the element type it multiplies in (bf16: native or widened f32).
     assert r["dtype"] in r["gemm_path"] or "widened bf16" in r["gemm_path"], r
