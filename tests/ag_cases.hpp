@@ -23,13 +23,14 @@ struct ag_case {
   overlap::activation act = overlap::activation::none;
   bool bias = false;
   overlap::algorithm algorithm = overlap::algorithm::automatic;
+  bool accumulate = false;  ///< C += result, C starting with this rank's values
 
   [[nodiscard]] std::string name() const {
     std::ostringstream s;
     s << overlap::to_string(variant) << "/" << overlap::to_string(strategy) << "/" << overlap::to_string(algorithm)
       << " m=" << m << " n=" << n << " k=" << k << " " << to_string(how) << " pad=" << pad
       << (with_out ? " +gathered_out" : "") << (transpose_a ? " a^T" : "") << (transpose_b ? " b^T" : "")
-      << " act=" << overlap::to_string(act) << (bias ? " +bias" : "");
+      << " act=" << overlap::to_string(act) << (bias ? " +bias" : "") << (accumulate ? " +=" : "");
     return s.str();
   }
 };
@@ -60,7 +61,8 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
   const auto& a = lhs ? x_local : other_stored;
   const auto& b = lhs ? other_stored : x_local;
   matrix<T> c = lhs ? matrix<T>(cs.m, other_local, cs.pad) : matrix<T>(other_local, cs.n, cs.pad);
-  for (auto& v : c.data) v = T(-999);  // stale contents must be overwritten
+  for (auto& v : c.data) v = T(-999);  // stale contents must be overwritten (or, accumulating, the padding kept)
+  const matrix<double> before = cs.accumulate ? fill_before(c, cs.seed * 13 + p) : matrix<double>(0, 0);
   matrix<T> out = tx ? matrix<T>(x_cols, x_rows, cs.pad) : matrix<T>(x_rows, x_cols, cs.pad);
   std::vector<double> bias_ref;
   const auto bias = make_bias<T>(c.cols, p, cs.bias, bias_ref);
@@ -68,6 +70,7 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
   overlap::ag_options opt;
   opt.gathered = cs.variant;
   set_common_options(opt, cs, bias);
+  opt.accumulate = cs.accumulate;
   if (cs.with_out)
     overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), out.view(), opt);
   else
@@ -75,7 +78,9 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
 
   auto ref = lhs ? naive_matmul(X, other) : naive_matmul(other, X);
   reference_epilogue(ref, bias_ref, cs.act);
-  const double err = expect_near_block(c, ref, 0, 0, cs.k, cs.name() + " rank " + std::to_string(p));
+  if (cs.accumulate) add_before(ref, before);
+  const double err = expect_near_block(c, ref, 0, 0, cs.k, cs.name() + " rank " + std::to_string(p),
+                                       cs.accumulate ? accumulate_rounding<T>() : 0.0);
   if (cs.with_out) {
     for (int64_t i = 0; i < x_rows; ++i)
       for (int64_t j = 0; j < x_cols; ++j)

@@ -58,6 +58,30 @@ matrix<T> slice(const matrix<T>& m, int64_t r0, int64_t c0, int64_t nr, int64_t 
 struct reference {
   matrix<double> value, magnitude;
 };
+/// The accumulate option: c starts with this rank's own values (seeded,
+/// padding untouched), returned in double for the reference.
+template <class T>
+matrix<double> fill_before(matrix<T>& c, uint32_t seed) {
+  const matrix<T> before = random_matrix<T>(c.rows, c.cols, seed);
+  matrix<double> out(c.rows, c.cols);
+  for (int64_t i = 0; i < c.rows; ++i)
+    for (int64_t j = 0; j < c.cols; ++j) c(i, j) = before(i, j), out(i, j) = double(before(i, j));
+  return out;
+}
+/// ref (this rank's block, epilogue applied) + what c held before the call.
+inline void add_before(reference& ref, const matrix<double>& before) {
+  for (int64_t i = 0; i < before.rows; ++i)
+    for (int64_t j = 0; j < before.cols; ++j) {
+      ref.value(i, j) += before(i, j);
+      ref.magnitude(i, j) += std::abs(before(i, j));
+    }
+}
+/// The extra rounding of C + result in T (bf16: one more rounding to 8 bits).
+template <class T>
+double accumulate_rounding() {
+  return std::is_same_v<T, overlap::bfloat16> ? std::ldexp(1.0, -8) : 0.0;
+}
+
 template <class T>
 reference naive_matmul(const matrix<T>& a, const matrix<T>& b) {
   reference r{matrix<double>(a.rows, b.cols), matrix<double>(a.rows, b.cols)};

@@ -25,13 +25,15 @@ struct rs_case {
   bool bias = false;
   bool bf16_transfers = false;
   overlap::algorithm algorithm = overlap::algorithm::automatic;
+  bool accumulate = false;  ///< C += result, C starting with this rank's values
 
   [[nodiscard]] std::string name() const {
     std::ostringstream s;
     s << "rs " << overlap::to_string(scattered) << "/" << overlap::to_string(strategy) << "/"
       << overlap::to_string(algorithm) << " m=" << m << " n=" << n << " k=" << k << " k:" << to_string(k_split)
       << " out:" << to_string(out_split) << " pad=" << pad << (transpose_a ? " a^T" : "") << (transpose_b ? " b^T" : "")
-      << " act=" << overlap::to_string(act) << (bias ? " +bias" : "") << (bf16_transfers ? " bf16-transfers" : "");
+      << " act=" << overlap::to_string(act) << (bias ? " +bias" : "") << (bf16_transfers ? " bf16-transfers" : "")
+      << (accumulate ? " +=" : "");
     return s.str();
   }
 };
@@ -52,6 +54,7 @@ double run_rs_case(overlap::context& ctx, const rs_case& cs) {
   const int64_t ooff = offset_of(os, p);
   matrix<T> c = rows ? matrix<T>(os[p], cs.n, cs.pad) : matrix<T>(cs.m, os[p], cs.pad);
   for (auto& v : c.data) v = T(-999);
+  const matrix<double> before = cs.accumulate ? fill_before(c, cs.seed * 13 + p) : matrix<double>(0, 0);
   std::vector<double> bias_ref;
   const auto bias = make_bias<T>(c.cols, p, cs.bias, bias_ref);
 
@@ -59,6 +62,7 @@ double run_rs_case(overlap::context& ctx, const rs_case& cs) {
   opt.scattered = cs.scattered;
   set_common_options(opt, cs, bias);
   opt.bf16_transfers = cs.bf16_transfers;
+  opt.accumulate = cs.accumulate;
   overlap::matmul_reduce_scatter<T>(ctx, a.cview(), b.cview(), c.view(), opt);
 
   auto ref = naive_matmul(A, B);
@@ -70,10 +74,12 @@ double run_rs_case(overlap::context& ctx, const rs_case& cs) {
       mine.magnitude(i, j) = ref.magnitude(rows ? ooff + i : i, rows ? j : ooff + j);
     }
   reference_epilogue(mine, bias_ref, cs.act);
+  if (cs.accumulate) add_before(mine, before);
   // bf16 transfers round the partial sum at each of the R - 1 hops (documented
   // in rs_options::bf16_transfers).
   const double hops = cs.bf16_transfers && cs.strategy != overlap::strategy::bulk ? (R - 1) * std::ldexp(1.0, -8) : 0.0;
-  return expect_near_block(c, mine, 0, 0, cs.k, cs.name() + " rank " + std::to_string(p), hops);
+  return expect_near_block(c, mine, 0, 0, cs.k, cs.name() + " rank " + std::to_string(p),
+                           hops + (cs.accumulate ? accumulate_rounding<T>() : 0.0));
 }
 
 }  // namespace testing_support

@@ -14,6 +14,7 @@
 #include "overlap/engine/buffer.hpp"
 #include "overlap/engine/ring.hpp"
 #include "overlap/matrix.hpp"
+#include "overlap/ops/accumulate.hpp"
 #include "overlap/ops/agreement.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/block_types.hpp"
@@ -107,6 +108,7 @@ struct ag_plan final : plan_base {
   overlap::algorithm algorithm = overlap::algorithm::named;
   others_plan<T> others;
   overlap::schedule sched;  ///< what runs, and the candidates when the model chose
+  saved_output<T> saved;    ///< ag_options::accumulate
 };
 
 /// How a piece's product enters the output.
@@ -486,14 +488,14 @@ int ag_local_checks(const context& ctx, arg_checks& checks, const ag_args<T>& x,
 /// miss anywhere): the options, which must agree (agreed() names them), and
 /// this rank's sizes. Exchanged as one MPI datatype (exchange_rows).
 struct ag_exchanged {
-  int64_t gathered, strategy, chunks, transpose_a, transpose_b, activation, phases, algorithm;
+  int64_t gathered, strategy, chunks, transpose_a, transpose_b, activation, phases, algorithm, accumulate;
   int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
   int64_t c_rows, c_cols;
   int64_t has_out, out_rows, out_cols;  ///< gathered_out
   /// Pieces split op(X)'s output dimension; this rank's GEMM keeps its rate above this many.
   int64_t knee;
 
-  static constexpr std::array<agreed_field<ag_exchanged>, 8> agreed{{
+  static constexpr std::array<agreed_field<ag_exchanged>, 9> agreed{{
       {"ag_options.gathered", &ag_exchanged::gathered},
       {"ag_options.strategy", &ag_exchanged::strategy},
       {"config.ag_chunks", &ag_exchanged::chunks},
@@ -502,6 +504,7 @@ struct ag_exchanged {
       {"ag_options.epilogue.activation", &ag_exchanged::activation},
       {"config.phases", &ag_exchanged::phases},
       {"ag_options.algorithm", &ag_exchanged::algorithm},
+      {"ag_options.accumulate", &ag_exchanged::accumulate},
   }};
 };
 
@@ -517,6 +520,7 @@ ag_exchanged ag_row_of(const context& ctx, const ag_geometry& geo, const ag_args
           static_cast<int64_t>(opt.epilogue.activation),
           static_cast<int64_t>(ctx.config().phases),
           static_cast<int64_t>(opt.algorithm),
+          opt.accumulate,
           la.rows,
           la.cols,
           lb.rows,
@@ -655,6 +659,7 @@ std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks,
     built->fingerprint = fingerprint;
     built->algorithm = sched.algorithm;
     built->sched = sched;
+    built->saved.prepare(opt.accumulate, x.c);
     if (sched.algorithm == algorithm::others)
       ag_others_build<T>(ctx, *built, x, opt, g.other);
     else if (sched.strategy == strategy::bulk)
@@ -798,10 +803,9 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
   });
 }
 
+/// Runs a prepared plan: C = the op's result.
 template <class T>
-void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
-  ctx.check_usable("overlap::all_gather_matmul");
-  ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
+void ag_run(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt) {
   const T* bias = opt.epilogue.bias.template get<T>();
   if (plan.algorithm == algorithm::others) {
     others_runner<T>(ctx, plan, plan.others, tags_of(op_id::all_gather_matmul).blocks, x.a, x.b, x.c, bias).run();
@@ -821,6 +825,15 @@ void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options&
   run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
   run_on_ring(ctx, plan, pattern, op_id::all_gather_matmul, plan.lanes);
+}
+
+template <class T>
+void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
+  ctx.check_usable("overlap::all_gather_matmul");
+  ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
+  if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.save(x.c); });
+  ag_run(ctx, plan, x, opt);
+  if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.add_to(x.c); });
 }
 
 /// The schedule a call runs (builds and caches its plan).

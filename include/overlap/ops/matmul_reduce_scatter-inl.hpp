@@ -14,6 +14,7 @@
 #include "overlap/engine/buffer.hpp"
 #include "overlap/engine/ring.hpp"
 #include "overlap/matrix.hpp"
+#include "overlap/ops/accumulate.hpp"
 #include "overlap/ops/agreement.hpp"
 #include "overlap/ops/block_types.hpp"
 #include "overlap/ops/checks.hpp"
@@ -70,6 +71,7 @@ struct rs_plan final : plan_base {
   overlap::algorithm algorithm = overlap::algorithm::named;
   others_plan<T> others;
   overlap::schedule sched;  ///< what runs, and the candidates when the model chose
+  saved_output<T> saved;    ///< rs_options::accumulate
 };
 
 /// How a piece's product enters its destination.
@@ -337,13 +339,14 @@ int rs_local_checks(const context& ctx, arg_checks& checks, const rs_args<T>& x,
 /// miss anywhere): the options, which must agree (agreed names them), and
 /// this rank's sizes. Exchanged as one MPI datatype (exchange_rows).
 struct rs_exchanged {
-  int64_t scattered, strategy, chunks, transpose_a, transpose_b, activation, bf16_transfers, phases, algorithm;
+  int64_t scattered, strategy, chunks, transpose_a, transpose_b, activation, bf16_transfers, phases, algorithm,
+      accumulate;
   int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
   int64_t c_rows, c_cols;
   /// Pieces split the scattered dimension; this rank's GEMM keeps its rate above this many.
   int64_t knee;
 
-  static constexpr std::array<agreed_field<rs_exchanged>, 9> agreed{{
+  static constexpr std::array<agreed_field<rs_exchanged>, 10> agreed{{
       {"rs_options.scattered", &rs_exchanged::scattered},
       {"rs_options.strategy", &rs_exchanged::strategy},
       {"config.rs_chunks", &rs_exchanged::chunks},
@@ -353,6 +356,7 @@ struct rs_exchanged {
       {"rs_options.bf16_transfers", &rs_exchanged::bf16_transfers},
       {"config.phases", &rs_exchanged::phases},
       {"rs_options.algorithm", &rs_exchanged::algorithm},
+      {"rs_options.accumulate", &rs_exchanged::accumulate},
   }};
 };
 
@@ -369,6 +373,7 @@ rs_exchanged rs_row_of(const context& ctx, const rs_args<T>& x, const rs_options
           opt.bf16_transfers,
           static_cast<int64_t>(ctx.config().phases),
           static_cast<int64_t>(opt.algorithm),
+          opt.accumulate,
           la.rows,
           la.cols,
           lb.rows,
@@ -468,6 +473,7 @@ std::unique_ptr<rs_plan<T>> rs_make_plan(context& ctx, const arg_checks& checks,
                   ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(plan->m) + " x " +
                   std::to_string(plan->n) + ", accumulators " + to_string(plan->acc);
   build_agreed(ctx, checks.op(), [&] {
+    plan->saved.prepare(opt.accumulate, x.c);
     if (plan->algorithm == algorithm::others)
       rs_others_build<T>(ctx, *plan, x, opt, g.ks);
     else if (plan->strategy == strategy::bulk)
@@ -581,10 +587,9 @@ void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_optio
   run_local_step(ctx, plan, [&] { run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data()); });
 }
 
+/// Runs a prepared plan: C = the op's result.
 template <class T>
-void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  ctx.check_usable("overlap::matmul_reduce_scatter");
-  rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
+void rs_run(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt) {
   const T* bias = opt.epilogue.bias.template get<T>();
   if (plan.algorithm == algorithm::others) {
     others_runner<T>(ctx, plan, plan.others, tags_of(op_id::matmul_reduce_scatter).blocks, x.a, x.b, x.c, bias).run();
@@ -597,6 +602,15 @@ void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_opti
   run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
   run_on_ring(ctx, plan, pattern, op_id::matmul_reduce_scatter, plan.lanes);
+}
+
+template <class T>
+void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
+  ctx.check_usable("overlap::matmul_reduce_scatter");
+  rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
+  if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.save(x.c); });
+  rs_run(ctx, plan, x, opt);
+  if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.add_to(x.c); });
 }
 
 /// The schedule a call runs (builds and caches its plan).

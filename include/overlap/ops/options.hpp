@@ -101,6 +101,11 @@ struct ag_options {
   bool transpose_a = false;
   bool transpose_b = false;
   overlap::epilogue epilogue;
+  /// C += the op's result instead of C = (the epilogue included: C = C +
+  /// act(op(a) @ op(b) + bias)), e.g. weight gradients summed over
+  /// micro-batches; C's contents are read. Costs one copy of this rank's C
+  /// and one addition pass over it per call.
+  bool accumulate = false;
 };
 
 /// Options of matmul_reduce_scatter (transposes as in ag_options).
@@ -117,6 +122,8 @@ struct rs_options {
   /// R * 2^-8 of sum |a_k b_k| instead of one final rounding. The bulk
   /// strategy always reduces in fp32 (MPI has no bf16 sum).
   bool bf16_transfers = false;
+  /// C += the op's result (see ag_options::accumulate).
+  bool accumulate = false;
 };
 
 }  // namespace overlap
