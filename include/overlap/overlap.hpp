@@ -23,6 +23,7 @@
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/matmul_reduce_scatter.hpp"
 #include "overlap/ops/options.hpp"
+#include "overlap/ops/shared_gather.hpp"
 #include "overlap/schedule/calibration.hpp"
 #include "overlap/schedule/schedule.hpp"
 
