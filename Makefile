@@ -61,15 +61,15 @@ asan: deps
 	bash tests/asan.sh $(BUILD)-asan
 
 # ThreadSanitizer over the progress thread: the engine tests (a progress
-# thread testing requests while a step computes, and a failing step) and
-# every policy x strategy at 3 ranks, built with -fsanitize=thread in
+# thread testing requests while a step computes, and a failing step),
+# every policy x strategy at 3 ranks, and started ops (the worker thread), built with -fsanitize=thread in
 # $(BUILD)-tsan. Fails on any report. MPI and OpenMP are not instrumented;
 # tests/tsan.supp lists what is suppressed there and why.
 TSAN_FLAGS := -fsanitize=thread -g -O1
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" \
 	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DOVERLAP_BUILD_APPS=OFF -DOVERLAP_BUILD_BENCH=OFF
-	cmake --build $(BUILD)-tsan -j $(JOBS) --target backend_test progress_test
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target backend_test progress_test start_test
 	bash tests/tsan.sh $(BUILD)-tsan
 
 # Layout and static checks (.clang-format, .clang-tidy): clang-format must

@@ -11,11 +11,13 @@
 
 namespace overlap::detail {
 
-#define OVERLAP_INSTANTIATE(T)                                                                          \
-  template void all_gather_matmul_impl<T>(context&, const ag_args<T>&, const ag_options&);              \
-  template schedule all_gather_matmul_schedule_impl<T>(context&, const ag_args<T>&, const ag_options&); \
-  template void matmul_reduce_scatter_impl<T>(context&, const rs_args<T>&, const rs_options&);          \
-  template schedule matmul_reduce_scatter_schedule_impl<T>(context&, const rs_args<T>&, const rs_options&);
+#define OVERLAP_INSTANTIATE(T)                                                                              \
+  template void all_gather_matmul_impl<T>(context&, const ag_args<T>&, const ag_options&);                  \
+  template schedule all_gather_matmul_schedule_impl<T>(context&, const ag_args<T>&, const ag_options&);     \
+  template void matmul_reduce_scatter_impl<T>(context&, const rs_args<T>&, const rs_options&);              \
+  template schedule matmul_reduce_scatter_schedule_impl<T>(context&, const rs_args<T>&, const rs_options&); \
+  template pending all_gather_matmul_start_impl<T>(context&, const ag_args<T>&, const ag_options&);         \
+  template pending matmul_reduce_scatter_start_impl<T>(context&, const rs_args<T>&, const rs_options&);
 OVERLAP_FOR_EACH_ELEMENT(OVERLAP_INSTANTIATE)
 #undef OVERLAP_INSTANTIATE
 

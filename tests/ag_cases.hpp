@@ -8,6 +8,7 @@
 
 #include "overlap/overlap.hpp"
 #include "reference.hpp"
+#include "started.hpp"
 
 namespace testing_support {
 
@@ -24,6 +25,7 @@ struct ag_case {
   bool bias = false;
   overlap::algorithm algorithm = overlap::algorithm::automatic;
   bool accumulate = false;  ///< C += result, C starting with this rank's values
+  bool started = false;     ///< start_all_gather_matmul, independent work, wait()
 
   [[nodiscard]] std::string name() const {
     std::ostringstream s;
@@ -71,10 +73,17 @@ double run_ag_case(overlap::context& ctx, const ag_case& cs) {
   opt.gathered = cs.variant;
   set_common_options(opt, cs, bias);
   opt.accumulate = cs.accumulate;
-  if (cs.with_out)
+  if (cs.started) {
+    overlap::pending op =
+        cs.with_out ? overlap::start_all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), out.view(), opt)
+                    : overlap::start_all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), opt);
+    independent_work(ctx);
+    op.wait();
+  } else if (cs.with_out) {
     overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), out.view(), opt);
-  else
+  } else {
     overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), opt);
+  }
 
   auto ref = lhs ? naive_matmul(X, other) : naive_matmul(other, X);
   reference_epilogue(ref, bias_ref, cs.act);

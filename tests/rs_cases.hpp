@@ -9,6 +9,7 @@
 
 #include "overlap/overlap.hpp"
 #include "reference.hpp"
+#include "started.hpp"
 
 namespace testing_support {
 
@@ -26,6 +27,7 @@ struct rs_case {
   bool bf16_transfers = false;
   overlap::algorithm algorithm = overlap::algorithm::automatic;
   bool accumulate = false;  ///< C += result, C starting with this rank's values
+  bool started = false;     ///< start_matmul_reduce_scatter, independent work, wait()
 
   [[nodiscard]] std::string name() const {
     std::ostringstream s;
@@ -63,7 +65,13 @@ double run_rs_case(overlap::context& ctx, const rs_case& cs) {
   set_common_options(opt, cs, bias);
   opt.bf16_transfers = cs.bf16_transfers;
   opt.accumulate = cs.accumulate;
-  overlap::matmul_reduce_scatter<T>(ctx, a.cview(), b.cview(), c.view(), opt);
+  if (cs.started) {
+    overlap::pending op = overlap::start_matmul_reduce_scatter<T>(ctx, a.cview(), b.cview(), c.view(), opt);
+    independent_work(ctx);
+    op.wait();
+  } else {
+    overlap::matmul_reduce_scatter<T>(ctx, a.cview(), b.cview(), c.view(), opt);
+  }
 
   auto ref = naive_matmul(A, B);
   // This rank's block of the reference, then the epilogue with its bias.

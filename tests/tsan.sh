@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make tsan`: runs the ThreadSanitizer build of the engine and progress tests
+# `make tsan`: runs the ThreadSanitizer build of the engine, progress and started-op tests
 # and fails on any report (halt_on_error makes the process exit non-zero).
 set -euo pipefail
 build=${1:?usage: tsan.sh TSAN_BUILD_DIR}
@@ -11,4 +11,7 @@ run 1 "$build/tests/backend_test" --gtest_filter='ring_engine.*'
 # The progress thread with both strategies and both ops, sleeping and yielding.
 run 3 "$build/tests/progress_test" --gtest_filter='*thread*'
 run 2 "$build/tests/progress_test" --gtest_filter='*thread_yield*'
+# Started ops: the worker thread runs the ring (with the progress thread)
+# while the caller computes, checks the context, or runs another context.
+run 2 "$build/tests/start_test" --gtest_filter='start.every_variant_and_schedule_f32:start.one_op*:start.another*:start.an_unwaited*'
 echo "tsan: no data race reported"

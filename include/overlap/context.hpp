@@ -19,6 +19,7 @@
 #include "overlap/backend/gemm.hpp"
 #include "overlap/config.hpp"
 #include "overlap/engine/progress.hpp"
+#include "overlap/engine/worker.hpp"
 #include "overlap/failure.hpp"
 #include "overlap/flavour.hpp"
 #include "overlap/mpi/communicator.hpp"
@@ -111,8 +112,8 @@ class context {
   /// each shape builds its plan again. Local: other ranks notice the missing
   /// plan at their next call and rebuild with this rank.
   void clear_plans() {
-    index_.clear();
-    plans_.clear();
+    if (busy()) throw std::logic_error("overlap::context::clear_plans: an op started on this context is in flight");
+    drop_plans();
   }
   /// True when every rank of the communicator shares one node (MPI moves data
   /// through shared memory: copies done by the cores that also compute).
@@ -136,6 +137,9 @@ class context {
   [[nodiscard]] size_t plans_built() const noexcept { return plans_built_; }
   /// True after a fatal error under fatal_policy::throw_error: every op throws.
   [[nodiscard]] bool failed() const noexcept { return !failure_.empty(); }
+  /// True while an op started on this context (start_all_gather_matmul,
+  /// start_matmul_reduce_scatter) has not been waited for.
+  [[nodiscard]] bool busy() const { return worker_ && worker_->busy(); }
 
   /// The backend that multiplies operands of type t under this context's
   /// config; std::invalid_argument for a combination no backend has.
@@ -237,6 +241,10 @@ class context {
   /// or the context failed earlier under fatal_policy::throw_error.
   void check_usable(const char* op) const {
     detail::require_mpi_running(op);
+    if (busy())
+      throw std::logic_error(std::string(op) +
+                             ": an op started on this context is in flight; wait() for it first (one op in flight "
+                             "per context)");
     if (!failure_.empty())
       throw std::logic_error(std::string(op) + ": this context failed earlier and cannot be used (" + failure_ +
                              "); end the job, or create a new context on all ranks");
@@ -269,6 +277,25 @@ class context {
       }
     }
     if (rc != MPI_SUCCESS) fatal(describe() + ": " + detail::mpi_error_text(rc), call, rc, error_source::mpi);
+  }
+
+  /// Collective: the worker that runs started ops (created on first use, on
+  /// every rank; MPI_THREAD_MULTIPLE needed), agreed like any other failure.
+  engine::worker& start_worker(const char* op) {
+    detail::failure local;
+    try {
+      int provided = MPI_THREAD_SINGLE;
+      OVERLAP_MPI(MPI_Query_thread, &provided);
+      if (provided < MPI_THREAD_MULTIPLE)
+        throw std::invalid_argument(std::string(op) +
+                                    ": a started op runs on a second thread, which needs MPI_THREAD_MULTIPLE; "
+                                    "initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
+      if (!worker_) worker_ = std::make_unique<engine::worker>();
+    } catch (...) {
+      local = detail::failure::capture(std::current_exception());
+    }
+    agree_on(local, op);
+    return *worker_;
   }
 
   /// Collective: every rank learns whether any rank's `mine` failed; if one
@@ -329,7 +356,7 @@ class context {
     for (auto& entry : plans_) g.plans.push_back(std::move(entry.second));
     g.scratch.push_back(std::move(scratch_));
     scratch_ = std::make_unique<detail::agreement_scratch>();
-    clear_plans();
+    drop_plans();
     throw error(source, code, call, what);
   }
 
@@ -374,6 +401,11 @@ class context {
   /// What a context sets up on this rank alone.
   void prepare_local();
 
+  void drop_plans() noexcept {
+    index_.clear();
+    plans_.clear();
+  }
+
   static void poll(void* group) { static_cast<mpi::request_group*>(group)->test_all(); }
 
   /// Collective: where the ranks sit (nodes, world ranks) and the ring that
@@ -401,6 +433,8 @@ class context {
   size_t plans_built_ = 0;
   std::unique_ptr<mpi::request_group> requests_ = std::make_unique<mpi::request_group>();
   std::unique_ptr<detail::agreement_scratch> scratch_ = std::make_unique<detail::agreement_scratch>();
+  /// Runs started ops; last, so it ends (after its job) before what the job uses.
+  std::unique_ptr<engine::worker> worker_;
 };
 
 }  // namespace overlap

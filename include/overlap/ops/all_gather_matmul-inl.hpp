@@ -836,6 +836,22 @@ void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options&
   if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.add_to(x.c); });
 }
 
+/// The call, started: prepared here, run (with accumulate's save and add)
+/// as the worker's job.
+template <class T>
+pending all_gather_matmul_start_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
+  const char* who = "overlap::start_all_gather_matmul";
+  ctx.check_usable(who);
+  engine::worker& w = ctx.start_worker(who);
+  ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
+  w.post([&ctx, &plan, x, opt] {
+    if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.save(x.c); });
+    ag_run(ctx, plan, x, opt);
+    if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.add_to(x.c); });
+  });
+  return pending(&w);
+}
+
 /// The schedule a call runs (builds and caches its plan).
 template <class T>
 schedule all_gather_matmul_schedule_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
@@ -845,9 +861,10 @@ schedule all_gather_matmul_schedule_impl(context& ctx, const ag_args<T>& x, cons
 
 #ifdef OVERLAP_COMPILED
 // Instantiated once in the compiled library (src/instantiations.cpp).
-#define OVERLAP_AG_EXTERN(T)                                                                      \
-  extern template void all_gather_matmul_impl<T>(context&, const ag_args<T>&, const ag_options&); \
-  extern template schedule all_gather_matmul_schedule_impl<T>(context&, const ag_args<T>&, const ag_options&);
+#define OVERLAP_AG_EXTERN(T)                                                                                   \
+  extern template void all_gather_matmul_impl<T>(context&, const ag_args<T>&, const ag_options&);              \
+  extern template schedule all_gather_matmul_schedule_impl<T>(context&, const ag_args<T>&, const ag_options&); \
+  extern template pending all_gather_matmul_start_impl<T>(context&, const ag_args<T>&, const ag_options&);
 OVERLAP_FOR_EACH_ELEMENT(OVERLAP_AG_EXTERN)
 #undef OVERLAP_AG_EXTERN
 #endif

@@ -8,6 +8,7 @@
 #include "overlap/flavour.hpp"
 #include "overlap/matrix.hpp"
 #include "overlap/ops/options.hpp"
+#include "overlap/ops/pending.hpp"
 #include "overlap/schedule/schedule.hpp"
 
 namespace overlap {
@@ -27,6 +28,8 @@ template <class T>
 void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options& opt);
 template <class T>
 schedule all_gather_matmul_schedule_impl(context& ctx, const ag_args<T>& x, const ag_options& opt);
+template <class T>
+pending all_gather_matmul_start_impl(context& ctx, const ag_args<T>& x, const ag_options& opt);
 
 }  // namespace detail
 
@@ -54,6 +57,34 @@ void all_gather_matmul(context& ctx, matrix_view<const T> a, matrix_view<const T
                        matrix_view<T> gathered_out, const ag_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
   detail::all_gather_matmul_impl<T>(ctx, detail::ag_args<T>{a, b, c, gathered_out, true}, opt);
+}
+
+/// all_gather_matmul, started: the checks, the agreement and the plan happen
+/// here, on the calling thread, with the call's rules (bad input raises
+/// std::invalid_argument on every rank, nothing started); the transfers and
+/// partial products then run on the context's worker thread while this
+/// thread computes something independent, e.g. the weight-gradient GEMM of a
+/// backward pass. c (and gathered_out) are complete after wait().
+///
+/// Collective over ctx (start); wait() is local. One op in flight per
+/// context: until wait() returns, every op on ctx (and clear_plans) throws
+/// std::logic_error; ops on other contexts and the caller's own MPI calls
+/// may run (MPI_THREAD_MULTIPLE is required). a, b, c and the bias must stay
+/// valid and c untouched until wait(); do not move or destroy ctx meanwhile.
+/// The worker's GEMMs share the cores with what this thread computes.
+template <class T>
+[[nodiscard]] pending start_all_gather_matmul(context& ctx, matrix_view<const T> a, matrix_view<const T> b,
+                                              matrix_view<T> c, const ag_options& opt = {}) {
+  static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
+  return detail::all_gather_matmul_start_impl<T>(ctx, detail::ag_args<T>{a, b, c, {}, false}, opt);
+}
+/// As above, with the gathered operand also written into gathered_out.
+template <class T>
+[[nodiscard]] pending start_all_gather_matmul(context& ctx, matrix_view<const T> a, matrix_view<const T> b,
+                                              matrix_view<T> c, matrix_view<T> gathered_out,
+                                              const ag_options& opt = {}) {
+  static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
+  return detail::all_gather_matmul_start_impl<T>(ctx, detail::ag_args<T>{a, b, c, gathered_out, true}, opt);
 }
 
 /// The schedule all_gather_matmul runs for these arguments (the same on

@@ -613,6 +613,21 @@ void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_opti
   if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.add_to(x.c); });
 }
 
+/// The call, started (see all_gather_matmul_start_impl).
+template <class T>
+pending matmul_reduce_scatter_start_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
+  const char* who = "overlap::start_matmul_reduce_scatter";
+  ctx.check_usable(who);
+  engine::worker& w = ctx.start_worker(who);
+  rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
+  w.post([&ctx, &plan, x, opt] {
+    if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.save(x.c); });
+    rs_run(ctx, plan, x, opt);
+    if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.add_to(x.c); });
+  });
+  return pending(&w);
+}
+
 /// The schedule a call runs (builds and caches its plan).
 template <class T>
 schedule matmul_reduce_scatter_schedule_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
@@ -622,9 +637,10 @@ schedule matmul_reduce_scatter_schedule_impl(context& ctx, const rs_args<T>& x, 
 
 #ifdef OVERLAP_COMPILED
 // Instantiated once in the compiled library (src/instantiations.cpp).
-#define OVERLAP_RS_EXTERN(T)                                                                          \
-  extern template void matmul_reduce_scatter_impl<T>(context&, const rs_args<T>&, const rs_options&); \
-  extern template schedule matmul_reduce_scatter_schedule_impl<T>(context&, const rs_args<T>&, const rs_options&);
+#define OVERLAP_RS_EXTERN(T)                                                                                       \
+  extern template void matmul_reduce_scatter_impl<T>(context&, const rs_args<T>&, const rs_options&);              \
+  extern template schedule matmul_reduce_scatter_schedule_impl<T>(context&, const rs_args<T>&, const rs_options&); \
+  extern template pending matmul_reduce_scatter_start_impl<T>(context&, const rs_args<T>&, const rs_options&);
 OVERLAP_FOR_EACH_ELEMENT(OVERLAP_RS_EXTERN)
 #undef OVERLAP_RS_EXTERN
 #endif

@@ -7,6 +7,7 @@
 #include "overlap/flavour.hpp"
 #include "overlap/matrix.hpp"
 #include "overlap/ops/options.hpp"
+#include "overlap/ops/pending.hpp"
 #include "overlap/schedule/schedule.hpp"
 
 namespace overlap {
@@ -24,6 +25,8 @@ template <class T>
 void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_options& opt);
 template <class T>
 schedule matmul_reduce_scatter_schedule_impl(context& ctx, const rs_args<T>& x, const rs_options& opt);
+template <class T>
+pending matmul_reduce_scatter_start_impl(context& ctx, const rs_args<T>& x, const rs_options& opt);
 
 }  // namespace detail
 
@@ -43,6 +46,16 @@ void matmul_reduce_scatter(context& ctx, matrix_view<const T> a, matrix_view<con
                            const rs_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
   detail::matmul_reduce_scatter_impl<T>(ctx, detail::rs_args<T>{a, b, c}, opt);
+}
+
+/// matmul_reduce_scatter, started: as start_all_gather_matmul (checks,
+/// agreement and plan here, the ring on the context's worker thread, c
+/// complete after wait(); one op in flight per context).
+template <class T>
+[[nodiscard]] pending start_matmul_reduce_scatter(context& ctx, matrix_view<const T> a, matrix_view<const T> b,
+                                                  matrix_view<T> c, const rs_options& opt = {}) {
+  static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
+  return detail::matmul_reduce_scatter_start_impl<T>(ctx, detail::rs_args<T>{a, b, c}, opt);
 }
 
 /// The schedule matmul_reduce_scatter runs for these arguments (the same on

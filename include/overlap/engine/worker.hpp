@@ -1,0 +1,92 @@
+#pragma once
+/// @file
+/// The worker of a context: one thread that runs the part of an op after the
+/// ranks agreed to run it (the ring, a collective), while the caller computes
+/// something else (start_all_gather_matmul, start_matmul_reduce_scatter).
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace overlap::engine {
+
+/// One job at a time: post() hands it over, wait() blocks until it ended and
+/// rethrows what it threw. The thread starts with the worker and ends with it.
+class worker {
+ public:
+  worker() : thread_([this] { loop(); }) {}
+  worker(const worker&) = delete;
+  worker& operator=(const worker&) = delete;
+  ~worker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();  // after the job in hand, if any
+  }
+
+  /// Starts job on the worker's thread; the worker must be idle.
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = std::move(job);
+      running_ = true;
+      claimed_ = false;
+      failure_ = nullptr;
+    }
+    cv_.notify_all();
+  }
+  /// True from post() until wait() returned (the job may have ended).
+  [[nodiscard]] bool busy() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !claimed_;
+  }
+  /// Blocks until the job ended; rethrows what it threw. Idle: returns.
+  void wait() {
+    std::exception_ptr failure;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return !running_; });
+      claimed_ = true;
+      failure = std::exchange(failure_, nullptr);
+    }
+    if (failure) std::rethrow_exception(failure);
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || static_cast<bool>(job_); });
+      if (!job_) return;  // stopping, nothing in hand
+      std::function<void()> job = std::move(job_);
+      job_ = nullptr;
+      lock.unlock();
+      std::exception_ptr failure;
+      try {
+        job();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      lock.lock();
+      failure_ = failure;
+      running_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  std::exception_ptr failure_;
+  bool running_ = false;  ///< a job is in hand
+  bool claimed_ = true;   ///< wait() returned since the last post()
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
+}  // namespace overlap::engine

@@ -1,0 +1,57 @@
+#pragma once
+/// @file
+/// The handle of a started op (start_all_gather_matmul,
+/// start_matmul_reduce_scatter): the caller computes something else while
+/// the op's transfers and partial products run, then waits.
+
+#include <cstdio>
+#include <exception>
+#include <utility>
+
+#include "overlap/engine/worker.hpp"
+
+namespace overlap {
+
+/// An op in flight on a context's worker thread. wait() blocks until the op
+/// has finished and rethrows its error (overlap::error after a fatal failure
+/// under OVERLAP_ON_FATAL=throw); the destructor waits too, printing an error
+/// nobody waited for. Move-only; a default-constructed handle holds nothing.
+class pending {
+ public:
+  pending() = default;
+  explicit pending(engine::worker* w) noexcept : w_(w) {}
+  pending(const pending&) = delete;
+  pending& operator=(const pending&) = delete;
+  pending(pending&& other) noexcept : w_(std::exchange(other.w_, nullptr)) {}
+  pending& operator=(pending&& other) noexcept {
+    if (this != &other) {
+      finish_quietly();
+      w_ = std::exchange(other.w_, nullptr);
+    }
+    return *this;
+  }
+  ~pending() { finish_quietly(); }
+
+  /// Blocks until the op has finished (its output is then complete);
+  /// rethrows what it threw. Local: only this rank waits.
+  void wait() {
+    if (engine::worker* w = std::exchange(w_, nullptr)) w->wait();
+  }
+  /// True until wait() returned (or the handle was moved from).
+  [[nodiscard]] bool valid() const noexcept { return w_ != nullptr; }
+
+ private:
+  void finish_quietly() noexcept {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "overlap: a started op failed and nobody waited for it: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "overlap: a started op failed and nobody waited for it\n");
+    }
+  }
+
+  engine::worker* w_ = nullptr;
+};
+
+}  // namespace overlap
