@@ -85,6 +85,10 @@ class mesh {
     throw std::invalid_argument("overlap::mesh: no axis named '" + axis + "' (axes: " + names + ")");
   }
 
+  void agree_on_axes(MPI_Comm comm, int rank, const std::string& who) const;
+  void make_communicators(MPI_Comm comm, int rank);
+  void make_contexts(const overlap::config& cfg, const std::string& who);
+
   std::vector<mesh_axis> axes_;
   std::vector<int> coords_;
   mpi::communicator cart_;
@@ -134,8 +138,17 @@ inline mesh::mesh(MPI_Comm comm, std::vector<mesh_axis> axes, const overlap::con
   int rank = 0, ranks = 1;
   OVERLAP_MPI(MPI_Comm_rank, comm, &rank);
   OVERLAP_MPI(MPI_Comm_size, comm, &ranks);
-  // The ranks must give one shape: compare every rank's text with rank 0's.
-  std::string mine = detail::axes_text(axes_);
+  agree_on_axes(comm, rank, who);
+  // The same axes and size everywhere: every rank finds the same problem.
+  if (const std::string why = detail::resolve_axes(axes_, ranks); !why.empty())
+    throw std::invalid_argument(who + ": " + why);
+  make_communicators(comm, rank);
+  make_contexts(cfg, who);
+}
+
+inline void mesh::agree_on_axes(MPI_Comm comm, int rank, const std::string& who) const {
+  // Every rank's text of the axes against rank 0's.
+  const std::string mine = detail::axes_text(axes_);
   auto n = static_cast<int64_t>(mine.size());
   OVERLAP_MPI(MPI_Bcast, &n, 1, MPI_INT64_T, 0, comm);
   std::string first(static_cast<size_t>(n), '\0');
@@ -146,9 +159,9 @@ inline mesh::mesh(MPI_Comm comm, std::vector<mesh_axis> axes, const overlap::con
   if (any != 0)
     throw std::invalid_argument(who + ": the ranks gave different axes (rank 0: " + first + " this rank: " + mine +
                                 "); every rank must give the same");
-  // The same axes and size everywhere: every rank finds the same problem.
-  if (const std::string why = detail::resolve_axes(axes_, ranks); !why.empty())
-    throw std::invalid_argument(who + ": " + why);
+}
+
+inline void mesh::make_communicators(MPI_Comm comm, int rank) {
   const int nd = static_cast<int>(axes_.size());
   std::vector<int> dims, periods(axes_.size(), 0);
   for (const mesh_axis& a : axes_) dims.push_back(a.size);
@@ -164,6 +177,9 @@ inline mesh::mesh(MPI_Comm comm, std::vector<mesh_axis> axes, const overlap::con
     OVERLAP_MPI(MPI_Cart_sub, cart, remain.data(), &sub);
     along_.push_back(mpi::communicator::adopt(sub));
   }
+}
+
+inline void mesh::make_contexts(const overlap::config& cfg, const std::string& who) {
   // A context's constructor fails on every rank of its group alike, but the
   // groups along an axis are several: all ranks learn whether any failed.
   contexts_.resize(axes_.size());
@@ -176,7 +192,7 @@ inline mesh::mesh(MPI_Comm comm, std::vector<mesh_axis> axes, const overlap::con
       failed = detail::failure::capture(std::current_exception());
     }
     int bad = failed.failed() ? 1 : 0, any_bad = 0;
-    OVERLAP_MPI(MPI_Allreduce, &bad, &any_bad, 1, MPI_INT, MPI_MAX, cart);
+    OVERLAP_MPI(MPI_Allreduce, &bad, &any_bad, 1, MPI_INT, MPI_MAX, cart_.get());
     if (failed.failed()) failed.raise(who + ": the context of axis '" + axes_[i].name + "'");
     if (any_bad != 0)
       throw std::runtime_error(who + ": creating the context of axis '" + axes_[i].name +

@@ -37,43 +37,48 @@ struct shared_gather_parts {
   void prepare(const std::vector<matrix_view<const T>>& others, const std::vector<matrix_view<T>>& cs,
                const ag_options& opt) {
     lhs = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::lhs_cols;
-    const std::string who = "overlap::all_gather_matmul (several products): ";
     if (others.empty() || others.size() != cs.size())
-      throw std::invalid_argument(who + "needs one output per other operand and at least one (" +
-                                  std::to_string(others.size()) + " operands, " + std::to_string(cs.size()) +
-                                  " outputs)");
-    if (opt.epilogue.bias)
-      throw std::invalid_argument(who + "a bias is per output: make one call per output for biases");
+      fail("needs one output per other operand and at least one (" + std::to_string(others.size()) + " operands, " +
+           std::to_string(cs.size()) + " outputs)");
+    if (opt.epilogue.bias) fail("a bias is per output: make one call per output for biases");
     const bool t = lhs ? opt.transpose_b : opt.transpose_a;
     for (size_t i = 0; i < others.size(); ++i) {
-      const std::string at = " " + std::to_string(i);
-      const matrix_view<const T>& o = others[i];
-      const int64_t o_rows = t ? o.cols : o.rows, o_cols = t ? o.rows : o.cols;
-      const int64_t kk = lhs ? o_rows : o_cols, own = lhs ? o_cols : o_rows;
-      if (o.rows > 0 && o.cols > 0 && (o.data == nullptr || o.ld < o.cols))
-        throw std::invalid_argument(who + "operand" + at + " has no data or ld < cols");
-      if (k >= 0 && kk != k)
-        throw std::invalid_argument(who + "operand" + at + " has contracting extent " + std::to_string(kk) +
-                                    ", operand 0 has " + std::to_string(k));
-      k = kk;
-      const matrix_view<T>& c = cs[i];
-      const int64_t c_own = lhs ? c.cols : c.rows, c_fixed = lhs ? c.rows : c.cols;
-      if (c_own != own)
-        throw std::invalid_argument(who + "output" + at + " is " + std::to_string(c.rows) + " x " +
-                                    std::to_string(c.cols) + "; its " + (lhs ? "columns" : "rows") +
-                                    " must match operand" + at + "'s " + std::to_string(own));
-      if (fixed >= 0 && c_fixed != fixed)
-        throw std::invalid_argument(who + "output" + at + " has " + std::to_string(c_fixed) +
-                                    (lhs ? " rows" : " columns") + ", output 0 has " + std::to_string(fixed));
-      fixed = c_fixed;
-      if (c.rows > 0 && c.cols > 0 && (c.data == nullptr || c.ld < c.cols))
-        throw std::invalid_argument(who + "output" + at + " has no data or ld < cols");
+      const int64_t own = check_other(i, others[i], t);
+      check_output(i, cs[i], own);
       offsets.push_back(total);
       total += own;
     }
     packed.resize(static_cast<size_t>(k * total));
     out.resize(static_cast<size_t>(fixed * total));
     for (size_t i = 0; i < others.size(); ++i) pack(others[i], t, offsets[i]);
+  }
+  [[noreturn]] static void fail(const std::string& what) {
+    throw std::invalid_argument("overlap::all_gather_matmul (several products): " + what);
+  }
+  /// Operand i (stored transposed when t): its own output extent; sets k.
+  int64_t check_other(size_t i, const matrix_view<const T>& o, bool t) {
+    const int64_t o_rows = t ? o.cols : o.rows, o_cols = t ? o.rows : o.cols;
+    const int64_t kk = lhs ? o_rows : o_cols;
+    if (o.rows > 0 && o.cols > 0 && (o.data == nullptr || o.ld < o.cols))
+      fail("operand " + std::to_string(i) + " has no data or ld < cols");
+    if (k >= 0 && kk != k)
+      fail("operand " + std::to_string(i) + " has contracting extent " + std::to_string(kk) + ", operand 0 has " +
+           std::to_string(k));
+    k = kk;
+    return lhs ? o_cols : o_rows;
+  }
+  /// Output i against its operand's extent `own`; sets fixed.
+  void check_output(size_t i, const matrix_view<T>& c, int64_t own) {
+    const int64_t c_own = lhs ? c.cols : c.rows, c_fixed = lhs ? c.rows : c.cols;
+    if (c_own != own)
+      fail("output " + std::to_string(i) + " is " + std::to_string(c.rows) + " x " + std::to_string(c.cols) + "; its " +
+           (lhs ? "columns" : "rows") + " must match operand " + std::to_string(i) + "'s " + std::to_string(own));
+    if (fixed >= 0 && c_fixed != fixed)
+      fail("output " + std::to_string(i) + " has " + std::to_string(c_fixed) + (lhs ? " rows" : " columns") +
+           ", output 0 has " + std::to_string(fixed));
+    fixed = c_fixed;
+    if (c.rows > 0 && c.cols > 0 && (c.data == nullptr || c.ld < c.cols))
+      fail("output " + std::to_string(i) + " has no data or ld < cols");
   }
   /// op(o) into its place in packed (no transpose left).
   void pack(const matrix_view<const T>& o, bool t, int64_t at) {
