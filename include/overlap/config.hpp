@@ -158,6 +158,10 @@ struct config {
   /// asks for strategy::automatic; on one node, automatic is bulk without a
   /// model unless a file is given (docs/design.md, "Choosing a schedule").
   std::string calibration;
+  /// A directory: every rank writes its timeline there (rank<world
+  /// rank>.json, the Chrome trace format; see engine/trace.hpp and
+  /// tools/trace/render.py). Empty: off, and nothing is recorded.
+  std::string trace;
 
   /// The defaults above, overridden by the environment variables listed in
   /// settings(). Throws std::invalid_argument on a malformed or out-of-range
@@ -315,6 +319,8 @@ setting make_setting(const char* variable, const char* field, const char* meanin
       make_setting<&config::calibration>("OVERLAP_CALIBRATION", "calibration",
                                          "cost model calibration file (overlap-calibrate); empty: measured when "
                                          "needed"),
+      make_setting<&config::trace>("OVERLAP_TRACE", "trace",
+                                   "directory of a Chrome trace per rank (rank<R>.json); empty: off"),
       make_setting<&config::phases>(nullptr, "phases", "benchmarks only: which halves of a schedule run"),
   };
   return table;

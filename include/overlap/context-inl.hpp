@@ -14,6 +14,7 @@
 #include "overlap/backend/eigen.hpp"
 #include "overlap/backend/onednn.hpp"
 #include "overlap/context.hpp"
+#include "overlap/engine/trace.hpp"
 
 namespace overlap {
 
@@ -48,6 +49,8 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
     }
   }
   agree_on(local, who);
+  // Right after a collective: the ranks' trace clocks start together.
+  if (!cfg_.trace.empty()) start_trace();
   share_calibration();
   requests_->set_timeout(cfg_.timeout_s);
   place_ranks();
@@ -84,7 +87,40 @@ OVERLAP_FUNC void detail::set_ring_for_testing(context& ctx, std::vector<int> or
 
 OVERLAP_FUNC context::context(context&&) noexcept = default;
 OVERLAP_FUNC context& context::operator=(context&&) noexcept = default;
-OVERLAP_FUNC context::~context() = default;
+OVERLAP_FUNC context::~context() {
+  worker_.reset();  // a started op ends first
+  if (trace_ == nullptr || observer_ == nullptr) return;
+  try {
+    trace_->flush();
+  } catch (const std::exception& e) {  // a timeline is not worth a crash
+    std::fprintf(stderr, "overlap: OVERLAP_TRACE: %s\n", e.what());
+  }
+}
+
+namespace detail {
+/// Transfers seen complete, to the timeline: peer (world rank), bytes, lane.
+class trace_observer final : public mpi::request_group::observer {
+ public:
+  trace_observer(engine::trace_recorder* rec, std::vector<int> world) : rec_(rec), world_(std::move(world)) {}
+  [[nodiscard]] double now() const override { return rec_->now(); }
+  void completed(const mpi::request_group::about& what) override {
+    int bytes = 0;
+    if (what.type != MPI_DATATYPE_NULL) MPI_Type_size(what.type, &bytes);
+    const int peer = world_.empty() || what.peer < 0 ? what.peer : world_[static_cast<size_t>(what.peer)];
+    rec_->transfer(what.send, peer, bytes, what.lane, what.posted, rec_->now());
+  }
+
+ private:
+  engine::trace_recorder* rec_;
+  std::vector<int> world_;
+};
+}  // namespace detail
+
+OVERLAP_FUNC void context::start_trace() {
+  trace_ = engine::trace_recorder::open(cfg_.trace, detail::world_rank());
+  observer_ = std::make_unique<detail::trace_observer>(trace_, mpi::world_ranks(comm_.get()));
+  requests_->observe(observer_.get());
+}
 
 OVERLAP_FUNC std::string context::gemm_path(dtype t) const {
   if (backend_for(t) == backend_kind::eigen) return std::string("eigen ") + to_string(t);

@@ -39,6 +39,10 @@ namespace detail {
 void set_ring_for_testing(context& ctx, std::vector<int> order);
 }  // namespace detail
 
+namespace engine {
+class trace_recorder;  // engine/trace.hpp
+}  // namespace engine
+
 namespace backend {
 class eigen_backend;   // backend/eigen.hpp
 class onednn_backend;  // backend/onednn.hpp
@@ -234,6 +238,8 @@ class context {
     return plans_.front().second.get();
   }
   [[nodiscard]] engine::progress_thread* progress() const noexcept { return progress_.get(); }
+  /// The timeline recorder (OVERLAP_TRACE), or null: nothing recorded.
+  [[nodiscard]] engine::trace_recorder* tracer() const noexcept { return trace_; }
   [[nodiscard]] mpi::request_group& requests() noexcept { return *requests_; }
   [[nodiscard]] detail::agreement_scratch& scratch() noexcept { return *scratch_; }
 
@@ -400,6 +406,8 @@ class context {
 
   /// What a context sets up on this rank alone.
   void prepare_local();
+  /// OVERLAP_TRACE: joins the process's recorder and reports transfers to it.
+  void start_trace();
 
   void drop_plans() noexcept {
     index_.clear();
@@ -433,6 +441,8 @@ class context {
   size_t plans_built_ = 0;
   std::unique_ptr<mpi::request_group> requests_ = std::make_unique<mpi::request_group>();
   std::unique_ptr<detail::agreement_scratch> scratch_ = std::make_unique<detail::agreement_scratch>();
+  engine::trace_recorder* trace_ = nullptr;                 ///< the process's recorder (OVERLAP_TRACE), not owned
+  std::unique_ptr<mpi::request_group::observer> observer_;  ///< transfers to the recorder
   /// Runs started ops; last, so it ends (after its job) before what the job uses.
   std::unique_ptr<engine::worker> worker_;
 };

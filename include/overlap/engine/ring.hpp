@@ -16,6 +16,7 @@
 
 #include "overlap/config.hpp"
 #include "overlap/engine/progress.hpp"
+#include "overlap/engine/trace.hpp"
 #include "overlap/error.hpp"
 #include "overlap/mpi/request.hpp"
 
@@ -85,14 +86,54 @@ struct ring_slots {
 /// for the step's transfers, the time computing it, and how many transfers
 /// were outstanding (posted, not yet completed by the engine) when it started
 /// computing (OVERLAP_VERBOSE=2 on rank 0).
-/// `at`, when given, holds the step being run (for error reports).
+/// `at`, when given, holds the step being run (for error reports); `rec`,
+/// when given (OVERLAP_TRACE), records every step's wait and GEMM.
+namespace detail {
+/// Step t's transfers: the receive for step t + lead, the send of step t.
+template <class Pattern>
+void post_step(const ring_links& links, Pattern& pattern, mpi::request_group& requests, const ring_window& w, int t,
+               int steps) {
+  for (int l = 0; l < links.n_lanes; ++l) {
+    const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
+    if (t + w.lead < steps) {
+      const transfer in = pattern.recv(t + w.lead, l);
+      if (in.active())
+        OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, lane.from, lane.tag, links.comm,
+                    requests.add(t + w.lead, {l, lane.from, in.type, false}));
+    }
+    const transfer out = pattern.send(t, l);
+    if (out.active())
+      OVERLAP_MPI(MPI_Isend, out.buf, 1, out.type, lane.to, lane.tag, links.comm,
+                  requests.add(t + 1 + w.send_slack, {l, lane.to, out.type, true}));
+  }
+}
+
+/// Step t's product, with the progress policy's help for the transfers in
+/// flight; the verbose line (trace) and the timeline span (rec).
+template <class Pattern>
+void compute_step(Pattern& pattern, mpi::request_group& requests, progress_thread* progress, int t, int steps,
+                  bool trace, double waited_s, trace_recorder* rec) {
+  const double t1 = trace ? MPI_Wtime() : 0.0;
+  const int in_flight = requests.size();
+  const double c0 = rec != nullptr ? rec->now() : 0.0;
+  progress_scope scope(progress, requests);
+  pattern.compute(t);
+  scope.finish();
+  if (rec != nullptr)
+    rec->span("gemm, step " + std::to_string(t + 1) + "/" + std::to_string(steps), "gemm", trace_recorder::track::steps,
+              c0, rec->now(), {{"outstanding_transfers", in_flight}});
+  if (trace)
+    std::fprintf(stderr, "overlap: ring step %d/%d: waited %.3f ms, computed %.3f ms, %d transfers outstanding\n",
+                 t + 1, steps, waited_s * 1e3, (MPI_Wtime() - t1) * 1e3, in_flight);
+}
+}  // namespace detail
+
 template <class Pattern>
 void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& requests, progress_thread* progress,
-              ring_phases phases = ring_phases::both, bool trace = false, int* at = nullptr) {
+              ring_phases phases = ring_phases::both, bool trace = false, int* at = nullptr,
+              trace_recorder* rec = nullptr) {
   const int steps = pattern.steps();
   const ring_window w = pattern.window();
-  const bool transfers = phases != ring_phases::compute_only;
-  const bool compute = phases != ring_phases::comm_only;
   // If a step throws (an MPI or backend error, or the watchdog), its requests
   // are forgotten (freed, not waited for: a send to a peer that is gone may
   // never complete) so the group is empty again. The peers of this rank
@@ -109,29 +150,13 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
   for (int t = 0; t < steps; ++t) {
     if (at != nullptr) *at = t;
     const double t0 = trace ? MPI_Wtime() : 0.0;
+    const double w0 = rec != nullptr ? rec->now() : 0.0;
     requests.wait_due(t);
-    for (int l = 0; transfers && l < links.n_lanes; ++l) {
-      const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
-      if (t + w.lead < steps) {
-        const transfer in = pattern.recv(t + w.lead, l);
-        if (in.active())
-          OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, lane.from, lane.tag, links.comm,
-                      requests.add(t + w.lead, {l, lane.from, in.type, false}));
-      }
-      const transfer out = pattern.send(t, l);
-      if (out.active())
-        OVERLAP_MPI(MPI_Isend, out.buf, 1, out.type, lane.to, lane.tag, links.comm,
-                    requests.add(t + 1 + w.send_slack, {l, lane.to, out.type, true}));
-    }
-    if (!compute) continue;
-    const double t1 = trace ? MPI_Wtime() : 0.0;
-    const int in_flight = requests.size();
-    progress_scope scope(progress, requests);
-    pattern.compute(t);
-    scope.finish();
-    if (trace)
-      std::fprintf(stderr, "overlap: ring step %d/%d: waited %.3f ms, computed %.3f ms, %d transfers outstanding\n",
-                   t + 1, steps, (t1 - t0) * 1e3, (MPI_Wtime() - t1) * 1e3, in_flight);
+    if (rec != nullptr && rec->now() - w0 > 1.0)  // waits under a microsecond: nothing to see
+      rec->span("wait, step " + std::to_string(t + 1), "wait", trace_recorder::track::steps, w0, rec->now());
+    if (phases != ring_phases::compute_only) detail::post_step(links, pattern, requests, w, t, steps);
+    if (phases != ring_phases::comm_only)
+      detail::compute_step(pattern, requests, progress, t, steps, trace, trace ? MPI_Wtime() - t0 : 0.0, rec);
   }
   if (at != nullptr) *at = steps;
   requests.wait_all();

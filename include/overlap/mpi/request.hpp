@@ -29,6 +29,15 @@ class request_group {
     MPI_Datatype type = MPI_DATATYPE_NULL;  ///< count 1 of it
     bool send = false;
     bool collective = false;  ///< a non-blocking collective (MPI cannot free one that is pending)
+    double posted = 0;        ///< when it was posted (tracing only)
+  };
+  /// Tracing (OVERLAP_TRACE): the clock of post times, and what to do with a
+  /// request the group saw complete (after the wait that completed it).
+  class observer {
+   public:
+    virtual ~observer() = default;
+    [[nodiscard]] virtual double now() const = 0;
+    virtual void completed(const about& what) = 0;
   };
 
   request_group() = default;
@@ -61,6 +70,7 @@ class request_group {
   [[nodiscard]] MPI_Request* add(int deadline, const about& what) {
     due_.push_back(deadline);
     about_.push_back(what);
+    if (observer_ != nullptr) about_.back().posted = observer_->now();
     return &reqs_.emplace_back(MPI_REQUEST_NULL);
   }
   /// Watchdog: waits give up after this many seconds (0: unbounded) with
@@ -69,6 +79,8 @@ class request_group {
   /// The world rank of every peer, for messages (mpi::world_ranks: empty when
   /// the numbers are the world's).
   void set_world_ranks(std::vector<int> world) { world_ = std::move(world); }
+  /// Tracing: o sees every point-to-point request complete (null: off).
+  void observe(observer* o) noexcept { observer_ = o; }
   [[nodiscard]] bool empty() const noexcept { return reqs_.empty(); }
   [[nodiscard]] int size() const noexcept { return static_cast<int>(reqs_.size()); }
 
@@ -102,6 +114,7 @@ class request_group {
       const int rc = MPI_Waitall(size(), reqs_.data(), MPI_STATUSES_IGNORE);
       if (rc != MPI_SUCCESS) overlap::detail::throw_mpi_error(rc, "MPI_Waitall");
     }
+    report(reqs_.size());
     clear();
   }
 
@@ -124,12 +137,19 @@ class request_group {
       const int rc = MPI_Waitall(static_cast<int>(n_due), reqs_.data(), MPI_STATUSES_IGNORE);
       if (rc != MPI_SUCCESS) overlap::detail::throw_mpi_error(rc, "MPI_Waitall");
     }
+    report(n_due);
     reqs_.erase(reqs_.begin(), reqs_.begin() + static_cast<std::ptrdiff_t>(n_due));
     due_.erase(due_.begin(), due_.begin() + static_cast<std::ptrdiff_t>(n_due));
     about_.erase(about_.begin(), about_.begin() + static_cast<std::ptrdiff_t>(n_due));
   }
 
  private:
+  /// Tracing: the first n requests (now complete) to the observer.
+  void report(size_t n) {
+    if (observer_ == nullptr) return;
+    for (size_t i = 0; i < n; ++i)
+      if (!about_[i].collective) observer_->completed(about_[i]);
+  }
   void clear() noexcept {
     reqs_.clear();
     due_.clear();
@@ -178,6 +198,7 @@ class request_group {
   std::vector<about> about_;
   double timeout_s_ = 0;
   std::vector<int> world_;
+  observer* observer_ = nullptr;
 };
 
 }  // namespace overlap::mpi

@@ -55,14 +55,19 @@ void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, op_id op
                     " and sends to " + ctx.rank_name(links.lanes[0].to);
     return s + (lanes == 2 ? "; lane 1 the other way)" : ")");
   };
+  engine::trace_recorder* rec = ctx.tracer();
+  const double t0 = rec != nullptr ? rec->now() : 0.0;
   fatal_on_failure(ctx, plan, "ring", where, [&] {
     if (test_fault.rank == p) {
       faulty_pattern<Pattern> faulty{pattern, test_fault.step};
-      engine::run_ring(links, faulty, ctx.requests(), ctx.progress(), ctx.config().phases, trace, &step);
+      engine::run_ring(links, faulty, ctx.requests(), ctx.progress(), ctx.config().phases, trace, &step, rec);
     } else {
-      engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases, trace, &step);
+      engine::run_ring(links, pattern, ctx.requests(), ctx.progress(), ctx.config().phases, trace, &step, rec);
     }
   });
+  if (rec != nullptr)
+    rec->span(plan.summary, "op", engine::trace_recorder::track::ops, t0, rec->now(),
+              {{"steps", pattern.steps()}, {"lanes", lanes}});
 }
 
 /// Runs a bulk collective of a plan (blocking, or bounded by the watchdog);
@@ -71,7 +76,12 @@ template <class Blocking, class Start>
 void run_collective(context& ctx, const plan_base& plan, const char* call, Blocking&& blocking, Start&& start) {
   if (ctx.config().phases == ring_phases::compute_only) return;
   maybe_stall(ctx.rank());
+  engine::trace_recorder* rec = ctx.tracer();
+  const double t0 = rec != nullptr ? rec->now() : 0.0;
   ctx.collective(call, blocking, start, [&] { return plan.summary; });
+  if (rec != nullptr)
+    rec->span(std::string(call) + ": " + plan.summary, "collective", engine::trace_recorder::track::ops, t0,
+              rec->now());
 }
 
 /// Runs a local compute step outside a ring (a bulk GEMM, packing B, a
@@ -81,8 +91,12 @@ void run_collective(context& ctx, const plan_base& plan, const char* call, Block
 template <class F>
 void run_local_step(context& ctx, const plan_base& plan, F&& f) {
   if (ctx.config().phases == ring_phases::comm_only) return;
+  engine::trace_recorder* rec = ctx.tracer();
+  const double t0 = rec != nullptr ? rec->now() : 0.0;
   try {
     f();
+    if (rec != nullptr)
+      rec->span("local step: " + plan.summary, "gemm", engine::trace_recorder::track::ops, t0, rec->now());
   } catch (const error& e) {
     ctx.fatal(plan.summary + ": " + e.what(), e.call().c_str(), e.code(), e.source());
   }
