@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "overlap/overlap.hpp"
@@ -37,6 +39,26 @@ TEST(settings, every_variable_is_read_checked_and_described) {
     unsetenv(s.variable);
   }
   EXPECT_GE(seen.size(), 12u);
+}
+
+// docs/cluster.md's table of settings names every variable with its default
+// as the code has it (the docs cannot drift from settings()).
+TEST(settings, the_docs_table_matches_the_code) {
+  std::ifstream in(std::string(OVERLAP_SOURCE_DIR) + "/docs/cluster.md");
+  ASSERT_TRUE(in) << "docs/cluster.md not found under " << OVERLAP_SOURCE_DIR;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  for (const overlap::setting& s : overlap::settings()) {
+    if (s.variable == nullptr) continue;
+    const std::string row = "| `" + std::string(s.variable) + "` | ";
+    const size_t at = doc.find(row);
+    ASSERT_NE(at, std::string::npos) << s.variable << " has no row in docs/cluster.md's settings table";
+    const std::string cell = doc.substr(at + row.size(), doc.find(" |", at + row.size()) - at - row.size());
+    const std::string want = s.fallback().empty() ? "(none)" : "`" + s.fallback() + "`";
+    EXPECT_EQ(cell.rfind(want, 0), 0U) << s.variable << ": the docs give the default '" << cell << "', the code '"
+                                       << want << "'";
+  }
 }
 
 TEST(settings, ranges_come_from_the_table) {
