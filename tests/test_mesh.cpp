@@ -18,17 +18,6 @@ using namespace testing_support;
 
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
 /// The world ranks of comm's ranks, in comm's order.
 std::vector<int> members(MPI_Comm comm) {
   int n = 1, me = world_rank();
