@@ -21,8 +21,7 @@ reason=$("$vc" check 2>&1) || skip "${reason#vcluster: }"
 slurm_install
 export VCLUSTER_PREFIX=ovlslurm VCLUSTER_STATE=/tmp/overlap-vcluster-slurm.$$
 sw=$VCLUSTER_PREFIX-sw
-# Not under /tmp: each node gets a /tmp of its own (below).
-slurm_dirs /var/tmp
+slurm_dirs
 cleanup() {
   [ -n "${SLURM_TEST_KEEP_LOGS:-}" ] && cp -r "$dir/log" "$dir/jobs" "$SLURM_TEST_KEEP_LOGS" 2>/dev/null
   slurm_cleanup
@@ -33,16 +32,13 @@ trap cleanup EXIT
 slurm_start_munge
 
 # on_node NAMESPACE HOST CMD...: CMD in a network namespace under its own
-# hostname, with a mount namespace of its own as a real node has: its /tmp
-# (Slurm's PMIx and Open MPI keep per-job directories there, named alike on
-# every node) and its munged at the path slurm.conf names. nsenter, not `ip
-# netns exec`: that remounts /sys, hiding the cgroup tree slurmd needs.
+# hostname, with the node's munged at the path slurm.conf names (a private
+# mount). nsenter, not `ip netns exec`: that remounts /sys, hiding the cgroup
+# tree slurmd needs.
 on_node() {
   local ns=$1 host=$2; shift 2
-  mkdir -p "$dir/tmp-$host" && chmod 1777 "$dir/tmp-$host"
   nsenter --net="/run/netns/$ns" unshare --uts --mount sh -c \
-    'hostname "$0" && mount --bind "$1" "$2" && mount --bind "$3" /tmp && shift 3 && exec "$@"' \
-    "$host" "$dir/munge-$host" "$dir/munge" "$dir/tmp-$host" "$@"
+    'hostname "$0" && mount --bind "$1" "$2" && shift 2 && exec "$@"' "$host" "$dir/munge-$host" "$dir/munge" "$@"
 }
 # Clients talk to slurmctld from the switch's namespace.
 sl() { ip netns exec "$sw" "$@"; }
@@ -54,13 +50,16 @@ cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   echo "SlurmdSpoolDir=$dir/spool/%n"
   echo "SlurmdPidFile=$dir/slurmd-%n.pid"
   echo "SlurmdLogFile=$dir/log/slurmd-%n.log"
+  # Each node's own temporary directory (Slurm's PMIx names its per-job
+  # directories alike on every node; on one file system they would collide).
+  echo "TmpFS=$dir/tmp-%n"
   slurm_conf_common
   echo "NodeName=node0 NodeAddr=198.18.0.1 CPUs=$cpus RealMemory=1000 State=UNKNOWN"
   echo "NodeName=node1 NodeAddr=198.18.0.2 CPUs=$cpus RealMemory=1000 State=UNKNOWN"
   echo "PartitionName=debug Nodes=node0,node1 Default=YES MaxTime=INFINITE State=UP"
 } > "$dir/slurm.conf"
 export SLURM_CONF="$dir/slurm.conf"
-mkdir -p "$dir/spool/node0" "$dir/spool/node1"
+mkdir -p "$dir/spool/node0" "$dir/spool/node1" "$dir/tmp-node0" "$dir/tmp-node1"
 nsenter --net="/run/netns/$sw" unshare --uts sh -c 'hostname ctl && exec "$@"' sh slurmctld -D -f "$SLURM_CONF" \
   > "$dir/log/slurmctld.out" 2>&1 &
 pids+=($!)
