@@ -72,8 +72,11 @@ namespace overlap::mpi {
 [[nodiscard]] inline std::vector<int> ring_by_node(const std::vector<int>& leaders) {
   std::vector<int> order(leaders.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return leaders[static_cast<size_t>(a)] < leaders[static_cast<size_t>(b)]; });
+  // Ties broken by rank (std::sort: no temporary buffer, unlike stable_sort).
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const int la = leaders[static_cast<size_t>(a)], lb = leaders[static_cast<size_t>(b)];
+    return la != lb ? la < lb : a < b;
+  });
   return order;
 }
 
