@@ -49,11 +49,11 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
     }
   }
   agree_on(local, who);
-  // Right after a collective: the ranks' trace clocks start together.
-  if (!cfg_.trace.empty()) start_trace();
   share_calibration();
   requests_->set_timeout(cfg_.timeout_s);
   place_ranks();
+  // Right after place_ranks' collectives: the ranks' trace clocks start together.
+  if (!cfg_.trace.empty()) start_trace();
   if (cfg_.verbose && rank_ == 0)
     std::fprintf(stderr, "overlap: context on %d ranks%s: %s; bf16 products: %s\n", size_,
                  nodes_ == 1 ? " (all on one node)" : (" on " + std::to_string(nodes_) + " nodes").c_str(),
@@ -118,7 +118,7 @@ class trace_observer final : public mpi::request_group::observer {
 
 OVERLAP_FUNC void context::start_trace() {
   trace_ = engine::trace_recorder::open(cfg_.trace, detail::world_rank());
-  observer_ = std::make_unique<detail::trace_observer>(trace_, mpi::world_ranks(comm_.get()));
+  observer_ = std::make_unique<detail::trace_observer>(trace_, world_);
   requests_->observe(observer_.get());
 }
 

@@ -9,6 +9,7 @@
 
 #include "overlap/engine/buffer.hpp"
 #include "overlap/matrix.hpp"
+#include "overlap/ops/run.hpp"
 
 namespace overlap::detail {
 
@@ -39,5 +40,15 @@ struct saved_output {
     }
   }
 };
+
+/// Runs `run` (which writes the op's result into c), keeping c's earlier
+/// contents when the plan accumulates: the one place both ops, blocking or
+/// started, save and add them.
+template <class T, class Run>
+void run_accumulating(context& ctx, const plan_base& plan, saved_output<T>& saved, const matrix_view<T>& c, Run&& run) {
+  if (saved.on) run_local_step(ctx, plan, [&] { saved.save(c); });
+  run();
+  if (saved.on) run_local_step(ctx, plan, [&] { saved.add_to(c); });
+}
 
 }  // namespace overlap::detail

@@ -831,9 +831,7 @@ template <class T>
 void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
   ctx.check_usable("overlap::all_gather_matmul");
   ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
-  if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.save(x.c); });
-  ag_run(ctx, plan, x, opt);
-  if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.add_to(x.c); });
+  run_accumulating(ctx, plan, plan.saved, x.c, [&] { ag_run(ctx, plan, x, opt); });
 }
 
 /// The call, started: prepared here, run (with accumulate's save and add)
@@ -844,11 +842,7 @@ pending all_gather_matmul_start_impl(context& ctx, const ag_args<T>& x, const ag
   ctx.check_usable(who);
   engine::worker& w = ctx.start_worker(who);
   ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
-  w.post([&ctx, &plan, x, opt] {
-    if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.save(x.c); });
-    ag_run(ctx, plan, x, opt);
-    if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.add_to(x.c); });
-  });
+  w.post([&ctx, &plan, x, opt] { run_accumulating(ctx, plan, plan.saved, x.c, [&] { ag_run(ctx, plan, x, opt); }); });
   return pending(&w);
 }
 

@@ -608,9 +608,7 @@ template <class T>
 void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
   ctx.check_usable("overlap::matmul_reduce_scatter");
   rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
-  if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.save(x.c); });
-  rs_run(ctx, plan, x, opt);
-  if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.add_to(x.c); });
+  run_accumulating(ctx, plan, plan.saved, x.c, [&] { rs_run(ctx, plan, x, opt); });
 }
 
 /// The call, started (see all_gather_matmul_start_impl).
@@ -620,11 +618,7 @@ pending matmul_reduce_scatter_start_impl(context& ctx, const rs_args<T>& x, cons
   ctx.check_usable(who);
   engine::worker& w = ctx.start_worker(who);
   rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
-  w.post([&ctx, &plan, x, opt] {
-    if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.save(x.c); });
-    rs_run(ctx, plan, x, opt);
-    if (plan.saved.on) run_local_step(ctx, plan, [&] { plan.saved.add_to(x.c); });
-  });
+  w.post([&ctx, &plan, x, opt] { run_accumulating(ctx, plan, plan.saved, x.c, [&] { rs_run(ctx, plan, x, opt); }); });
   return pending(&w);
 }
 
