@@ -29,8 +29,9 @@ namespace overlap::engine {
 class trace_recorder {
  public:
   /// Thread of an event: ops and ring steps on the caller's (or the
-  /// worker's) thread, transfers as asynchronous spans.
-  enum class track { ops = 0, steps = 1 };
+  /// worker's) thread, transfers as asynchronous spans, the phases of a
+  /// layer (layers/transformer.hpp) on the caller's thread.
+  enum class track { ops = 0, steps = 1, layer = 2 };
 
   /// The recorder for dir, made on first use (the first directory given
   /// wins); its clock starts now: the caller calls it right after a
@@ -96,6 +97,11 @@ class trace_recorder {
                   {"pid", rank_},
                   {"tid", int(track::steps)},
                   {"args", {{"name", "ring steps and transfers"}}}});
+    ev.push_back({{"name", "thread_name"},
+                  {"ph", "M"},
+                  {"pid", rank_},
+                  {"tid", int(track::layer)},
+                  {"args", {{"name", "layer phases"}}}});
     for (const nlohmann::json& e : events_) ev.push_back(e);
     std::ofstream out(path);
     out << doc.dump();

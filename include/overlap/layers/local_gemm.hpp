@@ -1,0 +1,63 @@
+#pragma once
+/// @file
+/// The layer's local products (attention, weight gradients): GEMMs of one
+/// rank, on a backend of their own, so they may run while a started op's
+/// GEMMs run on the context's worker thread (a backend's stream and its
+/// kernels' workspaces are not shared between threads).
+
+#include <map>
+#include <memory>
+#include <type_traits>
+
+#include "overlap/backend/eigen.hpp"
+#include "overlap/backend/gemm.hpp"
+#include "overlap/backend/onednn.hpp"
+
+namespace overlap::layers {
+
+/// C = op(A) op(B) (or C += with accumulate), row-major with leading
+/// dimensions, in float (oneDNN) or double (Eigen). Local: no communication.
+/// Kernels are cached by shape and kept for the object's lifetime. Not
+/// thread-safe: one caller at a time.
+template <class A>
+class local_gemm {
+  static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>, "local products run in float or double");
+
+ public:
+  struct operands {
+    const A* a;
+    int64_t lda;
+    const A* b;
+    int64_t ldb;
+    A* c;
+    int64_t ldc;
+  };
+
+  /// m x n result of op(a) (m x k) times op(b) (k x n); a transposed is
+  /// stored k x m, b transposed is stored n x k.
+  void run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const operands& x, bool accumulate = false) {
+    gemm_desc d = gemm_desc::shape(m, n, k).strides(x.lda, x.ldb, x.ldc).transposed(ta, tb);
+    d.types(dtype_of<A>(), dtype_of<A>()).accumulating(accumulate);
+    if (overlap::detail::run_degenerate(d, x.c, nullptr, nullptr)) return;
+    kernel(d).run(x.a, x.b, x.c);
+  }
+
+ private:
+  const gemm_kernel& kernel(const gemm_desc& d) {
+    auto& k = cache_[d];
+    if (!k) {
+      if constexpr (std::is_same_v<A, double>) {
+        k = backend::eigen_backend{}.make(d);
+      } else {
+        if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
+        k = onednn_->make(d);
+      }
+    }
+    return *k;
+  }
+
+  std::unique_ptr<backend::onednn_backend> onednn_;
+  std::map<gemm_desc, std::shared_ptr<const gemm_kernel>> cache_;
+};
+
+}  // namespace overlap::layers

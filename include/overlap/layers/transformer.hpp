@@ -1,0 +1,118 @@
+#pragma once
+/// @file
+/// A Megatron-style sequence-parallel transformer block, forward and
+/// backward, on the ranks of a context (docs/layer.md):
+///
+///   y1 = LN1(x)                                   local, this rank's tokens
+///   [Q|K|V] = AG_rows(y1) @ Wqkv_r + bqkv_r         all_gather_matmul (y1 gathered kept)
+///   o = causal softmax attention of the local heads  local
+///   a = RS_rows(o @ Wo_r) + bo                     matmul_reduce_scatter
+///   h = x + a;  y2 = LN2(h)                         local
+///   u = gelu(AG_rows(y2) @ W1_r + b1_r)             all_gather_matmul (y2 gathered kept)
+///   out = h + RS_rows(u @ W2_r) + b2                matmul_reduce_scatter
+///
+/// The backward pass runs through the transposed ops (the gradient of an
+/// all-gather matmul is a reduce-scatter matmul and the other way round);
+/// the weight gradients use the gathered activations kept by the forward
+/// pass, and with a decomposed strategy they are computed while the
+/// reduce-scatter of the data gradient runs (a started op).
+///
+/// Header-only: it includes the backends (oneDNN, Eigen) for the local
+/// products, also when the ops come from the compiled library.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "overlap/bfloat16.hpp"
+#include "overlap/context.hpp"
+#include "overlap/engine/trace.hpp"
+#include "overlap/layers/block_params.hpp"
+#include "overlap/layers/local_gemm.hpp"
+#include "overlap/layers/local_math.hpp"
+#include "overlap/mpi/communicator.hpp"
+#include "overlap/ops/all_gather_matmul.hpp"
+#include "overlap/ops/matmul_reduce_scatter.hpp"
+
+namespace overlap::layers {
+
+/// How the block runs its six tensor-parallel products.
+struct block_options {
+  /// The strategy of every op (bulk: one collective and one GEMM each, the
+  /// baseline; ring, bidirectional, automatic: decomposed where chosen).
+  overlap::strategy strategy = overlap::strategy::automatic;
+  /// Compute the weight gradients while the data gradients' reduce-scatters
+  /// run (started ops). Ignored with strategy bulk, which runs every step
+  /// in turn (the baseline).
+  bool overlap_weight_gradients = true;
+};
+
+/// One block on the ranks of a context. T: float, double or bfloat16 (the
+/// type of the ops' operands); the local parts (layer norms, attention,
+/// GELU, weight gradients) run in double for double, else in float.
+///
+/// Collective: the constructor, forward and backward are called by every
+/// rank of the context, in the same order, with the same shape and options.
+/// Not thread-safe; the context must not be used by others meanwhile.
+template <class T>
+class transformer_block {
+ public:
+  using acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+  /// Collective. Checks the shape (hidden divisible by heads, every size
+  /// positive, the same on every rank) and allocates every buffer; a
+  /// failure on any rank throws std::invalid_argument (or std::bad_alloc's
+  /// message) on every rank.
+  transformer_block(context& ctx, const block_shape& shape, const block_options& opt = {});
+
+  [[nodiscard]] const block_layout& layout() const noexcept { return l_; }
+  /// This rank's parameters (set them before forward).
+  [[nodiscard]] block_params<T>& params() noexcept { return w_; }
+  /// This rank's gradients after backward (replicated ones summed over ranks).
+  [[nodiscard]] const block_params<acc>& grads() const noexcept { return g_; }
+
+  /// Collective. out = block(x) for this rank's tokens: x and out are
+  /// layout().rows() x hidden (row-major, ld >= hidden). Keeps what the
+  /// backward pass needs.
+  void forward(matrix_view<const T> x, matrix_view<T> out);
+  /// Collective, after forward: dx = d(loss)/dx and grads() for dout =
+  /// d(loss)/d(out), both rows() x hidden. Gradients are overwritten.
+  void backward(matrix_view<const T> dout, matrix_view<T> dx);
+
+ private:
+  void agree(bool ok, const std::string& what) const;
+  void attention_forward();
+  void mlp_forward(matrix_view<T> out);
+  void mlp_backward();
+  void attention_backward();
+  void sum_replicated_grads();
+  template <class Op, class Local>
+  void overlapped(Op&& op, Local&& local);
+  [[nodiscard]] ag_options ag(bool transpose_b) const;
+  [[nodiscard]] rs_options rs(bool transpose_b) const;
+
+  context* ctx_;
+  mpi::communicator comm_;  ///< the layer's own duplicate: checks and gradient sums
+  block_options opt_;
+  block_layout l_;
+  block_params<T> w_;
+  block_params<acc> g_;
+  local_gemm<acc> gemm_;
+  bool have_forward_ = false;
+
+  // Forward activations (S = seq, n = rows(), d = hidden, w = width(), f = ffn_width()).
+  std::vector<acc> x_, mean1_, rstd1_, h_, mean2_, rstd2_;  // n x d, n
+  std::vector<T> y1_, y1g_, qkv_t_, o_t_, a_t_, y2_, y2g_, upre_t_, u_t_, z_t_;
+  std::vector<acc> qkv_, o_, lse_, upre_, p_, dp_;
+  // Backward scratch.
+  std::vector<acc> dh_, dy_, du_, dqkv_, do_, conv_a_, conv_b_;
+  std::vector<T> dz_t_, dzg_t_, du_t_, dy_t_, dh_t_, dhg_t_, do_t_, dqkv_t_;
+};
+
+}  // namespace overlap::layers
+
+#include "overlap/layers/transformer-inl.hpp"

@@ -1,0 +1,252 @@
+// The tensor-parallel transformer block (overlap/layers/transformer.hpp):
+// forward output, dx and every parameter gradient against a single-rank
+// double-precision reference written with plain loops
+// (transformer_reference.hpp), in f32, bf16 and f64, every strategy, with
+// uneven sequence, head and MLP shards (and ranks holding none); gradients
+// against central finite differences of the distributed f64 block; bad
+// input rejected on every rank.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <overlap/layers/transformer.hpp>
+
+#include "transformer_reference.hpp"
+
+using overlap::layers::block_layout;
+using overlap::layers::block_params;
+using overlap::layers::block_shape;
+using overlap::layers::transformer_block;
+
+namespace {
+
+/// A deterministic value in [-1, 1) for entry (i, j) of a named tensor.
+double uniform(const std::string& name, int64_t i, int64_t j) {
+  uint64_t h = 1469598103934665603ull;
+  for (char ch : name) h = (h ^ uint64_t(uint8_t(ch))) * 1099511628211ull;
+  h ^= uint64_t(i) * 0x9E3779B97F4A7C15ull + uint64_t(j) * 0xC2B2AE3D27D4EB4Full;
+  h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ull, h ^= h >> 33;
+  return double(h >> 11) * 0x1.0p-52 - 1.0;
+}
+
+/// Parameter values of a plausible block: gains near 1, small shifts and
+/// biases, weights scaled by their fan-in.
+double parameter(const block_shape& s, const std::string& name, int64_t i, int64_t j) {
+  const double u = uniform(name, i, j);
+  if (name == "ln1_g" || name == "ln2_g") return 1 + 0.2 * u;
+  if (name[0] == 'b' || name == "ln1_b" || name == "ln2_b") return 0.1 * u;
+  const double fan_in = double(name == "w2" ? s.ffn : s.hidden);
+  return 1.5 * u / std::sqrt(fan_in);
+}
+
+template <class T>
+double rounded(double v) {
+  return overlap::layers::detail::cast<double>(overlap::layers::detail::cast<T>(v));
+}
+
+template <class T>
+struct fixture {
+  block_shape s;
+  reference::block ref;
+  reference::mat x, dout, dx_ref;
+  reference::params g_ref;
+
+  explicit fixture(const block_shape& shape) : s(shape), ref(shape, reference::make_params(shape)) {
+    for (auto& [name, m] : ref.w)
+      for (int64_t i = 0; i < m.r; ++i)
+        for (int64_t j = 0; j < m.c; ++j) m(i, j) = rounded<T>(parameter(s, name, i, j));
+    x = reference::mat(s.seq, s.hidden), dout = reference::mat(s.seq, s.hidden);
+    for (int64_t i = 0; i < s.seq; ++i)
+      for (int64_t j = 0; j < s.hidden; ++j)
+        x(i, j) = rounded<T>(uniform("x", i, j)), dout(i, j) = rounded<T>(uniform("dout", i, j));
+    ref.forward(x);
+    g_ref = ref.backward(dout, dx_ref);
+  }
+
+  void set_params(transformer_block<T>& blk) const {
+    overlap::layers::visit(blk.params(), blk.layout(), [&](const char* name, T& v, int64_t i, int64_t j) {
+      v = overlap::layers::detail::cast<T>(ref.w.at(name)(i, j));
+    });
+  }
+  /// This rank's rows of a global matrix, as T.
+  std::vector<T> rows(const reference::mat& m, const block_layout& l) const {
+    std::vector<T> out(size_t(l.rows() * s.hidden));
+    for (int64_t i = 0; i < l.rows(); ++i)
+      for (int64_t j = 0; j < s.hidden; ++j)
+        out[size_t(i * s.hidden + j)] = overlap::layers::detail::cast<T>(m(l.row_offset() + i, j));
+    return out;
+  }
+};
+
+double max_abs(const reference::mat& m) {
+  double a = 1e-300;
+  for (double v : m.v) a = std::max(a, std::fabs(v));
+  return a;
+}
+
+/// Largest error of any tensor relative to the tensor's largest entry; the
+/// worst tensor's name in `worst`. Max over ranks.
+template <class T>
+double run_and_compare(overlap::context& ctx, const block_shape& s, const overlap::layers::block_options& opt,
+                       std::string& worst) {
+  const fixture<T> f(s);
+  transformer_block<T> blk(ctx, s, opt);
+  f.set_params(blk);
+  const block_layout& l = blk.layout();
+  const int64_t n = l.rows(), d = s.hidden;
+  const std::vector<T> x = f.rows(f.x, l), dout = f.rows(f.dout, l);
+  std::vector<T> out(x.size()), dx(x.size());
+  blk.forward({x.data(), n, d}, {out.data(), n, d});
+  blk.backward({dout.data(), n, d}, {dx.data(), n, d});
+
+  double err = 0;
+  auto note = [&](const std::string& name, double got, double want, double scale) {
+    const double e = std::fabs(got - want) / scale;
+    if (!(e <= err)) err = e, worst = name;  // also catches NaN
+  };
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) {
+      note("out", double(overlap::layers::detail::cast<double>(out[size_t(i * d + j)])),
+           f.ref.out(l.row_offset() + i, j), max_abs(f.ref.out));
+      note("dx", overlap::layers::detail::cast<double>(dx[size_t(i * d + j)]), f.dx_ref(l.row_offset() + i, j),
+           max_abs(f.dx_ref));
+    }
+  auto grads = blk.grads();
+  overlap::layers::visit(grads, l, [&](const char* name, auto& v, int64_t i, int64_t j) {
+    const reference::mat& want = f.g_ref.at(name);
+    note(std::string("d") + name, double(v), want(i, j), max_abs(want));
+  });
+  double all = 0;
+  MPI_Allreduce(&err, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (all != err) worst = "(another rank's)";
+  return all;
+}
+
+const block_shape uneven{13, 16, 4, 24};  // 13 tokens and 4 heads over 2-5 ranks: uneven, some with no head
+const block_shape tiny{3, 8, 2, 6};       // fewer tokens than ranks at 4 and 5
+
+const overlap::strategy strategies[] = {overlap::strategy::bulk, overlap::strategy::ring,
+                                        overlap::strategy::bidirectional, overlap::strategy::automatic};
+
+template <class T>
+void check_all(double tolerance) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  for (const block_shape& s : {uneven, tiny})
+    for (overlap::strategy st : strategies)
+      for (bool overlap_wgrad : {true, false}) {
+        std::string worst;
+        const double err = run_and_compare<T>(ctx, s, {st, overlap_wgrad}, worst);
+        EXPECT_LT(err, tolerance) << "seq " << s.seq << " hidden " << s.hidden << " heads " << s.heads << " ffn "
+                                  << s.ffn << " strategy " << overlap::to_string(st) << " overlapped wgrad "
+                                  << overlap_wgrad << ": worst tensor " << worst;
+      }
+}
+
+TEST(transformer, f32_forward_and_every_gradient_match_the_double_reference) { check_all<float>(5e-6); }
+TEST(transformer, f64_forward_and_every_gradient_match_the_double_reference) { check_all<double>(1e-12); }
+// bf16 operands (8 significant bits) rounded at every op boundary.
+TEST(transformer, bf16_forward_and_every_gradient_match_the_double_reference) {
+  check_all<overlap::bfloat16>(3e-2);
+}
+
+/// sum over all ranks of out * dout for the block's current parameters.
+double loss(transformer_block<double>& blk, const std::vector<double>& x, const std::vector<double>& dout) {
+  const int64_t n = blk.layout().rows(), d = blk.layout().shape.hidden;
+  std::vector<double> out(x.size());
+  blk.forward({x.data(), n, d}, {out.data(), n, d});
+  double mine = 0, all = 0;
+  for (size_t i = 0; i < out.size(); ++i) mine += out[i] * dout[i];
+  MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return all;
+}
+
+struct entry {
+  const char* name;
+  int64_t i, j;
+};
+
+TEST(transformer, gradients_match_finite_differences) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  const block_shape s = uneven;
+  const fixture<double> f(s);
+  transformer_block<double> blk(ctx, s, {overlap::strategy::ring, true});
+  f.set_params(blk);
+  const block_layout& l = blk.layout();
+  const std::vector<double> x = f.rows(f.x, l), dout = f.rows(f.dout, l);
+  std::vector<double> dx(x.size());
+  (void)loss(blk, x, dout);
+  blk.backward({dout.data(), l.rows(), s.hidden}, {dx.data(), l.rows(), s.hidden});
+  auto grads = blk.grads();
+  const int64_t d = s.hidden;
+  const entry entries[] = {{"wqkv", 1, 5},  {"wqkv", 2, d + 3}, {"wqkv", 0, 2 * d + 9}, {"bqkv", 0, d + 2},
+                           {"wo", 3, 4},    {"bo", 0, 6},       {"w1", 2, 7},          {"b1", 0, 19},
+                           {"w2", 5, 1},    {"b2", 0, 11},      {"ln1_g", 0, 2},       {"ln2_b", 0, 3}};
+  for (const entry& e : entries) {
+    // Every rank holding the entry (all of them for a replicated one) nudges it.
+    auto nudge = [&](double by) {
+      overlap::layers::visit(blk.params(), l, [&](const char* name, double& v, int64_t i, int64_t j) {
+        if (e.name == std::string(name) && e.i == i && e.j == j) v += by;
+      });
+    };
+    double grad = 0, holders = 0;
+    overlap::layers::visit(grads, l, [&](const char* name, double& v, int64_t i, int64_t j) {
+      if (e.name == std::string(name) && e.i == i && e.j == j) grad += v, holders += 1;
+    });
+    double sums[2] = {grad, holders}, all[2] = {0, 0};
+    MPI_Allreduce(sums, all, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    ASSERT_GT(all[1], 0) << e.name << " (" << e.i << ", " << e.j << ") is held by no rank";
+    const double h = 1e-5;
+    nudge(h);
+    const double up = loss(blk, x, dout);
+    nudge(-2 * h);
+    const double down = loss(blk, x, dout);
+    nudge(h);
+    const double fd = (up - down) / (2 * h), analytic = all[0] / all[1];
+    EXPECT_NEAR(analytic, fd, 1e-6 * std::max(1.0, std::fabs(fd))) << e.name << " (" << e.i << ", " << e.j << ")";
+  }
+}
+
+/// `bad` must throw std::invalid_argument mentioning `needle` on every rank.
+void expect_every_rank_rejects(const std::string& needle, const std::function<void()>& bad) {
+  int threw = 0;
+  try {
+    bad();
+  } catch (const std::invalid_argument& e) {
+    threw = 1;
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  int all = 0;
+  MPI_Allreduce(&threw, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  EXPECT_EQ(all, 1) << "some rank did not reject (expected '" << needle << "')";
+}
+
+TEST(transformer, bad_input_is_rejected_on_every_rank) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  const int last = ctx.size() - 1;
+  expect_every_rank_rejects("divisible by heads", [&] { transformer_block<float>(ctx, {8, 10, 3, 8}); });
+  if (ctx.size() > 1)  // one rank's shape differs from the others'
+    expect_every_rank_rejects("different shapes", [&] {
+      transformer_block<float>(ctx, {ctx.rank() == last ? int64_t(9) : int64_t(8), 8, 2, 8});
+    });
+  transformer_block<float> blk(ctx, tiny);
+  const int64_t n = blk.layout().rows(), d = tiny.hidden;
+  std::vector<float> x(size_t((n + 1) * d)), out(x.size());
+  expect_every_rank_rejects("backward before forward",
+                            [&] { blk.backward({x.data(), n, d}, {out.data(), n, d}); });
+  expect_every_rank_rejects("rank " + std::to_string(last), [&] {
+    const int64_t rows = ctx.rank() == last ? n + 1 : n;  // one rank passes a wrong shape
+    blk.forward({x.data(), rows, d}, {out.data(), n, d});
+  });
+  // Still usable after the rejections.
+  blk.forward({x.data(), n, d}, {out.data(), n, d});
+  blk.backward({x.data(), n, d}, {out.data(), n, d});
+}
+
+}  // namespace
