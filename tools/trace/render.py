@@ -2,7 +2,10 @@
 """Renders OVERLAP_TRACE timelines (DIR/rank<R>.json, Chrome trace format) to
 one SVG picture: per rank, a row of ops (ring, collective, local steps), a
 row of ring-step GEMMs and waits, and a row per transfer direction (sends,
-receives) from post to observed completion. Several traces stack one above
+receives) from post to observed completion, and above them the layer's
+phases when the trace comes from overlap-layer. When a trace holds spans
+named "step" (overlap-layer marks every training step), only its last step
+is drawn. Several traces stack one above
 the other on one time axis from each one's first event, e.g. a bulk run and
 an overlapped run of the same work:
 
@@ -16,7 +19,7 @@ import json
 import os
 import sys
 
-COLOURS = {"op": "#9fb4c7", "collective": "#e07b39", "gemm": "#4c9a5b", "wait": "#c0392b",
+COLOURS = {"layer": "#d4b95e", "op": "#9fb4c7", "collective": "#e07b39", "gemm": "#4c9a5b", "wait": "#c0392b",
            "send": "#3b6fb6", "receive": "#8e6bbf"}
 ROW, GAP, LEFT, WIDTH = 16, 4, 150, 1100
 
@@ -40,7 +43,10 @@ def spans(events):
     out, open_transfers = [], {}
     for e in events:
         cat = e.get("cat", "")
-        if e["ph"] == "X":
+        if e["ph"] == "X" and cat == "layer":
+            if e["name"] != "step":
+                out.append(("layer", cat, e["ts"], e["ts"] + e["dur"], e["name"]))
+        elif e["ph"] == "X":
             row = "ops" if cat in ("op", "collective") or e["name"].startswith("local step") else "steps"
             out.append((row, cat, e["ts"], e["ts"] + e["dur"], e["name"]))
         elif e["ph"] == "b":
@@ -50,6 +56,15 @@ def spans(events):
             kind = "send" if b["name"].startswith("send") else "receive"
             out.append((kind, kind, b["ts"], e["ts"], f"{b['name']}, {b['args']['bytes']} B"))
     return out
+
+
+def last_step(events):
+    """(begin, end) of the last span named "step" on the layer track, or None."""
+    steps = [e for e in events if e.get("ph") == "X" and e.get("cat") == "layer" and e["name"] == "step"]
+    if not steps:
+        return None
+    last = max(steps, key=lambda e: e["ts"])
+    return last["ts"], last["ts"] + last["dur"]
 
 
 def main():
@@ -62,12 +77,18 @@ def main():
         directory, _, label = spec.partition(":")
         ranks = load(directory)
         rows = {r: spans(ev) for r, ev in ranks.items()}
+        windows = [w for w in (last_step(ev) for ev in ranks.values()) if w]
+        if windows:  # the last training step, from the earliest rank's start to the latest rank's end
+            lo, hi = min(w[0] for w in windows), max(w[1] for w in windows)
+            rows = {r: [(s[0], s[1], max(s[2], lo), min(s[3], hi), s[4]) for s in sp if s[3] > lo and s[2] < hi]
+                    for r, sp in rows.items()}
         t0 = min(s[2] for r in rows.values() for s in r)
         t1 = max(s[3] for r in rows.values() for s in r)
         panels.append((label or directory, rows, t0, t1))
     longest = max(p[3] - p[2] for p in panels) or 1.0
     scale = WIDTH / longest
-    kinds = ("ops", "steps", "send", "receive")
+    kinds = [k for k in ("layer", "ops", "steps", "send", "receive")
+             if any(s[0] == k for _, rows, _, _ in panels for sp in rows.values() for s in sp)]
     body, y = [], 30
     for label, rows, t0, _ in panels:
         body.append(f'<text x="4" y="{y}" font-weight="bold">{html.escape(label)}</text>')
@@ -82,6 +103,9 @@ def main():
                     colour = COLOURS.get(cat, "#999999")
                     body.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{ROW - 2}" fill="{colour}" '
                                 f'fill-opacity="0.8"><title>{html.escape(name)} ({(e - b) / 1e3:.3f} ms)</title></rect>')
+                    if kind == "layer" and w > 7 * len(name.split(" (")[0]):  # a label where it fits
+                        body.append(f'<text x="{x + 2:.2f}" y="{y + ROW - 5}" font-size="10">'
+                                    f'{html.escape(name.split(" (")[0])}</text>')
                 y += ROW
             y += GAP
         y += 2 * GAP

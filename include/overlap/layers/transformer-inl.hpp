@@ -290,12 +290,10 @@ void transformer_block<T>::mlp_backward() {
                    : (matmul_reduce_scatter<T>(*ctx_, a, b, c, rs(true)), pending{});
   };
   overlapped(op, [&] {
-    detail::phase_span ph(tr, "MLP weight gradients");
+    detail::phase_span ph(tr, "MLP down weight gradient");
     const acc* u = detail::widen(u_t_, conv_a_);
     const acc* dzg = detail::widen(dzg_t_, conv_b_);
     gemm_.run(true, false, f, d, S, {u, f, dzg, d, g_.w2.data(), d});  // dW2 = u^T dZ
-    const acc* y2g = detail::widen(y2g_, conv_a_);
-    gemm_.run(true, false, d, f, S, {y2g, d, du_.data(), f, g_.w1.data(), f});  // dW1 = y2^T dU
     detail::add_column_sums(du_.data(), S, f, g_.b1);
   });
   detail::phase_span ph(tr, "layer norm 2 backward");
@@ -308,12 +306,21 @@ template <class T>
 void transformer_block<T>::attention_backward() {
   const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.shape.seq, w = l_.width();
   engine::trace_recorder* tr = ctx_->tracer();
-  {
-    detail::phase_span ph(tr, "output projection backward (all-gather matmul)");
-    detail::narrow(dh_, dh_t_);
-    all_gather_matmul<T>(*ctx_, {dh_t_.data(), n, d}, {w_.wo.data(), w, d}, {do_t_.data(), S, w},
-                         {dhg_t_.data(), S, d}, ag(true));
-  }
+  detail::narrow(dh_, dh_t_);
+  auto gather = [&](bool started) {
+    detail::phase_span ph(tr, started ? "output projection backward (started all-gather matmul)"
+                                      : "output projection backward (all-gather matmul)");
+    const matrix_view<const T> a{dh_t_.data(), n, d}, b{w_.wo.data(), w, d};
+    const matrix_view<T> c{do_t_.data(), S, w}, out{dhg_t_.data(), S, d};
+    return started ? start_all_gather_matmul<T>(*ctx_, a, b, c, out, ag(true))
+                   : (all_gather_matmul<T>(*ctx_, a, b, c, out, ag(true)), pending{});
+  };
+  overlapped(gather, [&] {  // the MLP up projection's weight gradient meanwhile
+    detail::phase_span ph(tr, "MLP up weight gradient");
+    const int64_t f = l_.ffn_width();
+    const acc* y2g = detail::widen(y2g_, conv_a_);
+    gemm_.run(true, false, d, f, S, {y2g, d, du_.data(), f, g_.w1.data(), f});  // dW1 = y2^T dU
+  });
   {
     detail::phase_span ph(tr, "attention backward (local heads)");
     const math::attention_shape s{S, l_.head_shards.size(l_.rank), l_.head_dim()};

@@ -14,8 +14,10 @@
 /// The backward pass runs through the transposed ops (the gradient of an
 /// all-gather matmul is a reduce-scatter matmul and the other way round);
 /// the weight gradients use the gathered activations kept by the forward
-/// pass, and with a decomposed strategy they are computed while the
-/// reduce-scatter of the data gradient runs (a started op).
+/// pass, and with a decomposed strategy they are computed while the data
+/// gradients' ops run (started ops): dW2 during the MLP up projection's
+/// reduce-scatter, dW1 during the output projection's all-gather, dWo and
+/// dWqkv during the QKV reduce-scatter.
 ///
 /// Header-only: it includes the backends (oneDNN, Eigen) for the local
 /// products, also when the ops come from the compiled library.
@@ -45,8 +47,8 @@ struct block_options {
   /// The strategy of every op (bulk: one collective and one GEMM each, the
   /// baseline; ring, bidirectional, automatic: decomposed where chosen).
   overlap::strategy strategy = overlap::strategy::automatic;
-  /// Compute the weight gradients while the data gradients' reduce-scatters
-  /// run (started ops). Ignored with strategy bulk, which runs every step
+  /// Compute the weight gradients while the data gradients' ops run
+  /// (started ops). Ignored with strategy bulk, which runs every step
   /// in turn (the baseline).
   bool overlap_weight_gradients = true;
 };

@@ -1,0 +1,270 @@
+// overlap-layer: training steps (forward + backward) of one tensor-parallel
+// transformer block (overlap/layers/transformer.hpp), every op bulk or
+// every op decomposed, side by side in one run; with the step's
+// collectives alone for the share of communication hidden, and each mode's
+// error against the same block in double precision.
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+#include <overlap/layers/transformer.hpp>
+#include <overlap/overlap.hpp>
+
+#include "common/measure.hpp"
+
+namespace {
+
+using overlap::layers::block_shape;
+using overlap::layers::transformer_block;
+
+struct options {
+  block_shape shape;
+  std::string dtype = "f32";
+  std::vector<std::string> modes{"automatic"};
+  bool only = false;
+  int steps = 5, warmup = 1, tp = 0;
+  bool check = true;
+  std::string json, transport;
+};
+
+/// A deterministic value in [-1, 1) for entry (i, j) of a named tensor.
+double uniform(const std::string& name, int64_t i, int64_t j) {
+  uint64_t h = 1469598103934665603ull;
+  for (char ch : name) h = (h ^ uint64_t(uint8_t(ch))) * 1099511628211ull;
+  h ^= uint64_t(i) * 0x9E3779B97F4A7C15ull + uint64_t(j) * 0xC2B2AE3D27D4EB4Full;
+  h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ull, h ^= h >> 33;
+  return double(h >> 11) * 0x1.0p-52 - 1.0;
+}
+
+double parameter(const block_shape& s, const std::string& name, int64_t i, int64_t j) {
+  const double u = uniform(name, i, j);
+  if (name == "ln1_g" || name == "ln2_g") return 1 + 0.2 * u;
+  if (name[0] == 'b' || name == "ln1_b" || name == "ln2_b") return 0.1 * u;
+  return 1.5 * u / std::sqrt(double(name == "w2" ? s.ffn : s.hidden));
+}
+
+/// What a block computed in one step: out, dx and every gradient, as double.
+struct step_result {
+  std::vector<std::vector<double>> tensors;
+};
+
+/// One block, its inputs, and a step.
+template <class T>
+struct runner {
+  overlap::context* ctx_;
+  transformer_block<T> blk;
+  std::vector<T> x, dout, out, dx;
+
+  runner(overlap::context& ctx, const block_shape& s, overlap::strategy st) : ctx_(&ctx), blk(ctx, s, {st, true}) {
+    overlap::layers::visit(blk.params(), blk.layout(), [&](const char* name, T& v, int64_t i, int64_t j) {
+      v = overlap::layers::detail::cast<T>(parameter(s, name, i, j));
+    });
+    const auto& l = blk.layout();
+    const int64_t n = l.rows(), d = s.hidden;
+    x.resize(size_t(n * d)), dout.resize(x.size()), out.resize(x.size()), dx.resize(x.size());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < d; ++j) {
+        x[size_t(i * d + j)] = overlap::layers::detail::cast<T>(uniform("x", l.row_offset() + i, j));
+        dout[size_t(i * d + j)] = overlap::layers::detail::cast<T>(uniform("dout", l.row_offset() + i, j));
+      }
+  }
+  void step() {
+    overlap::layers::detail::phase_span whole(ctx_->tracer(), "step");  // the window tools/trace/render.py draws
+    const int64_t n = blk.layout().rows(), d = blk.layout().shape.hidden;
+    blk.forward({x.data(), n, d}, {out.data(), n, d});
+    blk.backward({dout.data(), n, d}, {dx.data(), n, d});
+  }
+  [[nodiscard]] step_result result() {
+    step_result r;
+    auto add = [&](const auto& v) {
+      r.tensors.emplace_back();
+      for (const auto& e : v) r.tensors.back().push_back(overlap::layers::detail::cast<double>(e));
+    };
+    add(out), add(dx);
+    auto g = blk.grads();
+    g.each([&](const char*, const auto& v, bool) { add(v); });
+    return r;
+  }
+};
+
+/// max over tensors of max |got - want| / max |want| (max over the ranks of comm).
+double max_rel_err(MPI_Comm comm, const step_result& got, const step_result& want) {
+  double worst = 0;
+  for (size_t t = 0; t < want.tensors.size(); ++t) {
+    double local[2] = {0, 1e-300}, all[2];
+    for (size_t i = 0; i < want.tensors[t].size(); ++i) {
+      local[0] = std::max(local[0], std::fabs(got.tensors[t][i] - want.tensors[t][i]));
+      local[1] = std::max(local[1], std::fabs(want.tensors[t][i]));
+    }
+    MPI_Allreduce(local, all, 2, MPI_DOUBLE, MPI_MAX, comm);
+    worst = std::max(worst, all[0] / all[1]);
+  }
+  return worst;
+}
+
+/// The step's eight collectives alone (4 all-gathers of the activations, 4
+/// reduce-scatters of fp32 partial sums), as bulk MPI calls.
+std::function<void()> comm_only(MPI_Comm comm, const overlap::layers::block_layout& l, size_t elem_bytes) {
+  const int R = int(l.seq_shards.parts());
+  const int64_t d = l.shape.hidden;
+  auto counts = std::make_shared<std::vector<int>>(), displs = std::make_shared<std::vector<int>>();
+  auto rs_counts = std::make_shared<std::vector<int>>();
+  for (int r = 0; r < R; ++r) {
+    counts->push_back(int(l.seq_shards.size(r) * d * int64_t(elem_bytes)));
+    displs->push_back(int(l.seq_shards.offset(r) * d * int64_t(elem_bytes)));
+    rs_counts->push_back(int(l.seq_shards.size(r) * d));
+  }
+  auto send = std::make_shared<std::vector<char>>(size_t(l.rows() * d) * elem_bytes);
+  auto gathered = std::make_shared<std::vector<char>>(size_t(l.shape.seq * d) * elem_bytes);
+  auto partial = std::make_shared<std::vector<float>>(size_t(l.shape.seq * d), 1.0f);
+  auto mine = std::make_shared<std::vector<float>>(size_t(l.rows() * d));
+  return [=] {
+    for (int i = 0; i < 4; ++i) {
+      MPI_Allgatherv(send->data(), (*counts)[size_t(l.rank)], MPI_BYTE, gathered->data(), counts->data(),
+                     displs->data(), MPI_BYTE, comm);
+      MPI_Reduce_scatter(partial->data(), mine->data(), rs_counts->data(), MPI_FLOAT, MPI_SUM, comm);
+    }
+  };
+}
+
+struct row {
+  std::string mode;
+  double step_ms = 0, speedup = 0, hidden = 0, err = -1;
+};
+
+template <class T>
+int run(const options& o) {
+  int world = 1, wrank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+  overlap::mesh mesh(MPI_COMM_WORLD, {{"dp", 0}, {"tp", o.tp > 0 ? o.tp : world, true}});
+  overlap::context& ctx = mesh.context("tp");
+  std::vector<std::string> modes;
+  if (!o.only) modes.emplace_back("bulk");
+  for (const auto& m : o.modes)
+    if (std::find(modes.begin(), modes.end(), m) == modes.end()) modes.push_back(m);
+  std::vector<std::unique_ptr<runner<T>>> runners;
+  std::vector<std::function<void()>> bodies;
+  for (const auto& m : modes) {
+    overlap::strategy st = overlap::strategy::bulk;
+    (void)overlap::parse_enum(m, st);  // CLI11 checked the names
+    runners.push_back(std::make_unique<runner<T>>(ctx, o.shape, st));
+    bodies.emplace_back([r = runners.back().get()] { r->step(); });
+  }
+  bodies.push_back(comm_only(ctx.comm(), runners.front()->blk.layout(), sizeof(T)));
+  const std::vector<double> ms = overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o.warmup, o.steps, bodies);
+  std::vector<row> rows;
+  const double bulk_ms = o.only ? 0 : ms.front(), comm_ms = ms.back();
+  for (size_t i = 0; i < modes.size(); ++i) {
+    row r{modes[i], ms[i], bulk_ms > 0 ? bulk_ms / ms[i] : 0, bulk_ms > 0 ? (bulk_ms - ms[i]) / comm_ms : 0};
+    rows.push_back(r);
+  }
+  if (o.check) {  // the same block and data in double precision (bulk; Eigen products)
+    runner<double> ref(ctx, o.shape, overlap::strategy::bulk);
+    ref.step();
+    const step_result want = ref.result();
+    for (size_t i = 0; i < modes.size(); ++i) rows[i].err = max_rel_err(MPI_COMM_WORLD, runners[i]->result(), want);
+  }
+  if (wrank != 0) return 0;
+  const auto& s = o.shape;
+  fmt::print("overlap-layer: block seq={} hidden={} heads={} ffn={} {} on {} ranks ({} tensor group(s) of {}), "
+             "transport: {}\n",
+             s.seq, s.hidden, s.heads, s.ffn, o.dtype, world, mesh.size("dp"), ctx.size(), o.transport);
+  fmt::print("gemm: {}\nstep = forward + backward; median of {} steps, slowest rank\n", ctx.gemm_path(overlap::dtype_of<T>()),
+             o.steps);
+  fmt::print("{:<14}{:>12}{:>18}{:>18}{:>14}\n", "mode", "step ms", "speedup vs bulk", "comm hidden", "max rel err");
+  for (const row& r : rows)
+    fmt::print("{:<14}{:>12.1f}{:>18}{:>18}{:>14}\n", r.mode, r.step_ms,
+               r.speedup > 0 ? fmt::format("{:.3f}x", r.speedup) : "-",
+               r.speedup > 0 ? fmt::format("{:.0f}%", 100 * r.hidden) : "-",
+               r.err >= 0 ? fmt::format("{:.1e}", r.err) : "-");
+  fmt::print("{:<14}{:>12.1f}   (the step's 4 all-gathers and 4 reduce-scatters alone, bulk MPI)\n", "comm only",
+             comm_ms);
+  if (o.json.empty()) return 0;
+  std::ofstream out(o.json, std::ios::app);
+  for (const row& r : rows) {
+    nlohmann::json j{{"mode", r.mode},
+                     {"step_ms", r.step_ms},
+                     {"speedup_vs_bulk", r.speedup > 0 ? nlohmann::json(r.speedup) : nlohmann::json(nullptr)},
+                     {"comm_ms", comm_ms},
+                     {"comm_hidden", r.speedup > 0 ? nlohmann::json(r.hidden) : nlohmann::json(nullptr)},
+                     {"max_rel_err", r.err >= 0 ? nlohmann::json(r.err) : nlohmann::json(nullptr)},
+                     {"seq", s.seq},
+                     {"hidden", s.hidden},
+                     {"heads", s.heads},
+                     {"ffn", s.ffn},
+                     {"dtype", o.dtype},
+                     {"ranks", world},
+                     {"tensor_groups", mesh.size("dp")},
+                     {"steps", o.steps},
+                     {"transport", o.transport}};
+    out << j.dump() << "\n";
+  }
+  if (!out) {
+    fmt::print(stderr, "overlap-layer: cannot write {}\n", o.json);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  overlap::mpi::environment env(argc, argv);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  options o;
+  o.shape.ffn = 0;
+  CLI::App app{"overlap-layer: training steps of a tensor-parallel transformer block, bulk vs decomposed"};
+  app.add_option("--seq", o.shape.seq, "tokens (sharded over the ranks)")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", o.shape.hidden, "model width")->check(CLI::PositiveNumber);
+  app.add_option("--heads", o.shape.heads, "attention heads (sharded; must divide hidden)")->check(CLI::PositiveNumber);
+  app.add_option("--ffn", o.shape.ffn, "MLP width (sharded; default 4 x hidden)")->check(CLI::NonNegativeNumber);
+  app.add_option("--dtype", o.dtype, "element type of the ops' operands")->check(CLI::IsMember({"f32", "bf16", "f64"}));
+  app.add_option("--modes", o.modes, "strategies run beside bulk: ring, bidirectional, automatic")
+      ->check(CLI::IsMember({"bulk", "ring", "bidirectional", "automatic"}))
+      ->delimiter(',');
+  app.add_flag("--only", o.only, "run only --modes (no bulk baseline; e.g. for one trace per mode)");
+  app.add_option("--steps", o.steps, "measured training steps (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "unmeasured steps first")->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-check", o.check, "skip the double-precision run behind max_rel_err");
+  app.add_option("--json", o.json, "append one JSON object per mode to FILE (rank 0)");
+  app.add_option("--tp", o.tp, "tensor-parallel group size: a dp x tp mesh, one block per group; 0: every rank")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--transport", o.transport, "label of the transport for the report (default: $OVERLAP_TRANSPORT)");
+  app.footer("Library settings come from the environment:\n" + overlap::env_help());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
+  if (o.shape.ffn == 0) o.shape.ffn = 4 * o.shape.hidden;
+  if (o.transport.empty()) {
+    const char* t = std::getenv("OVERLAP_TRANSPORT");
+    o.transport = t ? t : "shared memory (one machine)";
+  }
+  if (o.tp > 0 && world % o.tp != 0) {
+    if (rank == 0) fmt::print(stderr, "overlap-layer: --tp {} does not divide the {} ranks\n", o.tp, world);
+    return 2;
+  }
+  try {
+    if (o.dtype == "f64") return run<double>(o);
+    if (o.dtype == "bf16") return run<overlap::bfloat16>(o);
+    return run<float>(o);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "overlap-layer (rank {}): {}\n", rank, e.what());
+    return 1;
+  }
+}
