@@ -106,6 +106,8 @@ if reason=$("$here/../tools/vcluster/vcluster" check 2>&1); then
     exit 1
   # Issue 12: the cost model's sweep (2-node star and 4-node ring, 1 and 10 Gbit/s).
   bash "$here/model_sweep.sh" "$build" "$vc" $quick || exit 1
+  # Issue 14: training steps of the transformer block, bulk against decomposed (P8).
+  bash "$here/layer.sh" "$build" "$vc" "$out" $([ "$quick" = --quick ] && echo 2) || exit 1
   "$vc" down
 else
   echo "cannot emulate a cluster here (${reason#vcluster: }): no TCP figures" >&2

@@ -141,11 +141,13 @@ void check_all(double tolerance) {
   for (const block_shape& s : {uneven, tiny})
     for (overlap::strategy st : strategies)
       for (bool overlap_wgrad : {true, false}) {
+        // Causal attention in blocks of 4 query rows (several blocks, the last one short) and in one block.
+        const int64_t block = overlap_wgrad ? 4 : 256;
         std::string worst;
-        const double err = run_and_compare<T>(ctx, s, {st, overlap_wgrad}, worst);
+        const double err = run_and_compare<T>(ctx, s, {st, overlap_wgrad, block}, worst);
         EXPECT_LT(err, tolerance) << "seq " << s.seq << " hidden " << s.hidden << " heads " << s.heads << " ffn "
                                   << s.ffn << " strategy " << overlap::to_string(st) << " overlapped wgrad "
-                                  << overlap_wgrad << ": worst tensor " << worst;
+                                  << overlap_wgrad << " attention block " << block << ": worst tensor " << worst;
       }
 }
 
@@ -176,7 +178,7 @@ TEST(transformer, gradients_match_finite_differences) {
   overlap::context ctx(MPI_COMM_WORLD);
   const block_shape s = uneven;
   const fixture<double> f(s);
-  transformer_block<double> blk(ctx, s, {overlap::strategy::ring, true});
+  transformer_block<double> blk(ctx, s, {overlap::strategy::ring, true, 5});
   f.set_params(blk);
   const block_layout& l = blk.layout();
   const std::vector<double> x = f.rows(f.x, l), dout = f.rows(f.dout, l);
@@ -231,6 +233,9 @@ TEST(transformer, bad_input_is_rejected_on_every_rank) {
   overlap::context ctx(MPI_COMM_WORLD);
   const int last = ctx.size() - 1;
   expect_every_rank_rejects("divisible by heads", [&] { transformer_block<float>(ctx, {8, 10, 3, 8}); });
+  expect_every_rank_rejects("attention_block must be positive", [&] {
+    transformer_block<float>(ctx, tiny, {overlap::strategy::ring, true, ctx.rank() == last ? 0 : 4});
+  });
   if (ctx.size() > 1)  // one rank's shape differs from the others'
     expect_every_rank_rejects("different shapes", [&] {
       transformer_block<float>(ctx, {ctx.rank() == last ? int64_t(9) : int64_t(8), 8, 2, 8});

@@ -56,19 +56,41 @@ void layer_norm_backward(const A* x, const A* dy, int64_t rows, int64_t n, const
   }
 }
 
-inline double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x * 0.70710678118654752440)); }
-inline double gelu_grad(double x) {
-  return 0.5 * (1.0 + std::erf(x * 0.70710678118654752440)) + x * std::exp(-0.5 * x * x) * 0.39894228040143267794;
+/// GELU (the erf form, as the ops' epilogue) and its derivative, in A.
+template <class A>
+A gelu(A x) {
+  return A(0.5) * x * (A(1) + std::erf(x * A(0.70710678118654752440)));
+}
+template <class A>
+A gelu_grad(A x) {
+  return A(0.5) * (A(1) + std::erf(x * A(0.70710678118654752440))) +
+         x * std::exp(A(-0.5) * x * x) * A(0.39894228040143267794);
 }
 
 /// The shapes of this rank's attention: seq tokens, `heads` local heads of
 /// width dh; qkv is seq x 3*heads*dh ([Q | K | V], head h at column h*dh of
-/// each), o and do are seq x heads*dh.
+/// each), o and do are seq x heads*dh. Rows go in blocks of `block`: a
+/// block of queries multiplies only the keys at or before its last row
+/// (the causal mask's zero upper triangle is skipped, blocks of it at least).
 struct attention_shape {
-  int64_t seq = 0, heads = 0, dh = 0;
+  int64_t seq = 0, heads = 0, dh = 0, block = 256;
   [[nodiscard]] int64_t width() const { return heads * dh; }
   [[nodiscard]] double scale() const { return 1.0 / std::sqrt(double(dh)); }
 };
+
+/// Row i of the probabilities from its scores (row[0..i]): softmax of
+/// scale * scores, zero after i up to `end`; returns the log-sum-exp.
+template <class A>
+A causal_softmax_row(A* row, int64_t i, int64_t end, A scale) {
+  A mx = row[0];
+  for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+  A sum = 0;
+  for (int64_t j = 0; j <= i; ++j) sum += row[j] = std::exp((row[j] - mx) * scale);
+  const A inv = A(1) / sum;
+  for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+  std::fill(row + i + 1, row + end, A(0));
+  return mx * scale + std::log(sum);
+}
 
 /// Causal softmax attention of every local head. p is seq x seq scratch;
 /// lse (heads x seq) keeps each row's log-sum-exp for the backward pass.
@@ -78,31 +100,29 @@ void attention(local_gemm<A>& gemm, const attention_shape& s, const A* qkv, A* o
   p.resize(static_cast<size_t>(n * n));
   for (int64_t h = 0; h < s.heads; ++h) {
     const A* q = qkv + h * s.dh;
-    gemm.run(false, true, n, n, s.dh, {q, ld, q + w, ld, p.data(), n});
-    for (int64_t i = 0; i < n; ++i) {
-      A* row = p.data() + i * n;
-      double mx = -std::numeric_limits<double>::infinity(), sum = 0;
-      for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, double(row[j]) * s.scale());
-      for (int64_t j = 0; j <= i; ++j) sum += std::exp(double(row[j]) * s.scale() - mx);
-      lse[h * n + i] = A(mx + std::log(sum));
-      for (int64_t j = 0; j <= i; ++j) row[j] = A(std::exp(double(row[j]) * s.scale() - mx) / sum);
-      std::fill(row + i + 1, row + n, A(0));
+    for (int64_t r0 = 0; r0 < n; r0 += s.block) {
+      const int64_t r1 = std::min(n, r0 + s.block), m = r1 - r0;
+      A* pb = p.data() + r0 * n;
+      gemm.run(false, true, m, r1, s.dh, {q + r0 * ld, ld, q + w, ld, pb, n});  // S = Q K^T (rows r0..r1)
+      for (int64_t i = r0; i < r1; ++i) lse[h * n + i] = causal_softmax_row(p.data() + i * n, i, r1, A(s.scale()));
+      gemm.run(false, false, m, s.dh, r1, {pb, n, q + 2 * w, ld, o + r0 * w + h * s.dh, w});  // O = P V
     }
-    gemm.run(false, false, n, s.dh, n, {p.data(), n, q + 2 * w, ld, o + h * s.dh, w});
   }
 }
 
-/// The probabilities of head h again, from Q, K and the saved log-sum-exp.
+/// Rows r0..r1 of head h's probabilities again (columns 0..r1), from Q, K
+/// and the saved log-sum-exp.
 template <class A>
 void attention_probabilities(local_gemm<A>& gemm, const attention_shape& s, const A* qkv, const A* lse, int64_t h,
-                             A* p) {
+                             int64_t r0, int64_t r1, A* p) {
   const int64_t n = s.seq, w = s.width(), ld = 3 * w;
   const A* q = qkv + h * s.dh;
-  gemm.run(false, true, n, n, s.dh, {q, ld, q + w, ld, p, n});
-  for (int64_t i = 0; i < n; ++i) {
+  const A scale = A(s.scale());
+  gemm.run(false, true, r1 - r0, r1, s.dh, {q + r0 * ld, ld, q + w, ld, p + r0 * n, n});
+  for (int64_t i = r0; i < r1; ++i) {
     A* row = p + i * n;
-    for (int64_t j = 0; j <= i; ++j) row[j] = A(std::exp(double(row[j]) * s.scale() - lse[h * n + i]));
-    std::fill(row + i + 1, row + n, A(0));
+    for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(row[j] * scale - lse[h * n + i]);
+    std::fill(row + i + 1, row + r1, A(0));
   }
 }
 
@@ -113,21 +133,24 @@ void attention_backward(local_gemm<A>& gemm, const attention_shape& s, const A* 
                         const A* d_o, A* dqkv, std::vector<A>& p, std::vector<A>& dp) {
   const int64_t n = s.seq, w = s.width(), ld = 3 * w;
   p.resize(static_cast<size_t>(n * n)), dp.resize(static_cast<size_t>(n * n));
+  for (int64_t i = 0; i < n; ++i) std::fill(dqkv + i * ld + w, dqkv + i * ld + 3 * w, A(0));  // dK, dV add up
   for (int64_t h = 0; h < s.heads; ++h) {
     const int64_t c = h * s.dh;
-    attention_probabilities(gemm, s, qkv, lse, h, p.data());
-    gemm.run(true, false, n, s.dh, n, {p.data(), n, d_o + c, w, dqkv + 2 * w + c, ld});   // dV = P^T dO
-    gemm.run(false, true, n, n, s.dh, {d_o + c, w, qkv + 2 * w + c, ld, dp.data(), n});  // dP = dO V^T
-    for (int64_t i = 0; i < n; ++i) {
-      double delta = 0;  // sum_j dP_ij P_ij = dO_i . O_i
-      for (int64_t j = 0; j < s.dh; ++j) delta += double(d_o[i * w + c + j]) * o[i * w + c + j];
-      for (int64_t j = 0; j < n; ++j) {
-        const size_t u = static_cast<size_t>(i * n + j);
-        dp[u] = A(p[u] * (dp[u] - delta) * s.scale());  // dS, the scale of S folded in
+    const A *q = qkv + c, *k = qkv + w + c, *v = qkv + 2 * w + c;
+    for (int64_t r0 = 0; r0 < n; r0 += s.block) {
+      const int64_t r1 = std::min(n, r0 + s.block), m = r1 - r0;
+      A *pb = p.data() + r0 * n, *db = dp.data() + r0 * n;
+      attention_probabilities(gemm, s, qkv, lse, h, r0, r1, p.data());
+      gemm.run(true, false, r1, s.dh, m, {pb, n, d_o + r0 * w + c, w, dqkv + 2 * w + c, ld}, true);  // dV += P^T dO
+      gemm.run(false, true, m, r1, s.dh, {d_o + r0 * w + c, w, v, ld, db, n});  // dP = dO V^T
+      for (int64_t i = r0; i < r1; ++i) {
+        A delta = 0;  // sum_j dP_ij P_ij = dO_i . O_i
+        for (int64_t j = 0; j < s.dh; ++j) delta += d_o[i * w + c + j] * o[i * w + c + j];
+        for (int64_t j = 0; j < r1; ++j) dp[size_t(i * n + j)] = p[size_t(i * n + j)] * (dp[size_t(i * n + j)] - delta) * A(s.scale());
       }
+      gemm.run(false, false, m, s.dh, r1, {db, n, k, ld, dqkv + r0 * ld + c, ld});       // dQ = dS K
+      gemm.run(true, false, r1, s.dh, m, {db, n, q + r0 * ld, ld, dqkv + w + c, ld}, true);  // dK += dS^T Q
     }
-    gemm.run(false, false, n, s.dh, n, {dp.data(), n, qkv + w + c, ld, dqkv + c, ld});     // dQ = dS K
-    gemm.run(true, false, n, s.dh, n, {dp.data(), n, qkv + c, ld, dqkv + w + c, ld});      // dK = dS^T Q
   }
 }
 

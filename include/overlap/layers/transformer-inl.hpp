@@ -84,6 +84,7 @@ template <class T>
 transformer_block<T>::transformer_block(context& ctx, const block_shape& s, const block_options& opt)
     : ctx_(&ctx), comm_(mpi::communicator::borrow(ctx.comm()).dup()), opt_(opt) {
   const bool valid = s.seq > 0 && s.hidden > 0 && s.heads > 0 && s.ffn > 0 && s.hidden % s.heads == 0;
+  agree(opt.attention_block > 0, "attention_block must be positive; got " + std::to_string(opt.attention_block));
   agree(valid, "the shape needs seq, hidden, heads, ffn > 0 and hidden divisible by heads; got seq " +
                    std::to_string(s.seq) + ", hidden " + std::to_string(s.hidden) + ", heads " +
                    std::to_string(s.heads) + ", ffn " + std::to_string(s.ffn));
@@ -126,8 +127,12 @@ void transformer_block<T>::agree(bool ok, const std::string& what) const {
   int mine = ok ? size : rank, first = size;
   OVERLAP_MPI(MPI_Allreduce, &mine, &first, 1, MPI_INT, MPI_MIN, comm_.get());
   if (first == size) return;
-  const std::string who = "overlap::layers::transformer_block: rank " + std::to_string(first);
-  throw std::invalid_argument(ok ? who + " failed a check (its own error says which)" : who + ": " + what);
+  std::string text = rank == first ? what : std::string();  // the first failing rank's message, for every rank
+  int length = int(text.size());
+  OVERLAP_MPI(MPI_Bcast, &length, 1, MPI_INT, first, comm_.get());
+  text.resize(size_t(length));
+  OVERLAP_MPI(MPI_Bcast, text.data(), length, MPI_CHAR, first, comm_.get());
+  throw std::invalid_argument("overlap::layers::transformer_block: rank " + std::to_string(first) + ": " + text);
 }
 
 template <class T>
@@ -188,7 +193,7 @@ void transformer_block<T>::forward(matrix_view<const T> x, matrix_view<T> out) {
 template <class T>
 void transformer_block<T>::attention_forward() {
   detail::phase_span ph(ctx_->tracer(), "attention (local heads)");
-  const math::attention_shape s{l_.shape.seq, l_.head_shards.size(l_.rank), l_.head_dim()};
+  const math::attention_shape s{l_.shape.seq, l_.head_shards.size(l_.rank), l_.head_dim(), opt_.attention_block};
   const acc* qkv = detail::widen(qkv_t_, qkv_);
   math::attention(gemm_, s, qkv, o_.data(), lse_.data(), p_);
   detail::narrow(o_, o_t_);
@@ -208,7 +213,7 @@ void transformer_block<T>::mlp_forward(matrix_view<T> out) {
   {
     detail::phase_span ph(tr, "GELU");
     const acc* pre = detail::widen(upre_t_, upre_);
-    for (size_t i = 0; i < u_t_.size(); ++i) u_t_[i] = detail::cast<T>(acc(math::gelu(pre[i])));
+    for (size_t i = 0; i < u_t_.size(); ++i) u_t_[i] = detail::cast<T>(math::gelu(pre[i]));
   }
   {
     detail::phase_span ph(tr, "MLP down projection (matmul reduce-scatter)");
@@ -277,7 +282,7 @@ void transformer_block<T>::mlp_backward() {
     detail::phase_span ph(tr, "GELU backward");
     const acc* pre = detail::widen(upre_t_, upre_);
     for (size_t i = 0; i < du_.size(); ++i) {
-      du_[i] = acc(detail::cast<acc>(du_t_[i]) * math::gelu_grad(pre[i]));
+      du_[i] = detail::cast<acc>(du_t_[i]) * math::gelu_grad(pre[i]);
       du_t_[i] = detail::cast<T>(du_[i]);  // the pre-activation's gradient, input of the reduce-scatter
     }
   }
@@ -323,7 +328,7 @@ void transformer_block<T>::attention_backward() {
   });
   {
     detail::phase_span ph(tr, "attention backward (local heads)");
-    const math::attention_shape s{S, l_.head_shards.size(l_.rank), l_.head_dim()};
+    const math::attention_shape s{S, l_.head_shards.size(l_.rank), l_.head_dim(), opt_.attention_block};
     const acc* d_o = detail::widen(do_t_, do_);
     math::attention_backward(gemm_, s, detail::widen(qkv_t_, qkv_), o_.data(), lse_.data(), d_o, dqkv_.data(), p_,
                              dp_);

@@ -51,6 +51,9 @@ struct block_options {
   /// (started ops). Ignored with strategy bulk, which runs every step
   /// in turn (the baseline).
   bool overlap_weight_gradients = true;
+  /// Query rows per block of the causal attention: each block multiplies
+  /// only the keys up to its last row. Local; must be positive.
+  int64_t attention_block = 256;
 };
 
 /// One block on the ranks of a context. T: float, double or bfloat16 (the
@@ -86,6 +89,8 @@ class transformer_block {
   void backward(matrix_view<const T> dout, matrix_view<T> dx);
 
  private:
+  /// Collective: throws std::invalid_argument on every rank, with the
+  /// first failing rank's message, unless ok on every rank.
   void agree(bool ok, const std::string& what) const;
   void attention_forward();
   void mlp_forward(matrix_view<T> out);
