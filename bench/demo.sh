@@ -1,27 +1,43 @@
 #!/usr/bin/env bash
-# The demo behind `make demo`: all_gather_matmul at 2 ranks, bulk vs ring vs
-# the limit max(compute only, comm only), and what automatic chooses (its cost
-# model measures the links and GEMMs on the first call, about 1-2 s). On an emulated 2-node cluster
-# (network namespaces, 1 Gbit/s links) when this machine allows it (root, the
-# tbf qdisc); otherwise on shared memory, where there is nothing to hide.
+# The demo behind `make demo`: training steps (forward + backward) of a
+# tensor-parallel transformer block at 2 ranks (overlap-layer: seq 1024,
+# hidden 1024, 16 heads, ffn 4096, f32), every op bulk against every op
+# decomposed, side by side, checked against the same block in double
+# precision; then the timeline of one bulk and one ring step as one picture.
+# On an emulated 2-node cluster (network namespaces, 1 Gbit/s links) when
+# this machine allows it (root, the tbf qdisc); otherwise on shared memory,
+# where there is nothing to hide.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: demo.sh BUILD_DIR}
-bench="$build/apps/overlap-bench"
-# Bulk against the ring (at 2 ranks bidirectional runs the same schedule) and
-# the library's own choice.
-args=(--op ag --variant lhs_rows -m 2048 -n 2048 -k 2048 --iters 5 --no-peers --strategies ring,automatic)
+layer="$(cd "$build" && pwd)/apps/overlap-layer"
+pictures="$(cd "$build" && pwd)/demo"
+args=(--seq 1024 --hidden 1024 --heads 16)
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+traces=$(mktemp -d /tmp/overlap-demo-traces.XXXXXX)
+vc="$here/../tools/vcluster/vcluster"
 
-if reason=$("$here/../tools/vcluster/vcluster" check 2>&1); then
+if reason=$("$vc" check 2>&1); then
   export VCLUSTER_PREFIX=ovldemo VCLUSTER_STATE=/tmp/overlap-vcluster-demo.$$
-  trap '"$here/../tools/vcluster/vcluster" down >/dev/null 2>&1' EXIT
-  "$here/../tools/vcluster/vcluster" up --nodes 2 --rate 1gbit --topology star || exit 1
+  trap '"$vc" down >/dev/null 2>&1; rm -rf "$traces"' EXIT
+  "$vc" up --nodes 2 --rate 1gbit --topology star || exit 1
   echo "Two emulated nodes joined by a 1 Gbit/s link (TCP); one core each for compute."
-  OVERLAP_TRANSPORT="tcp, emulated 2-node star at 1 Gbit/s" \
-    "$here/../tools/vcluster/vcluster" run -np 2 "$bench" "${args[@]}" 2> >(grep -v setpgid >&2)
+  export OVERLAP_TRANSPORT="tcp, emulated 2-node star at 1 Gbit/s"
+  launch=("$vc" run -np 2)
 else
+  trap 'rm -rf "$traces"' EXIT
   echo "Cannot emulate a cluster here (${reason#vcluster: }): running on shared memory."
   echo "There the MPI copy uses the same cores as the GEMMs, so expect ring ~ bulk, not a gain."
-  OVERLAP_TRANSPORT="shared memory" mpirun -np 2 --oversubscribe --bind-to none "$bench" "${args[@]}"
+  export OVERLAP_TRANSPORT="shared memory"
+  launch=(mpirun -np 2 --oversubscribe --bind-to none)
 fi
+"${launch[@]}" "$layer" "${args[@]}" --steps 3 --modes ring,automatic 2> >(grep -v setpgid >&2) || exit 1
+for mode in bulk ring; do
+  OVERLAP_TRACE="$traces/$mode" "${launch[@]}" "$layer" "${args[@]}" --only --modes "$mode" --steps 1 --no-check \
+    > /dev/null 2> >(grep -v setpgid >&2) || exit 1
+done
+mkdir -p "$pictures"
+python3 "$here/../tools/trace/render.py" "$pictures/layer-timeline.svg" "$traces/bulk:every op bulk" \
+  "$traces/ring:every op ring" > /dev/null || exit 1
+echo "Timeline of one bulk and one ring step (every rank's layer phases, ops, ring steps, transfers):"
+echo "  $pictures/layer-timeline.svg (docs/layer.md explains it)"

@@ -5,7 +5,8 @@
 # library's automatic choice), side by side in one run, f32 and bf16, on the
 # emulated 2-node star and 4-node ring at 1 Gbit/s. JSON lines to
 # OUT/layer.jsonl; the timeline of one bulk and one ring step per topology
-# to OUT/layer-<topology>.svg (tools/trace/render.py).
+# to OUT/layer-<topology>.svg (tools/trace/render.py), and what those steps
+# spent where to OUT/layer-traces.jsonl (tools/trace/summary.py).
 #
 #   bench/layer.sh BUILD_DIR VCLUSTER OUT [STEPS]
 set -uo pipefail
@@ -15,9 +16,10 @@ vc=${2:?usage: layer.sh BUILD_DIR VCLUSTER OUT [STEPS]}
 out=${3:?usage: layer.sh BUILD_DIR VCLUSTER OUT [STEPS]}
 steps=${4:-5}
 layer="$(cd "$build" && pwd)/apps/overlap-layer"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # one thread per rank, as users run a full node
 traces=$(mktemp -d /tmp/overlap-layer-traces.XXXXXX)
 trap 'rm -rf "$traces"' EXIT
-rm -f "$out/layer.jsonl"
+rm -f "$out/layer.jsonl" "$out/layer-traces.jsonl"
 for topo in star:2 ring:4; do
   kind=${topo%%:*} nodes=${topo#*:}
   name="$kind$nodes"
@@ -32,6 +34,9 @@ for topo in star:2 ring:4; do
     echo "[$name] timeline of one $mode step (f32)" >&2
     OVERLAP_TRACE="$traces/$name/$mode" "$vc" run -np "$nodes" "$layer" --only --modes "$mode" --steps 1 \
       --warmup 1 --no-check > /dev/null || exit 1
+  done
+  for mode in bulk ring; do  # what the traced step spent where (the bound of any overlap: bulk's collectives)
+    python3 "$here/../tools/trace/summary.py" "$traces/$name/$mode" "$name $mode" >> "$out/layer-traces.jsonl" || exit 1
   done
   python3 "$here/../tools/trace/render.py" "$out/layer-$name.svg" "$traces/$name/bulk:every op bulk ($name, f32)" \
     "$traces/$name/ring:every op ring ($name, f32)" >&2 || exit 1

@@ -298,6 +298,71 @@ def ring_order_table():
     return t
 
 
+def layer_table():
+    """Issue 14 (P8): training steps of the transformer block, bulk against decomposed."""
+    rows = load("layer.jsonl")
+    if not rows:
+        return []
+    r0 = rows[0]
+    t = ["## Transformer layer: training steps, every op bulk vs decomposed (P8)", "",
+         f"overlap-layer (bench/layer.sh): one block of seq {r0['seq']}, hidden {r0['hidden']}, {r0['heads']} heads,",
+         f"ffn {r0['ffn']}; a step is forward + backward; median of {r0['steps']} steps of the slowest rank, the",
+         "modes interleaved step by step in one run. `comm only`: the step's 4 all-gathers and 4",
+         "reduce-scatters alone as bulk MPI collectives; `hidden`: (bulk - mode) / comm only.",
+         "`max rel err`: against the same block in double precision (every output and gradient,",
+         "relative to each tensor's largest entry). All ranks share this machine's 2 cores.", "",
+         "| transport | ranks | dtype | mode | step ms | speedup vs bulk | comm only ms | hidden | max rel err |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        speed = f"{r['speedup_vs_bulk']:.2f}x" if r["speedup_vs_bulk"] else "-"
+        hidden = f"{100 * r['comm_hidden']:.0f}%" if r["comm_hidden"] is not None else "-"
+        err = f"{r['max_rel_err']:.1e}" if r["max_rel_err"] is not None else "-"
+        t.append(f"| {r['transport']} | {r['ranks']} | {r['dtype']} | {r['mode']} | {r['step_ms']:.0f} | {speed} "
+                 f"| {r['comm_ms']:.0f} | {hidden} | {err} |")
+    t += trace_rows()
+    t += ["", "Timelines of one bulk and one ring step: [2-node star](results/layer-star2.svg),",
+          "[4-node ring](results/layer-ring4.svg) (docs/layer.md explains them).", ""]
+    return t
+
+
+def trace_rows():
+    """What one traced f32 step spent where (layer-traces.jsonl, slowest rank of each)."""
+    rows = load("layer-traces.jsonl")
+    if not rows:
+        return []
+    t = ["", "One traced f32 step per mode (OVERLAP_TRACE, tools/trace/summary.py; the rank with the longest",
+         "step). `bound`: bulk step / (bulk step - bulk collectives), the speedup if every collective were",
+         "hidden and nothing else changed. `local`: attention, layer norms and GELU, which no op hides.",
+         "`ring waits`: time ring steps waited for transfers (on the worker thread too, while weight",
+         "gradients computed on the caller's).", "",
+         "| trace | step ms | bulk collectives ms | bound | local ms | ring GEMMs ms | ring waits ms |",
+         "|---|---|---|---|---|---|---|"]
+    local_words = ("attention (local", "attention backward", "layer norm", "GELU", "residual")
+    for r in rows:
+        rank = max(r["ranks"].values(), key=lambda v: v["step_ms"])
+        local = sum(ms for name, ms in rank["phases_ms"].items() if name.startswith(local_words))
+        coll = rank["collective_ms"]
+        bound = f"{rank['step_ms'] / (rank['step_ms'] - coll):.2f}x" if coll > 0 else "-"
+        ring = r["label"].endswith("ring")
+        t.append(f"| {r['label']} | {rank['step_ms']:.0f} | {coll:.0f} | {bound} | {local:.0f} "
+                 f"| {rank['gemm_ms'] if ring else 0:.0f} | {rank['wait_ms'] if ring else 0:.0f} |")
+    return t
+
+
+def write_layer_doc(table):
+    """The P8 table again in docs/layer.md, between its markers."""
+    path = os.path.join(os.path.dirname(out_dir.rstrip("/")), "layer.md")
+    if not table or not os.path.exists(path):
+        return
+    text = open(path).read()
+    begin, end = "<!-- p8 table: bench/report.py -->", "<!-- end of p8 table -->"
+    if begin not in text or end not in text:
+        return
+    body = "\n".join(table[2:])
+    text = text[:text.index(begin) + len(begin)] + "\n" + body + "\n" + text[text.index(end):]
+    open(path, "w").write(text)
+
+
 OPS = {"all_gather_matmul": ("n", "N (columns of B and C; M = K = 2048)"),
        "matmul_reduce_scatter": ("k", "K (contracting; M = N = 2048)")}
 
@@ -316,6 +381,9 @@ lines += policy_tables()
 lines += gemm_path_table()
 lines += pieces_sweep()
 lines += ring_order_table()
+layer = layer_table()
+lines += layer
+write_layer_doc(layer)
 for run in runs:
     rows = [json.loads(l) for l in open(os.path.join(out_dir, run + ".jsonl"))]
     if not rows:

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# overlap-layer, tiny, at 2 and 3 ranks (uneven tokens, heads and MLP
+# columns): one JSON object per mode with the names issue 14 fixes (mode,
+# step_ms, speedup_vs_bulk, max_rel_err), every mode within f32 accuracy of
+# the double-precision block; OVERLAP_TRACE gives a Chrome trace per rank
+# with the layer's phases and step spans, which render.py draws and
+# summary.py sums; bad shapes fail with a message and a non-zero status.
+set -euo pipefail
+layer=${1:?usage: layer_app_test.sh OVERLAP_LAYER TOOLS_TRACE_DIR}
+tools=${2:?usage: layer_app_test.sh OVERLAP_LAYER TOOLS_TRACE_DIR}
+dir=$(mktemp -d /tmp/overlap-layer-test.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+shape=(--seq 37 --hidden 32 --heads 4 --ffn 48 --steps 2 --warmup 1)
+for np in 2 3; do
+  mpiexec -np $np --oversubscribe --bind-to none "$layer" "${shape[@]}" --modes ring,bidirectional,automatic \
+    --json "$dir/$np.jsonl" > "$dir/$np.txt"
+  grep -q "comm only" "$dir/$np.txt"
+  python3 - "$dir/$np.jsonl" $np <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["mode"] for r in rows] == ["bulk", "ring", "bidirectional", "automatic"], rows
+for r in rows:
+    assert r["ranks"] == int(sys.argv[2]) and r["seq"] == 37 and r["hidden"] == 32 and r["heads"] == 4, r
+    assert r["step_ms"] > 0 and r["comm_ms"] > 0, r
+    assert r["max_rel_err"] is not None and r["max_rel_err"] < 1e-5, r
+    assert r["speedup_vs_bulk"] > 0, r
+assert rows[0]["speedup_vs_bulk"] == 1.0
+print("layer json ok at", sys.argv[2], "ranks")
+PY
+done
+# bf16: the same rows, bf16's accuracy.
+mpiexec -np 2 --oversubscribe --bind-to none "$layer" "${shape[@]}" --dtype bf16 --json "$dir/bf16.jsonl" > /dev/null
+python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open('$dir/bf16.jsonl')]
+assert [r['mode'] for r in rows] == ['bulk', 'automatic'] and all(r['dtype'] == 'bf16' for r in rows), rows
+assert all(0 < r['max_rel_err'] < 3e-2 for r in rows), rows
+"
+# The timeline: layer phases and one span per training step on every rank.
+for mode in bulk ring; do
+  mpiexec -np 3 --oversubscribe --bind-to none -x OVERLAP_TRACE="$dir/trace-$mode" "$layer" "${shape[@]}" --only \
+    --modes $mode --no-check > /dev/null
+done
+python3 - "$dir/trace-ring" <<'PY'
+import json, os, sys
+for r in range(3):
+    ev = json.load(open(os.path.join(sys.argv[1], f"rank{r}.json")))["traceEvents"]
+    layer = [e for e in ev if e.get("cat") == "layer"]
+    steps = [e for e in layer if e["name"] == "step"]
+    assert len(steps) == 3, steps  # warmup + 2 steps
+    names = {e["name"] for e in layer}
+    for want in ("attention (local heads)", "QKV projection (all-gather matmul)", "MLP up weight gradient",
+                 "QKV backward (started matmul reduce-scatter)"):
+        assert want in names, (want, names)
+    assert any(e["ph"] == "M" and e.get("args", {}).get("name") == "layer phases" for e in ev)
+print("layer trace ok")
+PY
+python3 "$tools/render.py" "$dir/layer.svg" "$dir/trace-bulk:bulk" "$dir/trace-ring:ring" > /dev/null
+grep -q "rank 2 layer" "$dir/layer.svg"
+python3 "$tools/summary.py" "$dir/trace-bulk" bulk | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+assert sorted(d['ranks']) == ['0', '1', '2'] and all(r['collective_ms'] > 0 for r in d['ranks'].values()), d
+"
+# Bad input: a message and a non-zero status, no hang.
+if timeout 60 mpiexec -np 2 --oversubscribe --bind-to none "$layer" --seq 8 --hidden 30 --heads 4 \
+     > "$dir/bad.txt" 2>&1; then
+  echo "hidden 30 with 4 heads was accepted"; exit 1
+fi
+grep -q "divisible by heads" "$dir/bad.txt"
+echo "layer app test: ok"
