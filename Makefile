@@ -62,14 +62,15 @@ asan: deps
 
 # ThreadSanitizer over the progress thread: the engine tests (a progress
 # thread testing requests while a step computes, and a failing step),
-# every policy x strategy at 3 ranks, and started ops (the worker thread), built with -fsanitize=thread in
+# every policy x strategy at 3 ranks, started ops (the worker thread) and the transformer block's
+# weight gradients beside them, built with -fsanitize=thread in
 # $(BUILD)-tsan. Fails on any report. MPI and OpenMP are not instrumented;
 # tests/tsan.supp lists what is suppressed there and why.
 TSAN_FLAGS := -fsanitize=thread -g -O1
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" \
 	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DOVERLAP_BUILD_APPS=OFF -DOVERLAP_BUILD_BENCH=OFF
-	cmake --build $(BUILD)-tsan -j $(JOBS) --target backend_test progress_test start_test
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target backend_test progress_test start_test transformer_test
 	bash tests/tsan.sh $(BUILD)-tsan
 
 # Layout and static checks (.clang-format, .clang-tidy): clang-format must

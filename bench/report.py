@@ -334,9 +334,11 @@ def trace_rows():
     t = ["", "One traced f32 step per mode (OVERLAP_TRACE, tools/trace/summary.py; the rank with the longest",
          "step). `bound`: bulk step / (bulk step - bulk collectives), the speedup if every collective were",
          "hidden and nothing else changed. `local`: attention, layer norms and GELU, which no op hides.",
+         "`op GEMMs`: the ops' own products (bulk: one per op; ring: every step's piece; the weight",
+         "gradients are not in it).",
          "`ring waits`: time ring steps waited for transfers (on the worker thread too, while weight",
          "gradients computed on the caller's).", "",
-         "| trace | step ms | bulk collectives ms | bound | local ms | ring GEMMs ms | ring waits ms |",
+         "| trace | step ms | bulk collectives ms | bound | local ms | op GEMMs ms | ring waits ms |",
          "|---|---|---|---|---|---|---|"]
     local_words = ("attention (local", "attention backward", "layer norm", "GELU", "residual")
     for r in rows:
@@ -346,7 +348,7 @@ def trace_rows():
         bound = f"{rank['step_ms'] / (rank['step_ms'] - coll):.2f}x" if coll > 0 else "-"
         ring = r["label"].endswith("ring")
         t.append(f"| {r['label']} | {rank['step_ms']:.0f} | {coll:.0f} | {bound} | {local:.0f} "
-                 f"| {rank['gemm_ms'] if ring else 0:.0f} | {rank['wait_ms'] if ring else 0:.0f} |")
+                 f"| {rank['gemm_ms']:.0f} | {rank['wait_ms'] if ring else 0:.0f} |")
     return t
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make tsan`: runs the ThreadSanitizer build of the engine, progress and started-op tests
+# `make tsan`: runs the ThreadSanitizer build of the engine, progress, started-op and layer tests
 # and fails on any report (halt_on_error makes the process exit non-zero).
 set -euo pipefail
 build=${1:?usage: tsan.sh TSAN_BUILD_DIR}
@@ -14,4 +14,7 @@ run 2 "$build/tests/progress_test" --gtest_filter='*thread_yield*'
 # Started ops: the worker thread runs the ring (with the progress thread)
 # while the caller computes, checks the context, or runs another context.
 run 2 "$build/tests/start_test" --gtest_filter='start.every_variant_and_schedule_f32:start.one_op*:start.another*:start.an_unwaited*'
+# The transformer block: weight-gradient GEMMs on the caller's thread (the
+# layer's own backend) while started ops run on the worker thread.
+run 2 "$build/tests/transformer_test" --gtest_filter='transformer.f32*'
 echo "tsan: no data race reported"
