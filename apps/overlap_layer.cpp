@@ -161,9 +161,18 @@ int run(const options& o) {
     bodies.emplace_back([r = runners.back().get()] { r->step(); });
   }
   bodies.push_back(comm_only<T>(ctx, runners.front()->blk.layout()));
+  // The step without communication: every op's products and the local work
+  // (a second context on the same ranks that skips every transfer and
+  // collective, OVERLAP_PHASES=compute_only; the results are not used).
+  overlap::config quiet = ctx.config();
+  quiet.phases = overlap::ring_phases::compute_only;
+  quiet.trace.clear();  // not in the timeline, whose last step is the last mode's
+  overlap::context compute_ctx(ctx.comm(), quiet);
+  runner<T> compute(compute_ctx, o.shape, overlap::strategy::bulk);
+  bodies.emplace_back([&compute] { compute.step(); });
   const std::vector<double> ms = overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o.warmup, o.steps, bodies);
   std::vector<row> rows;
-  const double bulk_ms = o.only ? 0 : ms.front(), comm_ms = ms.back();
+  const double bulk_ms = o.only ? 0 : ms.front(), comm_ms = ms[ms.size() - 2], compute_ms = ms.back();
   for (size_t i = 0; i < modes.size(); ++i) {
     row r{modes[i], ms[i], bulk_ms > 0 ? bulk_ms / ms[i] : 0, bulk_ms > 0 ? (bulk_ms - ms[i]) / comm_ms : 0};
     rows.push_back(r);
@@ -189,6 +198,8 @@ int run(const options& o) {
                r.err >= 0 ? fmt::format("{:.1e}", r.err) : "-");
   fmt::print("{:<14}{:>12.1f}   (the step's 4 all-gathers and 4 reduce-scatters alone, as bulk runs them)\n", "comm only",
              comm_ms);
+  fmt::print("{:<14}{:>12.1f}   (the step without communication; bulk / compute only = {:.2f}x bounds any overlap)\n",
+             "compute only", compute_ms, bulk_ms > 0 ? bulk_ms / compute_ms : 0.0);
   if (o.json.empty()) return 0;
   std::ofstream out(o.json, std::ios::app);
   for (const row& r : rows) {
@@ -196,6 +207,7 @@ int run(const options& o) {
                      {"step_ms", r.step_ms},
                      {"speedup_vs_bulk", r.speedup > 0 ? nlohmann::json(r.speedup) : nlohmann::json(nullptr)},
                      {"comm_ms", comm_ms},
+                     {"compute_ms", compute_ms},
                      {"comm_hidden", r.speedup > 0 ? nlohmann::json(r.hidden) : nlohmann::json(nullptr)},
                      {"max_rel_err", r.err >= 0 ? nlohmann::json(r.err) : nlohmann::json(nullptr)},
                      {"seq", s.seq},

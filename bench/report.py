@@ -309,17 +309,25 @@ def layer_table():
          f"ffn {r0['ffn']}; a step is forward + backward; median of {r0['steps']} steps of the slowest rank, the",
          "modes interleaved step by step in one run. `comm only`: the step's 4 all-gathers and 4",
          "reduce-scatters alone, as the bulk strategy runs them (the ops with empty products);",
-         "`hidden`: (bulk - mode) / comm only.",
+         "`hidden`: (bulk - mode) / comm only. `compute only`: the step with every transfer and",
+         "collective skipped (OVERLAP_PHASES=compute_only); `bound` = bulk / compute only, the speedup",
+         "of an overlap that hid all communication and slowed nothing down.",
          "`max rel err`: against the same block in double precision (every output and gradient,",
          "relative to each tensor's largest entry). All ranks share this machine's 2 cores.", "",
-         "| transport | ranks | dtype | mode | step ms | speedup vs bulk | comm only ms | hidden | max rel err |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         "| transport | ranks | dtype | mode | step ms | speedup vs bulk | comm only ms | hidden "
+         "| compute only ms | bound | max rel err |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         speed = f"{r['speedup_vs_bulk']:.2f}x" if r["speedup_vs_bulk"] else "-"
         hidden = f"{100 * r['comm_hidden']:.0f}%" if r["comm_hidden"] is not None else "-"
         err = f"{r['max_rel_err']:.1e}" if r["max_rel_err"] is not None else "-"
+        bulk = [b["step_ms"] for b in rows if b["mode"] == "bulk" and b["transport"] == r["transport"]
+                and b["dtype"] == r["dtype"]]
+        compute = r.get("compute_ms")
+        bound = f"{bulk[0] / compute:.2f}x" if compute and bulk else "-"
+        compute = f"{compute:.0f}" if compute else "-"
         t.append(f"| {r['transport']} | {r['ranks']} | {r['dtype']} | {r['mode']} | {r['step_ms']:.0f} | {speed} "
-                 f"| {r['comm_ms']:.0f} | {hidden} | {err} |")
+                 f"| {r['comm_ms']:.0f} | {hidden} | {compute} | {bound} | {err} |")
     t += trace_rows()
     t += ["", "Timelines of one bulk and one ring step: [2-node star](results/layer-star2.svg),",
           "[4-node ring](results/layer-ring4.svg) (docs/layer.md explains them).", ""]

@@ -14,14 +14,14 @@ shape=(--seq 37 --hidden 32 --heads 4 --ffn 48 --steps 2 --warmup 1)
 for np in 2 3; do
   mpiexec -np $np --oversubscribe --bind-to none "$layer" "${shape[@]}" --modes ring,bidirectional,automatic \
     --json "$dir/$np.jsonl" > "$dir/$np.txt"
-  grep -q "comm only" "$dir/$np.txt"
+  grep -q "comm only" "$dir/$np.txt" && grep -q "compute only" "$dir/$np.txt"
   python3 - "$dir/$np.jsonl" $np <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert [r["mode"] for r in rows] == ["bulk", "ring", "bidirectional", "automatic"], rows
 for r in rows:
     assert r["ranks"] == int(sys.argv[2]) and r["seq"] == 37 and r["hidden"] == 32 and r["heads"] == 4, r
-    assert r["step_ms"] > 0 and r["comm_ms"] > 0, r
+    assert r["step_ms"] > 0 and r["comm_ms"] > 0 and r["compute_ms"] > 0, r
     assert r["max_rel_err"] is not None and r["max_rel_err"] < 1e-5, r
     assert r["speedup_vs_bulk"] > 0, r
 assert rows[0]["speedup_vs_bulk"] == 1.0
