@@ -185,19 +185,20 @@ int run(const options& o) {
   }
   if (wrank != 0) return 0;
   const auto& s = o.shape;
-  fmt::print("overlap-layer: block seq={} hidden={} heads={} ffn={} {} on {} ranks ({} tensor group(s) of {}), "
-             "transport: {}\n",
-             s.seq, s.hidden, s.heads, s.ffn, o.dtype, world, mesh.size("dp"), ctx.size(), o.transport);
-  fmt::print("gemm: {}\nstep = forward + backward; median of {} steps, slowest rank\n", ctx.gemm_path(overlap::dtype_of<T>()),
-             o.steps);
+  fmt::print(
+      "overlap-layer: block seq={} hidden={} heads={} ffn={} {} on {} ranks ({} tensor group(s) of {}), "
+      "transport: {}\n",
+      s.seq, s.hidden, s.heads, s.ffn, o.dtype, world, mesh.size("dp"), ctx.size(), o.transport);
+  fmt::print("gemm: {}\nstep = forward + backward; median of {} steps, slowest rank\n",
+             ctx.gemm_path(overlap::dtype_of<T>()), o.steps);
   fmt::print("{:<14}{:>12}{:>18}{:>18}{:>14}\n", "mode", "step ms", "speedup vs bulk", "comm hidden", "max rel err");
   for (const row& r : rows)
     fmt::print("{:<14}{:>12.1f}{:>18}{:>18}{:>14}\n", r.mode, r.step_ms,
                r.speedup > 0 ? fmt::format("{:.3f}x", r.speedup) : "-",
                r.speedup > 0 ? fmt::format("{:.0f}%", 100 * r.hidden) : "-",
                r.err >= 0 ? fmt::format("{:.1e}", r.err) : "-");
-  fmt::print("{:<14}{:>12.1f}   (the step's 4 all-gathers and 4 reduce-scatters alone, as bulk runs them)\n", "comm only",
-             comm_ms);
+  fmt::print("{:<14}{:>12.1f}   (the step's 4 all-gathers and 4 reduce-scatters alone, as bulk runs them)\n",
+             "comm only", comm_ms);
   fmt::print("{:<14}{:>12.1f}   (the step without communication; bulk / compute only = {:.2f}x bounds any overlap)\n",
              "compute only", compute_ms, bulk_ms > 0 ? bulk_ms / compute_ms : 0.0);
   if (o.json.empty()) return 0;

@@ -154,9 +154,7 @@ void check_all(double tolerance) {
 TEST(transformer, f32_forward_and_every_gradient_match_the_double_reference) { check_all<float>(5e-6); }
 TEST(transformer, f64_forward_and_every_gradient_match_the_double_reference) { check_all<double>(1e-12); }
 // bf16 operands (8 significant bits) rounded at every op boundary.
-TEST(transformer, bf16_forward_and_every_gradient_match_the_double_reference) {
-  check_all<overlap::bfloat16>(3e-2);
-}
+TEST(transformer, bf16_forward_and_every_gradient_match_the_double_reference) { check_all<overlap::bfloat16>(3e-2); }
 
 /// sum over all ranks of out * dout for the block's current parameters.
 double loss(transformer_block<double>& blk, const std::vector<double>& x, const std::vector<double>& dout) {
@@ -187,9 +185,9 @@ TEST(transformer, gradients_match_finite_differences) {
   blk.backward({dout.data(), l.rows(), s.hidden}, {dx.data(), l.rows(), s.hidden});
   auto grads = blk.grads();
   const int64_t d = s.hidden;
-  const entry entries[] = {{"wqkv", 1, 5},  {"wqkv", 2, d + 3}, {"wqkv", 0, 2 * d + 9}, {"bqkv", 0, d + 2},
-                           {"wo", 3, 4},    {"bo", 0, 6},       {"w1", 2, 7},          {"b1", 0, 19},
-                           {"w2", 5, 1},    {"b2", 0, 11},      {"ln1_g", 0, 2},       {"ln2_b", 0, 3}};
+  const entry entries[] = {{"wqkv", 1, 5}, {"wqkv", 2, d + 3}, {"wqkv", 0, 2 * d + 9}, {"bqkv", 0, d + 2},
+                           {"wo", 3, 4},   {"bo", 0, 6},       {"w1", 2, 7},           {"b1", 0, 19},
+                           {"w2", 5, 1},   {"b2", 0, 11},      {"ln1_g", 0, 2},        {"ln2_b", 0, 3}};
   for (const entry& e : entries) {
     // Every rank holding the entry (all of them for a replicated one) nudges it.
     auto nudge = [&](double by) {
@@ -243,8 +241,7 @@ TEST(transformer, bad_input_is_rejected_on_every_rank) {
   transformer_block<float> blk(ctx, tiny);
   const int64_t n = blk.layout().rows(), d = tiny.hidden;
   std::vector<float> x(size_t((n + 1) * d)), out(x.size());
-  expect_every_rank_rejects("backward before forward",
-                            [&] { blk.backward({x.data(), n, d}, {out.data(), n, d}); });
+  expect_every_rank_rejects("backward before forward", [&] { blk.backward({x.data(), n, d}, {out.data(), n, d}); });
   expect_every_rank_rejects("rank " + std::to_string(last), [&] {
     const int64_t rows = ctx.rank() == last ? n + 1 : n;  // one rank passes a wrong shape
     blk.forward({x.data(), rows, d}, {out.data(), n, d});

@@ -142,13 +142,14 @@ void attention_backward(local_gemm<A>& gemm, const attention_shape& s, const A* 
       A *pb = p.data() + r0 * n, *db = dp.data() + r0 * n;
       attention_probabilities(gemm, s, qkv, lse, h, r0, r1, p.data());
       gemm.run(true, false, r1, s.dh, m, {pb, n, d_o + r0 * w + c, w, dqkv + 2 * w + c, ld}, true);  // dV += P^T dO
-      gemm.run(false, true, m, r1, s.dh, {d_o + r0 * w + c, w, v, ld, db, n});  // dP = dO V^T
+      gemm.run(false, true, m, r1, s.dh, {d_o + r0 * w + c, w, v, ld, db, n});                       // dP = dO V^T
       for (int64_t i = r0; i < r1; ++i) {
         A delta = 0;  // sum_j dP_ij P_ij = dO_i . O_i
         for (int64_t j = 0; j < s.dh; ++j) delta += d_o[i * w + c + j] * o[i * w + c + j];
-        for (int64_t j = 0; j < r1; ++j) dp[size_t(i * n + j)] = p[size_t(i * n + j)] * (dp[size_t(i * n + j)] - delta) * A(s.scale());
+        for (int64_t j = 0; j < r1; ++j)
+          dp[size_t(i * n + j)] = p[size_t(i * n + j)] * (dp[size_t(i * n + j)] - delta) * A(s.scale());
       }
-      gemm.run(false, false, m, s.dh, r1, {db, n, k, ld, dqkv + r0 * ld + c, ld});       // dQ = dS K
+      gemm.run(false, false, m, s.dh, r1, {db, n, k, ld, dqkv + r0 * ld + c, ld});           // dQ = dS K
       gemm.run(true, false, r1, s.dh, m, {db, n, q + r0 * ld, ld, dqkv + w + c, ld}, true);  // dK += dS^T Q
     }
   }

@@ -92,8 +92,9 @@ transformer_block<T>::transformer_block(context& ctx, const block_shape& s, cons
   OVERLAP_MPI(MPI_Allreduce, mine, lo, 4, MPI_INT64_T, MPI_MIN, comm_.get());
   OVERLAP_MPI(MPI_Allreduce, mine, hi, 4, MPI_INT64_T, MPI_MAX, comm_.get());
   if (!std::equal(lo, lo + 4, hi))
-    throw std::invalid_argument("overlap::layers::transformer_block: the ranks give different shapes (seq, hidden, "
-                                "heads, ffn must agree)");
+    throw std::invalid_argument(
+        "overlap::layers::transformer_block: the ranks give different shapes (seq, hidden, "
+        "heads, ffn must agree)");
   std::string what;
   try {
     l_ = block_layout(s, ctx.rank(), ctx.size());
@@ -156,9 +157,9 @@ rs_options transformer_block<T>::rs(bool transpose_b) const {
 template <class T>
 void transformer_block<T>::forward(matrix_view<const T> x, matrix_view<T> out) {
   const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.shape.seq, w = l_.width();
-  agree(detail::fits(x, n, d) && detail::fits(out, n, d),
-        "forward: x and out must be " + std::to_string(n) + " x " + std::to_string(d) + " (ld >= hidden); got x " +
-            detail::dims(x) + ", out " + detail::dims(out));
+  agree(detail::fits(x, n, d) && detail::fits(out, n, d), "forward: x and out must be " + std::to_string(n) + " x " +
+                                                              std::to_string(d) + " (ld >= hidden); got x " +
+                                                              detail::dims(x) + ", out " + detail::dims(out));
   have_forward_ = false;
   engine::trace_recorder* tr = ctx_->tracer();
   {
@@ -207,8 +208,8 @@ void transformer_block<T>::mlp_forward(matrix_view<T> out) {
     detail::phase_span ph(tr, "MLP up projection (all-gather matmul)");
     ag_options o = ag(false);
     o.epilogue.bias = static_cast<const T*>(w_.b1.data());
-    all_gather_matmul<T>(*ctx_, {y2_.data(), n, d}, {w_.w1.data(), d, f}, {upre_t_.data(), S, f},
-                         {y2g_.data(), S, d}, o);
+    all_gather_matmul<T>(*ctx_, {y2_.data(), n, d}, {w_.w1.data(), d, f}, {upre_t_.data(), S, f}, {y2g_.data(), S, d},
+                         o);
   }
   {
     detail::phase_span ph(tr, "GELU");
@@ -275,8 +276,8 @@ void transformer_block<T>::mlp_backward() {
   engine::trace_recorder* tr = ctx_->tracer();
   {
     detail::phase_span ph(tr, "MLP down backward (all-gather matmul)");
-    all_gather_matmul<T>(*ctx_, {dz_t_.data(), n, d}, {w_.w2.data(), f, d}, {du_t_.data(), S, f},
-                         {dzg_t_.data(), S, d}, ag(true));
+    all_gather_matmul<T>(*ctx_, {dz_t_.data(), n, d}, {w_.w2.data(), f, d}, {du_t_.data(), S, f}, {dzg_t_.data(), S, d},
+                         ag(true));
   }
   {
     detail::phase_span ph(tr, "GELU backward");
@@ -287,8 +288,8 @@ void transformer_block<T>::mlp_backward() {
     }
   }
   auto op = [&](bool started) {
-    detail::phase_span ph(tr, started ? "MLP up backward (started matmul reduce-scatter)"
-                                      : "MLP up backward (matmul reduce-scatter)");
+    detail::phase_span ph(
+        tr, started ? "MLP up backward (started matmul reduce-scatter)" : "MLP up backward (matmul reduce-scatter)");
     const matrix_view<const T> a{du_t_.data(), S, f}, b{w_.w1.data(), d, f};
     const matrix_view<T> c{dy_t_.data(), n, d};
     return started ? start_matmul_reduce_scatter<T>(*ctx_, a, b, c, rs(true))
@@ -330,13 +331,12 @@ void transformer_block<T>::attention_backward() {
     detail::phase_span ph(tr, "attention backward (local heads)");
     const math::attention_shape s{S, l_.head_shards.size(l_.rank), l_.head_dim(), opt_.attention_block};
     const acc* d_o = detail::widen(do_t_, do_);
-    math::attention_backward(gemm_, s, detail::widen(qkv_t_, qkv_), o_.data(), lse_.data(), d_o, dqkv_.data(), p_,
-                             dp_);
+    math::attention_backward(gemm_, s, detail::widen(qkv_t_, qkv_), o_.data(), lse_.data(), d_o, dqkv_.data(), p_, dp_);
     detail::narrow(dqkv_, dqkv_t_);
   }
   auto op = [&](bool started) {
-    detail::phase_span ph(tr, started ? "QKV backward (started matmul reduce-scatter)"
-                                      : "QKV backward (matmul reduce-scatter)");
+    detail::phase_span ph(
+        tr, started ? "QKV backward (started matmul reduce-scatter)" : "QKV backward (matmul reduce-scatter)");
     const matrix_view<const T> a{dqkv_t_.data(), S, 3 * w}, b{w_.wqkv.data(), d, 3 * w};
     const matrix_view<T> c{dy_t_.data(), n, d};
     return started ? start_matmul_reduce_scatter<T>(*ctx_, a, b, c, rs(true))
