@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "common/measure.hpp"
 #include "common/pipeline_peer.hpp"
 #ifdef OVERLAP_HAVE_SCALAPACK
@@ -387,11 +388,7 @@ class bench_run {
   }
 #endif
 
-  [[nodiscard]] std::string transport() const {
-    if (!o_.transport.empty()) return o_.transport;
-    const char* env = std::getenv("OVERLAP_TRANSPORT");
-    return env != nullptr ? env : "unlabelled";
-  }
+  [[nodiscard]] std::string transport() const { return overlap::apps::transport_label(o_.transport, "unlabelled"); }
   [[nodiscard]] double flops() const { return 2.0 * double(o_.m) * double(o_.n) * double(o_.k); }
 
   void print_header() {
@@ -537,13 +534,8 @@ int main(int argc, char** argv) {
                  "tensor-parallel group size: the world becomes a dp x tp mesh (overlap::mesh, tp varying fastest) "
                  "and every group runs the op at once, on its own group; 0: one group of every rank")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--transport", o.transport, "label of the transport for the report (default: $OVERLAP_TRANSPORT)");
-  app.footer("Library settings come from the environment:\n" + overlap::env_help());
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
-  }
+  overlap::apps::add_common_options(app, o.transport);
+  if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
   if (o.variant.empty()) o.variant = o.op == "ag" ? "lhs_rows" : "rows";
   o.strategies.erase(std::remove(o.strategies.begin(), o.strategies.end(), "bulk"), o.strategies.end());
   if (o.strategies.empty()) {

@@ -16,6 +16,8 @@
 #include "overlap/overlap.hpp"
 #include "overlap/schedule/measure.hpp"
 
+#include "common/cli.hpp"
+
 namespace {
 
 overlap::dtype dtype_named(const std::string& s) {
@@ -42,11 +44,7 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_flag("--update", update, "keep what the existing file holds and replace only what this run measures");
   app.footer("Library settings come from the environment:\n" + overlap::env_help());
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
-  }
+  if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
   try {
     if (!std::is_sorted(sizes.begin(), sizes.end()) || std::adjacent_find(sizes.begin(), sizes.end()) != sizes.end())
       throw std::invalid_argument("--sizes must be ascending and distinct");

@@ -18,9 +18,11 @@
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
+#include <overlap/layers/example_values.hpp>
 #include <overlap/layers/transformer.hpp>
 #include <overlap/overlap.hpp>
 
+#include "common/cli.hpp"
 #include "common/measure.hpp"
 
 namespace {
@@ -38,22 +40,6 @@ struct options {
   std::string json, transport;
 };
 
-/// A deterministic value in [-1, 1) for entry (i, j) of a named tensor.
-double uniform(const std::string& name, int64_t i, int64_t j) {
-  uint64_t h = 1469598103934665603ull;
-  for (char ch : name) h = (h ^ uint64_t(uint8_t(ch))) * 1099511628211ull;
-  h ^= uint64_t(i) * 0x9E3779B97F4A7C15ull + uint64_t(j) * 0xC2B2AE3D27D4EB4Full;
-  h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ull, h ^= h >> 33;
-  return double(h >> 11) * 0x1.0p-52 - 1.0;
-}
-
-double parameter(const block_shape& s, const std::string& name, int64_t i, int64_t j) {
-  const double u = uniform(name, i, j);
-  if (name == "ln1_g" || name == "ln2_g") return 1 + 0.2 * u;
-  if (name[0] == 'b' || name == "ln1_b" || name == "ln2_b") return 0.1 * u;
-  return 1.5 * u / std::sqrt(double(name == "w2" ? s.ffn : s.hidden));
-}
-
 /// What a block computed in one step: out, dx and every gradient, as double.
 struct step_result {
   std::vector<std::vector<double>> tensors;
@@ -68,15 +54,17 @@ struct runner {
 
   runner(overlap::context& ctx, const block_shape& s, overlap::strategy st) : ctx_(&ctx), blk(ctx, s, {st, true}) {
     overlap::layers::visit(blk.params(), blk.layout(), [&](const char* name, T& v, int64_t i, int64_t j) {
-      v = overlap::layers::detail::cast<T>(parameter(s, name, i, j));
+      v = overlap::layers::detail::cast<T>(overlap::layers::example_parameter(s, name, i, j));
     });
     const auto& l = blk.layout();
     const int64_t n = l.rows(), d = s.hidden;
     x.resize(size_t(n * d)), dout.resize(x.size()), out.resize(x.size()), dx.resize(x.size());
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < d; ++j) {
-        x[size_t(i * d + j)] = overlap::layers::detail::cast<T>(uniform("x", l.row_offset() + i, j));
-        dout[size_t(i * d + j)] = overlap::layers::detail::cast<T>(uniform("dout", l.row_offset() + i, j));
+        x[size_t(i * d + j)] =
+            overlap::layers::detail::cast<T>(overlap::layers::example_value("x", l.row_offset() + i, j));
+        dout[size_t(i * d + j)] =
+            overlap::layers::detail::cast<T>(overlap::layers::example_value("dout", l.row_offset() + i, j));
       }
   }
   void step() {
@@ -254,18 +242,10 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "append one JSON object per mode to FILE (rank 0)");
   app.add_option("--tp", o.tp, "tensor-parallel group size: a dp x tp mesh, one block per group; 0: every rank")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--transport", o.transport, "label of the transport for the report (default: $OVERLAP_TRANSPORT)");
-  app.footer("Library settings come from the environment:\n" + overlap::env_help());
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
-  }
+  overlap::apps::add_common_options(app, o.transport);
+  if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
   if (o.shape.ffn == 0) o.shape.ffn = 4 * o.shape.hidden;
-  if (o.transport.empty()) {
-    const char* t = std::getenv("OVERLAP_TRANSPORT");
-    o.transport = t ? t : "shared memory (one machine)";
-  }
+  o.transport = overlap::apps::transport_label(o.transport, "shared memory (one machine)");
   if (o.tp > 0 && world % o.tp != 0) {
     if (rank == 0) fmt::print(stderr, "overlap-layer: --tp {} does not divide the {} ranks\n", o.tp, world);
     return 2;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <overlap/layers/example_values.hpp>
 #include <overlap/layers/transformer.hpp>
 
 #include "transformer_reference.hpp"
@@ -26,25 +27,6 @@ using overlap::layers::block_shape;
 using overlap::layers::transformer_block;
 
 namespace {
-
-/// A deterministic value in [-1, 1) for entry (i, j) of a named tensor.
-double uniform(const std::string& name, int64_t i, int64_t j) {
-  uint64_t h = 1469598103934665603ull;
-  for (char ch : name) h = (h ^ uint64_t(uint8_t(ch))) * 1099511628211ull;
-  h ^= uint64_t(i) * 0x9E3779B97F4A7C15ull + uint64_t(j) * 0xC2B2AE3D27D4EB4Full;
-  h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ull, h ^= h >> 33;
-  return double(h >> 11) * 0x1.0p-52 - 1.0;
-}
-
-/// Parameter values of a plausible block: gains near 1, small shifts and
-/// biases, weights scaled by their fan-in.
-double parameter(const block_shape& s, const std::string& name, int64_t i, int64_t j) {
-  const double u = uniform(name, i, j);
-  if (name == "ln1_g" || name == "ln2_g") return 1 + 0.2 * u;
-  if (name[0] == 'b' || name == "ln1_b" || name == "ln2_b") return 0.1 * u;
-  const double fan_in = double(name == "w2" ? s.ffn : s.hidden);
-  return 1.5 * u / std::sqrt(fan_in);
-}
 
 template <class T>
 double rounded(double v) {
@@ -61,11 +43,12 @@ struct fixture {
   explicit fixture(const block_shape& shape) : s(shape), ref(shape, reference::make_params(shape)) {
     for (auto& [name, m] : ref.w)
       for (int64_t i = 0; i < m.r; ++i)
-        for (int64_t j = 0; j < m.c; ++j) m(i, j) = rounded<T>(parameter(s, name, i, j));
+        for (int64_t j = 0; j < m.c; ++j) m(i, j) = rounded<T>(overlap::layers::example_parameter(s, name, i, j));
     x = reference::mat(s.seq, s.hidden), dout = reference::mat(s.seq, s.hidden);
     for (int64_t i = 0; i < s.seq; ++i)
       for (int64_t j = 0; j < s.hidden; ++j)
-        x(i, j) = rounded<T>(uniform("x", i, j)), dout(i, j) = rounded<T>(uniform("dout", i, j));
+        x(i, j) = rounded<T>(overlap::layers::example_value("x", i, j)),
+             dout(i, j) = rounded<T>(overlap::layers::example_value("dout", i, j));
     ref.forward(x);
     g_ref = ref.backward(dout, dx_ref);
   }

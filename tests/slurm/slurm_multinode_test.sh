@@ -6,7 +6,8 @@
 # real cluster, with 2 nodes x 2 tasks: srun --mpi=pmix and mpirun. Checks:
 # each rank sees its node's 2 ranks and a context finds 2 nodes with the ring
 # keeping each node's ranks together (tests/node_probe), the tensor-parallel
-# MLP verifies itself on 4 ranks across the link, and the demo runs under both
+# MLP verifies itself on 4 ranks across the link, the transformer layer trains on a
+# dp x tp = 2 x 2 mesh (slurm/layer.sbatch), and the demo runs under both
 # launchers. Every daemon is stopped by PID and the namespaces are removed,
 # even on failure. Exit 77 (skipped) with the reason where the machine
 # cannot (no root, no namespaces or tbf, no Slurm).
@@ -91,6 +92,9 @@ for launcher in srun mpirun; do
   submit "mlp-$launcher" slurm/template.sbatch OVERLAP_PROGRAM="$build/tests/examples/tensor_parallel_mlp" \
     OVERLAP_LAUNCHER=$launcher
   submit "demo-$launcher" slurm/demo.sbatch OVERLAP_LAUNCHER=$launcher OVERLAP_DEMO_SIZE=64
+  # The transformer layer on a dp x tp = 2 x 2 mesh, one tensor group per node.
+  submit "layer-$launcher" slurm/layer.sbatch OVERLAP_LAUNCHER=$launcher \
+    OVERLAP_LAYER_ARGS="--seq 64 --hidden 32 --heads 4 --steps 2"
 done
 
 deadline=$((SECONDS + ${SLURM_TEST_TIMEOUT:-300}))
@@ -109,6 +113,9 @@ for i in "${!jobs[@]}"; do
       [ "$got" = "$want_probe" ] || { echo "$name: '$got', want '$want_probe'"; status=1; } ;;
     mlp-*) [ "$(grep -c ' ok$' "$out")" -eq 4 ] || { echo "$name: did not verify on 4 ranks"; cat "$out"; status=1; } ;;
     demo-*) grep -q "^ring " "$out" && grep -q "^bulk " "$out" || { echo "$name: no bulk/ring lines"; cat "$out"; status=1; } ;;
+    layer-*)
+      { grep -q "on 4 ranks (2 tensor group(s) of 2)" "$out" && grep -q "^bulk " "$out" && grep -q "^ring " "$out" &&
+        grep -q "^automatic " "$out"; } || { echo "$name: no 2 x 2 mesh or no bulk/ring/automatic rows"; cat "$out"; status=1; } ;;
   esac
   # The job ran on both nodes.
   grep -q "on node\[0-1\]" "$out" || { echo "$name: not on node[0-1]: $(head -n 1 "$out")"; status=1; }

@@ -1,0 +1,39 @@
+#pragma once
+// Command-line handling shared by the apps (CLI11): the library settings'
+// footer, parsing on every rank with one rank printing, and the transport
+// label of a report.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include <overlap/config.hpp>
+
+namespace overlap::apps {
+
+/// The footer listing the OVERLAP_* settings and the --transport option
+/// (into `transport`; see transport_label).
+inline void add_common_options(CLI::App& app, std::string& transport) {
+  app.add_option("--transport", transport, "label of the transport for the report (default: $OVERLAP_TRANSPORT)");
+  app.footer("Library settings come from the environment:\n" + overlap::env_help());
+}
+
+/// Parses argv on every rank; rank 0 alone prints help or the error. Returns
+/// the exit status when the program should end there.
+inline std::optional<int> parse(CLI::App& app, int argc, char** argv, int rank) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
+  return std::nullopt;
+}
+
+/// The transport a report names: --transport, else $OVERLAP_TRANSPORT, else `fallback`.
+inline std::string transport_label(const std::string& given, const char* fallback) {
+  if (!given.empty()) return given;
+  const char* env = std::getenv("OVERLAP_TRANSPORT");
+  return env != nullptr ? env : fallback;
+}
+
+}  // namespace overlap::apps
