@@ -340,22 +340,19 @@ def trace_rows():
     if not rows:
         return []
     t = ["", "One traced f32 step per mode (OVERLAP_TRACE, tools/trace/summary.py; the rank with the longest",
-         "step). `bound`: bulk step / (bulk step - bulk collectives), the speedup if every collective were",
-         "hidden and nothing else changed. `local`: attention, layer norms and GELU, which no op hides.",
+         "step). `local`: attention, layer norms and GELU, which no op hides.",
          "`op GEMMs`: the ops' own products (bulk: one per op; ring: every step's piece; the weight",
          "gradients are not in it).",
          "`ring waits`: time ring steps waited for transfers (on the worker thread too, while weight",
          "gradients computed on the caller's).", "",
-         "| trace | step ms | bulk collectives ms | bound | local ms | op GEMMs ms | ring waits ms |",
-         "|---|---|---|---|---|---|---|"]
+         "| trace | step ms | bulk collectives ms | local ms | op GEMMs ms | ring waits ms |",
+         "|---|---|---|---|---|---|"]
     local_words = ("attention (local", "attention backward", "layer norm", "GELU", "residual")
     for r in rows:
         rank = max(r["ranks"].values(), key=lambda v: v["step_ms"])
         local = sum(ms for name, ms in rank["phases_ms"].items() if name.startswith(local_words))
-        coll = rank["collective_ms"]
-        bound = f"{rank['step_ms'] / (rank['step_ms'] - coll):.2f}x" if coll > 0 else "-"
         ring = r["label"].endswith("ring")
-        t.append(f"| {r['label']} | {rank['step_ms']:.0f} | {coll:.0f} | {bound} | {local:.0f} "
+        t.append(f"| {r['label']} | {rank['step_ms']:.0f} | {rank['collective_ms']:.0f} | {local:.0f} "
                  f"| {rank['gemm_ms']:.0f} | {rank['wait_ms'] if ring else 0:.0f} |")
     return t
 
