@@ -137,21 +137,21 @@ void transformer_block<T>::agree(bool ok, const std::string& what) const {
 }
 
 template <class T>
-ag_options transformer_block<T>::ag(bool transpose_b) const {
-  ag_options o;
-  o.gathered = gathered::lhs_rows;
+template <class Options>
+Options transformer_block<T>::options(bool transpose_b) const {
+  Options o;  // the defaults: lhs_rows (all-gather), rows (reduce-scatter)
   o.strategy = opt_.strategy;
   o.transpose_b = transpose_b;
   return o;
 }
 
 template <class T>
-rs_options transformer_block<T>::rs(bool transpose_b) const {
-  rs_options o;
-  o.scattered = scattered::rows;
-  o.strategy = opt_.strategy;
-  o.transpose_b = transpose_b;
-  return o;
+pending transformer_block<T>::reduce_scatter(bool started, matrix_view<const T> a, matrix_view<const T> b,
+                                             matrix_view<T> c) {
+  const rs_options o = options<rs_options>(true);
+  if (started) return start_matmul_reduce_scatter<T>(*ctx_, a, b, c, o);
+  matmul_reduce_scatter<T>(*ctx_, a, b, c, o);
+  return {};
 }
 
 template <class T>
@@ -170,7 +170,7 @@ void transformer_block<T>::forward(matrix_view<const T> x, matrix_view<T> out) {
   }
   {
     detail::phase_span ph(tr, "QKV projection (all-gather matmul)");
-    ag_options o = ag(false);
+    ag_options o = options<ag_options>(false);
     o.epilogue.bias = static_cast<const T*>(w_.bqkv.data());
     all_gather_matmul<T>(*ctx_, {y1_.data(), n, d}, {w_.wqkv.data(), d, 3 * w}, {qkv_t_.data(), S, 3 * w},
                          {y1g_.data(), S, d}, o);
@@ -178,7 +178,7 @@ void transformer_block<T>::forward(matrix_view<const T> x, matrix_view<T> out) {
   attention_forward();
   {
     detail::phase_span ph(tr, "output projection (matmul reduce-scatter)");
-    rs_options o = rs(false);
+    rs_options o = options<rs_options>(false);
     o.epilogue.bias = static_cast<const T*>(w_.bo.data());
     matmul_reduce_scatter<T>(*ctx_, {o_t_.data(), S, w}, {w_.wo.data(), w, d}, {a_t_.data(), n, d}, o);
   }
@@ -206,7 +206,7 @@ void transformer_block<T>::mlp_forward(matrix_view<T> out) {
   engine::trace_recorder* tr = ctx_->tracer();
   {
     detail::phase_span ph(tr, "MLP up projection (all-gather matmul)");
-    ag_options o = ag(false);
+    ag_options o = options<ag_options>(false);
     o.epilogue.bias = static_cast<const T*>(w_.b1.data());
     all_gather_matmul<T>(*ctx_, {y2_.data(), n, d}, {w_.w1.data(), d, f}, {upre_t_.data(), S, f}, {y2g_.data(), S, d},
                          o);
@@ -218,7 +218,7 @@ void transformer_block<T>::mlp_forward(matrix_view<T> out) {
   }
   {
     detail::phase_span ph(tr, "MLP down projection (matmul reduce-scatter)");
-    rs_options o = rs(false);
+    rs_options o = options<rs_options>(false);
     o.epilogue.bias = static_cast<const T*>(w_.b2.data());
     matmul_reduce_scatter<T>(*ctx_, {u_t_.data(), S, f}, {w_.w2.data(), f, d}, {z_t_.data(), n, d}, o);
   }
@@ -277,7 +277,7 @@ void transformer_block<T>::mlp_backward() {
   {
     detail::phase_span ph(tr, "MLP down backward (all-gather matmul)");
     all_gather_matmul<T>(*ctx_, {dz_t_.data(), n, d}, {w_.w2.data(), f, d}, {du_t_.data(), S, f}, {dzg_t_.data(), S, d},
-                         ag(true));
+                         options<ag_options>(true));
   }
   {
     detail::phase_span ph(tr, "GELU backward");
@@ -290,10 +290,7 @@ void transformer_block<T>::mlp_backward() {
   auto op = [&](bool started) {
     detail::phase_span ph(
         tr, started ? "MLP up backward (started matmul reduce-scatter)" : "MLP up backward (matmul reduce-scatter)");
-    const matrix_view<const T> a{du_t_.data(), S, f}, b{w_.w1.data(), d, f};
-    const matrix_view<T> c{dy_t_.data(), n, d};
-    return started ? start_matmul_reduce_scatter<T>(*ctx_, a, b, c, rs(true))
-                   : (matmul_reduce_scatter<T>(*ctx_, a, b, c, rs(true)), pending{});
+    return reduce_scatter(started, {du_t_.data(), S, f}, {w_.w1.data(), d, f}, {dy_t_.data(), n, d});
   };
   overlapped(op, [&] {
     detail::phase_span ph(tr, "MLP down weight gradient");
@@ -318,8 +315,10 @@ void transformer_block<T>::attention_backward() {
                                       : "output projection backward (all-gather matmul)");
     const matrix_view<const T> a{dh_t_.data(), n, d}, b{w_.wo.data(), w, d};
     const matrix_view<T> c{do_t_.data(), S, w}, out{dhg_t_.data(), S, d};
-    return started ? start_all_gather_matmul<T>(*ctx_, a, b, c, out, ag(true))
-                   : (all_gather_matmul<T>(*ctx_, a, b, c, out, ag(true)), pending{});
+    const ag_options o = options<ag_options>(true);
+    if (started) return start_all_gather_matmul<T>(*ctx_, a, b, c, out, o);
+    all_gather_matmul<T>(*ctx_, a, b, c, out, o);
+    return pending{};
   };
   overlapped(gather, [&] {  // the MLP up projection's weight gradient meanwhile
     detail::phase_span ph(tr, "MLP up weight gradient");
@@ -337,10 +336,7 @@ void transformer_block<T>::attention_backward() {
   auto op = [&](bool started) {
     detail::phase_span ph(
         tr, started ? "QKV backward (started matmul reduce-scatter)" : "QKV backward (matmul reduce-scatter)");
-    const matrix_view<const T> a{dqkv_t_.data(), S, 3 * w}, b{w_.wqkv.data(), d, 3 * w};
-    const matrix_view<T> c{dy_t_.data(), n, d};
-    return started ? start_matmul_reduce_scatter<T>(*ctx_, a, b, c, rs(true))
-                   : (matmul_reduce_scatter<T>(*ctx_, a, b, c, rs(true)), pending{});
+    return reduce_scatter(started, {dqkv_t_.data(), S, 3 * w}, {w_.wqkv.data(), d, 3 * w}, {dy_t_.data(), n, d});
   };
   overlapped(op, [&] {
     detail::phase_span ph(tr, "attention weight gradients");

@@ -99,8 +99,11 @@ class transformer_block {
   void sum_replicated_grads();
   template <class Op, class Local>
   void overlapped(Op&& op, Local&& local);
-  [[nodiscard]] ag_options ag(bool transpose_b) const;
-  [[nodiscard]] rs_options rs(bool transpose_b) const;
+  /// The ops' options: the block's strategy, B transposed or not.
+  template <class Options>
+  [[nodiscard]] Options options(bool transpose_b) const;
+  /// The data gradient's reduce-scatter (a @ b^T), started or blocking.
+  pending reduce_scatter(bool started, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c);
 
   context* ctx_;
   mpi::communicator comm_;  ///< the layer's own duplicate: checks and gradient sums
