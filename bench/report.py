@@ -298,6 +298,33 @@ def ring_order_table():
     return t
 
 
+def hierarchical_table():
+    """Issue 15: the two-level schedule against the flat ring and bulk, nodes of 2 ranks."""
+    rows = load("hierarchical.jsonl")
+    if not rows:
+        return []
+    med = lambda v: sorted(v)[len(v) // 2] if v else float("nan")  # noqa: E731
+    t = ["## Hierarchical all_gather_matmul on nodes of several ranks", "",
+         "bench/hierarchical.sh: all_gather_matmul lhs_rows, M = K = N = 2048, f32, on emulated nodes of 2",
+         "ranks each (tcp between nodes, star at 1 Gbit/s; shared memory inside), ranks placed by node. The",
+         "hierarchical schedule moves each shard across the network once per node, on the lane of its",
+         "local rank, and round the node over shared memory; the flat ring (in node order) carries",
+         "R - 1 shards over each node's link, the hierarchical schedule R - S. Medians over the rounds",
+         "of each run's median (slowest rank); `comm only`: the schedule with GEMMs skipped.", "",
+         "| ranks | nodes | bulk ms | ring ms | hierarchical ms | hierarchical vs ring | hierarchical vs bulk "
+         "| ring comm only ms | hierarchical comm only ms |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for ranks in sorted({r["ranks"] for r in rows}):
+        sel = [r for r in rows if r["ranks"] == ranks]
+        by = lambda s, f="time_ms": [r[f] for r in sel if r["strategy"] == s and r[f] is not None]  # noqa: E731
+        bulk, ring, hier = med(by("bulk")), med(by("ring")), med(by("hierarchical"))
+        t.append(f"| {ranks} | {sel[0]['nodes']} | {bulk:.0f} | {ring:.0f} | {hier:.0f} | {ring / hier:.2f}x "
+                 f"| {bulk / hier:.2f}x | {med(by('ring', 'own_comm_only_ms')):.0f} "
+                 f"| {med(by('hierarchical', 'own_comm_only_ms')):.0f} |")
+    t.append("")
+    return t
+
+
 def layer_table():
     """Issue 14 (P8): training steps of the transformer block, bulk against decomposed."""
     rows = load("layer.jsonl")
@@ -389,6 +416,7 @@ lines += policy_tables()
 lines += gemm_path_table()
 lines += pieces_sweep()
 lines += ring_order_table()
+lines += hierarchical_table()
 layer = layer_table()
 lines += layer
 write_layer_doc(layer)

@@ -106,6 +106,9 @@ if reason=$("$here/../tools/vcluster/vcluster" check 2>&1); then
     exit 1
   # Issue 12: the cost model's sweep (2-node star and 4-node ring, 1 and 10 Gbit/s).
   bash "$here/model_sweep.sh" "$build" "$vc" $quick || exit 1
+  # Issue 15: the hierarchical schedule on nodes of 2 ranks (2 x 2, 4 x 2).
+  bash "$here/hierarchical.sh" "$bench" "$vc" "$out/hierarchical.jsonl" $([ "$quick" = --quick ] && echo "1 3") ||
+    exit 1
   # Issue 14: training steps of the transformer block, bulk against decomposed (P8).
   bash "$here/layer.sh" "$build" "$vc" "$out" $([ "$quick" = --quick ] && echo 2) || exit 1
   "$vc" down

@@ -76,7 +76,18 @@ OVERLAP_FUNC void context::place_ranks() {
                                 to_string(static_cast<ring_order>(hi)) + "); it must agree");
   std::vector<int> order(static_cast<size_t>(size_));
   std::iota(order.begin(), order.end(), 0);
-  detail::set_ring_for_testing(*this, cfg_.ring == ring_order::node ? mpi::ring_by_node(leaders) : order);
+  by_node_ = mpi::ring_by_node(leaders);
+  by_node_pos_ = static_cast<int>(std::find(by_node_.begin(), by_node_.end(), rank_) - by_node_.begin());
+  node_slots_ = mpi::uniform_node_size(leaders);
+  detail::set_ring_for_testing(*this, cfg_.ring == ring_order::node ? by_node_ : order);
+}
+
+OVERLAP_FUNC void detail::set_nodes_for_testing(context& ctx, int slots) {
+  ctx.by_node_.resize(static_cast<size_t>(ctx.size_));
+  std::iota(ctx.by_node_.begin(), ctx.by_node_.end(), 0);
+  ctx.by_node_pos_ = ctx.rank_;
+  ctx.node_slots_ = slots > 0 && ctx.size_ % slots == 0 ? slots : 0;
+  ctx.clear_plans();
 }
 
 OVERLAP_FUNC void detail::set_ring_for_testing(context& ctx, std::vector<int> order) {

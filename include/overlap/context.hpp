@@ -37,6 +37,10 @@ namespace detail {
 /// rank at position k; the same on every rank) and drops the cached plans, so
 /// the ops run on rings that placement alone does not make on one machine.
 void set_ring_for_testing(context& ctx, std::vector<int> order);
+/// Tests only: makes the hierarchical schedule see the ranks as nodes of
+/// `slots` consecutive ranks each (size() % slots == 0; the same on every
+/// rank) and drops the cached plans.
+void set_nodes_for_testing(context& ctx, int slots);
 }  // namespace detail
 
 namespace engine {
@@ -133,6 +137,19 @@ class context {
   /// before it); ring_at(1) is where lane 0 sends from, ring_at(-1) where it sends to.
   [[nodiscard]] int ring_at(int offset) const noexcept {
     return ring_[static_cast<size_t>(((ring_pos_ + offset) % size_ + size_) % size_)];
+  }
+  /// True when the ranks sit on two or more nodes of the same number (two or
+  /// more) of ranks each: the hierarchical schedule's two levels exist.
+  [[nodiscard]] bool two_levels() const noexcept { return node_slots_ >= 2 && size_ / node_slots_ >= 2; }
+  /// Ranks per node when every node has as many (else 0).
+  [[nodiscard]] int node_slots() const noexcept { return node_slots_; }
+  /// The rank `nodes` nodes after this rank's node (in the order by node)
+  /// and `locals` places after it inside that node; two_levels() only.
+  [[nodiscard]] int node_peer(int nodes, int locals) const noexcept {
+    const int s = node_slots_, n = size_ / node_slots_;
+    const int a = by_node_pos_ / s, j = by_node_pos_ % s;
+    const int pos = ((a + nodes) % n + n) % n * s + ((j + locals) % s + s) % s;
+    return by_node_[static_cast<size_t>(pos)];
   }
   /// "rank r" in messages, with r's rank in MPI_COMM_WORLD too when the
   /// context's ranks are not the world's: "rank 1 (world rank 5)".
@@ -420,15 +437,19 @@ class context {
   /// follows (config().ring, which must agree across ranks).
   void place_ranks();
   friend void detail::set_ring_for_testing(context& ctx, std::vector<int> order);
+  friend void detail::set_nodes_for_testing(context& ctx, int slots);
 
   overlap::config cfg_;
   mpi::communicator comm_;
   int rank_ = 0;
   int size_ = 1;
   int nodes_ = 1;
-  std::vector<int> ring_;   ///< the rank at each ring position
-  int ring_pos_ = 0;        ///< this rank's position
-  std::vector<int> world_;  ///< world rank of each rank (empty: the same numbers)
+  std::vector<int> ring_;     ///< the rank at each ring position
+  int ring_pos_ = 0;          ///< this rank's position
+  std::vector<int> by_node_;  ///< ranks ordered by node (ring_by_node), for the hierarchical schedule
+  int by_node_pos_ = 0;       ///< this rank's place in by_node_
+  int node_slots_ = 0;        ///< ranks per node when every node has as many, else 0
+  std::vector<int> world_;    ///< world rank of each rank (empty: the same numbers)
   bool widen_bf16_ = false;
   std::optional<overlap::calibration> model_;
   std::string failure_;                              ///< the fatal error that ended this context (throw policy)

@@ -75,7 +75,8 @@ struct ring_slots {
 ///     for each lane: post Isend of what leaves at step t     (pattern.send)
 ///     compute step t while the progress policy moves the transfers
 ///
-/// Steps before `lead` receive nothing (their data is local).
+/// Receives of steps before `lead` are posted before step 0 (the ring
+/// patterns have none: their data is local; the hierarchical one has some).
 ///
 /// Pattern requirements:
 ///   int steps() const; ring_window window() const;
@@ -106,6 +107,20 @@ void post_step(const ring_links& links, Pattern& pattern, mpi::request_group& re
       OVERLAP_MPI(MPI_Isend, out.buf, 1, out.type, lane.to, lane.tag, links.comm,
                   requests.add(t + 1 + w.send_slack, {l, lane.to, out.type, true}));
   }
+}
+
+/// The receives for steps 0 .. lead - 1, which no step posts.
+template <class Pattern>
+void post_first_receives(const ring_links& links, Pattern& pattern, mpi::request_group& requests, const ring_window& w,
+                         int steps) {
+  for (int u = 0; u < w.lead && u < steps; ++u)
+    for (int l = 0; l < links.n_lanes; ++l) {
+      const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
+      const transfer in = pattern.recv(u, l);
+      if (in.active())
+        OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, lane.from, lane.tag, links.comm,
+                    requests.add(u, {l, lane.from, in.type, false}));
+    }
 }
 
 /// Step t's product, with the progress policy's help for the transfers in
@@ -147,6 +162,9 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
       if (std::uncaught_exceptions() > unwinding) g.leak();
     }
   } guard{requests};
+  // Receives of the first `lead` steps (most patterns have none: their data
+  // is local) are posted before the first step.
+  if (phases != ring_phases::compute_only) detail::post_first_receives(links, pattern, requests, w, steps);
   for (int t = 0; t < steps; ++t) {
     if (at != nullptr) *at = t;
     const double t0 = trace ? MPI_Wtime() : 0.0;

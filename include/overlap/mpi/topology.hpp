@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -78,6 +79,17 @@ namespace overlap::mpi {
     return la != lb ? la < lb : a < b;
   });
   return order;
+}
+
+/// The number of ranks on each node when every node has as many, else 0.
+/// leaders: node_leaders() of the communicator.
+[[nodiscard]] inline int uniform_node_size(const std::vector<int>& leaders) {
+  std::map<int, int> count;
+  for (int l : leaders) ++count[l];
+  const int first = count.empty() ? 0 : count.begin()->second;
+  for (const auto& node : count)
+    if (node.second != first) return 0;
+  return first;
 }
 
 /// Number of distinct nodes in node_leaders().

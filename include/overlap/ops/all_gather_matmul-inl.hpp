@@ -79,6 +79,7 @@ struct ag_step {
   bool recv = false;                      ///< arrives from the next rank
   bool into_acc = false;                  ///< writes the fp32 accumulator (bf16 products)
   bool add_acc = false;                   ///< adds the fp32 accumulator into c (its last step)
+  bool compute = true;                    ///< false: this lane only moves the piece another lane computes
   gemm_desc desc;                         ///< what `kernel` computes
   std::shared_ptr<const gemm_kernel> kernel;
   [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
@@ -177,14 +178,13 @@ bool ag_fp32_acc(const ag_geometry& geo, int R) {
   return dtype_of<T>() == dtype::bf16 && geo.contracting && R > 1;
 }
 
-/// Ring step t = i * chunks + j of lane l: piece j of the shard the lane
-/// holds at round i (docs in ag_build_ring).
+/// Ring step t = i * chunks + j of lane l: piece j of `shard`, the shard
+/// the lane holds at round i (docs in ag_build_ring, ag_build_hierarchical).
 template <class T>
-ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int i, int j, int l,
-                        int chunks, engine::ring_slots& slots) {
+ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int shard, int i,
+                        int j, int l, int chunks, engine::ring_slots& slots) {
   const ag_geometry& geo = plan.geo;
   const int R = ctx.size();
-  const int shard = ctx.ring_at(l == 0 ? i : -i);
   range rows{0, geo.stored_rows()}, cols{0, geo.stored_cols()};
   (geo.stored_shard_rows() ? rows : cols) = range{geo.layout.offset(shard), geo.layout.size(shard)};
   range& chunked = geo.stored_chunk_rows() ? rows : cols;
@@ -220,6 +220,16 @@ ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, con
   return st;
 }
 
+/// B packed once per call where the backend can, the slots' element offsets
+/// and the slots themselves, once every step of a ring plan is known.
+template <class T>
+void ag_finish_ring(context& ctx, ag_plan<T>& plan, const engine::ring_slots& slots) {
+  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
+  for (auto& st : plan.steps)
+    if (st.home == piece_home::slot) st.slot_offset *= slots.elems;
+  plan.slots = engine::buffer<T>(static_cast<size_t>(slots.elems * slots.per_lane * slots.lanes));
+}
+
 /// The ring plan (positions on the context's ring: p + i is ring_at(i)).
 /// Lane 0 holds, at round i, the shard of p + i: it arrived
 /// from p + 1 and is forwarded to p - 1 unless it has gone all the way round.
@@ -240,11 +250,44 @@ void ag_build_ring(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < chunks; ++j)
       for (int l = 0; l < plan.lanes; ++l)
-        plan.steps.push_back(ag_ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
-  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
-  for (auto& st : plan.steps)
-    if (st.home == piece_home::slot) st.slot_offset *= slots.elems;
-  plan.slots = engine::buffer<T>(static_cast<size_t>(slots.elems * slots.per_lane * plan.lanes));
+        plan.steps.push_back(ag_ring_step(ctx, plan, x, opt, ctx.ring_at(l == 0 ? i : -i), i, j, l, chunks, slots));
+  ag_finish_ring(ctx, plan, slots);
+}
+
+/// The hierarchical plan: S ranks on each of N nodes, R = N * S; this rank
+/// is local rank j of node a (in the order by node). Step t = r * S + k
+/// computes the shard of local rank j + k of node a + r. Lane 0 runs
+/// between nodes (from rank j of node a + 1 to rank j of node a - 1): at
+/// the first step of round r it receives the shard of (a + r, j) and
+/// forwards it, so every shard crosses the network once per node, and a
+/// transfer has the S steps of a round to arrive. Lane 1 runs inside the
+/// node (from local rank j + 1 to j - 1) and carries, at the other steps,
+/// the shards that came in over lane 0 round the node. Only lane 0's entry
+/// of a step computes. Received S steps ahead, sends in flight S - 1 steps
+/// more: 2S slots are never rewritten while in use.
+template <class T>
+void ag_build_hierarchical(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt) {
+  const int R = ctx.size(), S = ctx.node_slots(), N = R / S;
+  plan.lanes = 2;
+  plan.window = {S, S - 1};
+  plan.n_steps = R;
+  // Whole shards (the ring's lanes halve them; here both lanes move one piece).
+  engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, 1, 0};
+  if (ag_fp32_acc<T>(plan.geo, R)) plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
+  for (int t = 0; t < R; ++t) {
+    const int r = t / S, k = t % S;
+    ag_step<T> st = ag_ring_step(ctx, plan, x, opt, ctx.node_peer(r, k), t, 0, 0, 1, slots);
+    ag_step<T> inside = st;
+    const bool moves = st.nonempty();
+    st.recv = moves && k == 0 && r > 0;      // from the next node
+    st.send = moves && k == 0 && r < N - 1;  // to the previous node
+    inside.recv = moves && k > 0;            // from the next rank of this node
+    inside.send = moves && k < S - 1;        // to the previous rank of this node
+    inside.compute = false;
+    plan.steps.push_back(std::move(st));
+    plan.steps.push_back(std::move(inside));
+  }
+  ag_finish_ring(ctx, plan, slots);
 }
 
 /// The operands of an others plan for all_gather_matmul: where this rank's
@@ -633,7 +676,7 @@ schedule ag_choose(context& ctx, const ag_options& opt, const ag_global& g) {
   const int64_t elem = sizeof(T), acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;
   // The other operands may travel only where no rank wants the gathered
   // operand itself (gathered_out needs it gathered anyway).
-  return choose_schedule(ctx, {opt.strategy, opt.algorithm, !g.any_out}, dtype_of<T>(), chunks_for,
+  return choose_schedule(ctx, {opt.strategy, opt.algorithm, !g.any_out, true}, dtype_of<T>(), chunks_for,
                          [&](const candidate& c) { return ag_work(full, g.other, R, c, elem, acc); });
 }
 
@@ -664,6 +707,8 @@ std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks,
       ag_others_build<T>(ctx, *built, x, opt, g.other);
     else if (sched.strategy == strategy::bulk)
       ag_build_bulk<T>(ctx, *built, x, opt);
+    else if (sched.strategy == strategy::hierarchical)
+      ag_build_hierarchical<T>(ctx, *built, x, opt);
     else
       ag_build_ring<T>(ctx, *built, x, opt, sched.chunks);
     return built;
@@ -722,7 +767,8 @@ class ag_ring_pattern {
     return st.send ? engine::transfer{piece(st), st.type} : engine::transfer{};
   }
   void compute(int t) {
-    for (int l = 0; l < plan_.lanes; ++l) compute(step(t, l));
+    for (int l = 0; l < plan_.lanes; ++l)
+      if (step(t, l).compute) compute(step(t, l));
   }
 
  private:
@@ -824,7 +870,7 @@ void ag_run(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_option
   }
   run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
-  run_on_ring(ctx, plan, pattern, op_id::all_gather_matmul, plan.lanes);
+  run_on_ring(ctx, plan, pattern, op_id::all_gather_matmul, plan.lanes, plan.strategy == strategy::hierarchical);
 }
 
 template <class T>

@@ -140,7 +140,7 @@ inline void check_common_options(arg_checks& checks, const char* opts, overlap::
   checks.valid(opts, ".strategy", s);
   checks.valid(opts, ".algorithm", alg);
   checks.valid(opts, ".epilogue.activation", e.activation);
-  if (alg == algorithm::others && (s == strategy::ring || s == strategy::bidirectional))
+  if (alg == algorithm::others && (s == strategy::ring || s == strategy::bidirectional || s == strategy::hierarchical))
     checks.require(false, std::string(opts) + ".algorithm others is not a ring schedule; " + opts + ".strategy " +
                               to_string(s) + " cannot run it (use bulk or automatic)");
 }

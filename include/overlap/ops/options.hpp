@@ -24,6 +24,14 @@ enum class strategy {
   /// ranks share one node and no calibration is loaded (docs/design.md,
   /// "Choosing a schedule")
   automatic,
+  /// two levels, for groups spanning several nodes of several ranks each
+  /// (equal counts): each shard crosses the network once per node, on the
+  /// lane of the ranks with its local index, while each node's ranks pass
+  /// it on over shared memory (docs/design.md, "The hierarchical schedule").
+  /// all_gather_matmul only for now; matmul_reduce_scatter runs ring, and so
+  /// does all_gather_matmul where the ranks are not on several such nodes.
+  /// Never chosen by automatic.
+  hierarchical,
 };
 
 /// Which data an op moves between the ranks (the result and its
@@ -59,10 +67,11 @@ enum class gathered {
 
 template <>
 struct enum_names<strategy> {
-  static constexpr std::array<enum_entry<strategy>, 4> entries{{{strategy::bulk, "bulk"},
+  static constexpr std::array<enum_entry<strategy>, 5> entries{{{strategy::bulk, "bulk"},
                                                                 {strategy::ring, "ring"},
                                                                 {strategy::bidirectional, "bidirectional"},
-                                                                {strategy::automatic, "automatic"}}};
+                                                                {strategy::automatic, "automatic"},
+                                                                {strategy::hierarchical, "hierarchical"}}};
 };
 template <>
 struct enum_names<algorithm> {

@@ -34,11 +34,14 @@ void fatal_on_failure(context& ctx, const plan_base& plan, const std::string& pa
 /// Runs an op's ring pattern on the context's ring (context::ring). Lane 0
 /// carries data from the next rank on the ring to the previous one
 /// (ring_at(1) to ring_at(-1)), lane 1 (bidirectional) the other way, each
-/// with the op's tag for it (tags_of). Any failure
+/// with the op's tag for it (tags_of); with `two_levels` (the hierarchical
+/// schedule) lane 0 runs between nodes (from this local rank of the next
+/// node to that of the previous one) and lane 1 inside the node (from the
+/// next local rank to the previous one). Any failure
 /// inside the ring (MPI, backend, the watchdog) is fatal: the peers are in
 /// the ring too (context::fatal applies the policy).
 template <class Pattern>
-void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, op_id op, int lanes) {
+void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, op_id op, int lanes, bool two_levels = false) {
   const int p = ctx.rank();
   engine::ring_links links;
   links.comm = ctx.comm();
@@ -46,6 +49,10 @@ void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, op_id op
   const op_tags tags = tags_of(op);
   links.lanes[0] = {ctx.ring_at(1), ctx.ring_at(-1), tags.lanes[0]};
   links.lanes[1] = {ctx.ring_at(-1), ctx.ring_at(1), tags.lanes[1]};
+  if (two_levels) {
+    links.lanes[0] = {ctx.node_peer(1, 0), ctx.node_peer(-1, 0), tags.lanes[0]};
+    links.lanes[1] = {ctx.node_peer(0, 1), ctx.node_peer(0, -1), tags.lanes[1]};
+  }
   const bool trace = ctx.config().verbose >= 2 && p == 0;
   int step = 0;
   // Where the failure happened: the plan, the step, and the ring neighbours.
@@ -53,6 +60,9 @@ void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, op_id op
     std::string s = plan.summary + ", at ring step " + std::to_string(step + 1) + " of " +
                     std::to_string(pattern.steps()) + " (lane 0 receives from " + ctx.rank_name(links.lanes[0].from) +
                     " and sends to " + ctx.rank_name(links.lanes[0].to);
+    if (two_levels)
+      return s + "; lane 1, inside the node, receives from " + ctx.rank_name(links.lanes[1].from) + " and sends to " +
+             ctx.rank_name(links.lanes[1].to) + ")";
     return s + (lanes == 2 ? "; lane 1 the other way)" : ")");
   };
   engine::trace_recorder* rec = ctx.tracer();

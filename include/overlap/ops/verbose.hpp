@@ -33,6 +33,10 @@ std::string ring_summary(overlap::strategy asked, const Plan& plan, int chunks, 
   s += ", piece kernel " + busiest->kernel->name() +
        (plan.pack.packer ? " reading b packed once per call (" + std::to_string(plan.pack.packed.size()) + " bytes)"
                          : std::string(""));
+  if (plan.strategy == strategy::hierarchical)
+    return s + ", lane 0 between nodes, lane 1 inside them, " + std::to_string(plan.n_steps) +
+           " steps of one shard, receives posted " + std::to_string(plan.window.lead) + " steps ahead, " +
+           std::to_string(slot_bytes) + " bytes of slots";
   return s + ", " + std::to_string(plan.lanes) + (plan.lanes == 1 ? " lane, " : " lanes, ") +
          std::to_string(plan.n_steps) + " steps, " + std::to_string(chunks) + " chunks per shard" +
          (plan.lanes == 2 ? " half" : "") + (chosen ? " (plan's choice)" : " (configured)") + ", receives posted " +

@@ -23,6 +23,7 @@ struct schedule_request {
   overlap::strategy strategy = overlap::strategy::automatic;
   overlap::algorithm algorithm = overlap::algorithm::automatic;
   bool others_allowed = true;  ///< false: the call wants the gathered operand (gathered_out)
+  bool hierarchical = false;   ///< the op has a hierarchical schedule (else it runs ring)
 };
 
 /// A decomposed schedule must be predicted this much faster than bulk to be taken.
@@ -42,6 +43,12 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
     return x;
   };
   if (req.algorithm == algorithm::others && req.others_allowed) return fixed(strategy::bulk, algorithm::others);
+  if (req.strategy == strategy::hierarchical) {
+    if (!req.hierarchical || !ctx.two_levels()) return fixed(strategy::ring, algorithm::named);
+    schedule x;  // one piece per step; lane 0 between nodes, lane 1 inside them
+    x.strategy = strategy::hierarchical, x.algorithm = algorithm::named, x.lanes = 2, x.chunks = 1;
+    return x;
+  }
   if (req.strategy != strategy::automatic)
     return fixed(resolve_strategy(req.strategy, R, ctx.one_node()), algorithm::named);
   // Nothing travels on one rank; on one node without a calibration file

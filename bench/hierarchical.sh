@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The hierarchical (two-level) schedule of all_gather_matmul against the flat
+# ring (ranks in node order) and bulk, on emulated clusters whose nodes host
+# several ranks: 2 nodes x 2 ranks and 4 nodes x 2 ranks, star at 1 Gbit/s,
+# tcp between nodes and shared memory inside, ranks placed by node (mpirun's
+# default). M = K = 2048, N = 2048, f32; the strategies interleaved over
+# ROUNDS runs; JSON lines to OUT.
+#
+#   bench/hierarchical.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]
+set -uo pipefail
+bench=${1:?usage: hierarchical.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
+vc=${2:?usage: hierarchical.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
+out=${3:?usage: hierarchical.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
+rounds=${4:-3}
+iters=${5:-5}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+rm -f "$out"
+for nodes in 2 4; do
+  "$vc" up --nodes "$nodes" --slots 2 --rate 1gbit --topology star >&2 || exit 1
+  export OVERLAP_TRANSPORT="tcp between $nodes emulated nodes (star, 1 Gbit/s), shared memory inside; 2 ranks per node"
+  for ((round = 1; round <= rounds; round++)); do
+    echo "[${nodes}x2] round $round: all_gather_matmul bulk, ring, hierarchical" >&2
+    "$vc" run -np $((2 * nodes)) "$bench" --op ag --variant lhs_rows -m 2048 -k 2048 -n 2048 \
+      --strategies ring,hierarchical --no-peers --iters "$iters" --json "$out" > /dev/null || exit 1
+  done
+done
