@@ -311,14 +311,14 @@ def hierarchical_table():
          "local rank, and round the node over shared memory; the flat ring (in node order) carries",
          "R - 1 shards over each node's link, the hierarchical schedule R - S. Medians over the rounds",
          "of each run's median (slowest rank); `comm only`: the schedule with GEMMs skipped.", "",
-         "| ranks | nodes | bulk ms | ring ms | hierarchical ms | hierarchical vs ring | hierarchical vs bulk "
-         "| ring comm only ms | hierarchical comm only ms |",
-         "|---|---|---|---|---|---|---|---|---|"]
-    for ranks in sorted({r["ranks"] for r in rows}):
-        sel = [r for r in rows if r["ranks"] == ranks]
+         "| ranks | nodes | progress | bulk ms | ring ms | hierarchical ms | hierarchical vs ring "
+         "| hierarchical vs bulk | ring comm only ms | hierarchical comm only ms |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for ranks, progress in sorted({(r["ranks"], r["progress"]) for r in rows}):
+        sel = [r for r in rows if r["ranks"] == ranks and r["progress"] == progress]
         by = lambda s, f="time_ms": [r[f] for r in sel if r["strategy"] == s and r[f] is not None]  # noqa: E731
         bulk, ring, hier = med(by("bulk")), med(by("ring")), med(by("hierarchical"))
-        t.append(f"| {ranks} | {sel[0]['nodes']} | {bulk:.0f} | {ring:.0f} | {hier:.0f} | {ring / hier:.2f}x "
+        t.append(f"| {ranks} | {sel[0]['nodes']} | {progress} | {bulk:.0f} | {ring:.0f} | {hier:.0f} | {ring / hier:.2f}x "
                  f"| {bulk / hier:.2f}x | {med(by('ring', 'own_comm_only_ms')):.0f} "
                  f"| {med(by('hierarchical', 'own_comm_only_ms')):.0f} |")
     t.append("")
