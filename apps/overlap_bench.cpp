@@ -516,9 +516,10 @@ int main(int argc, char** argv) {
   app.add_option("-n", o.n, "global N")->check(CLI::PositiveNumber);
   app.add_option("-k", o.k, "global K")->check(CLI::PositiveNumber);
   app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember(overlap::enum_name_list<overlap::dtype>()));
-  app.add_option("--strategies", o.strategies,
-                 "strategies to compare with bulk (always measured): ring, bidirectional, others (bulk moving the "
-                 "other operands), automatic (the library's choice)")
+  app.add_option(
+         "--strategies", o.strategies,
+         "strategies to compare with bulk (always measured): ring, bidirectional, others (bulk moving the "
+         "other operands), hierarchical (two levels on nodes of several ranks), automatic (the library's choice)")
       ->check(CLI::IsMember([] {
         std::vector<std::string> names = overlap::enum_name_list<overlap::strategy>();
         names.emplace_back("others");  // a label of overlap-bench: bulk moving the other operands

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The hierarchical (two-level) schedule of all_gather_matmul against the flat
-# ring (ranks in node order) and bulk, on emulated clusters whose nodes host
-# several ranks: 2 nodes x 2 ranks and 4 nodes x 2 ranks, star at 1 Gbit/s,
-# tcp between nodes and shared memory inside, ranks placed by node (mpirun's
-# default). M = K = 2048, N = 2048, f32; the strategies interleaved, under
-# the progress thread and the poll policy, over ROUNDS runs; JSON lines to OUT.
+# The hierarchical (two-level) schedules of all_gather_matmul (lhs_rows) and
+# matmul_reduce_scatter (rows) against the flat ring (ranks in node order)
+# and bulk, on emulated clusters whose nodes host several ranks: 2 nodes x 2
+# ranks and 4 nodes x 2 ranks, star at 1 Gbit/s, tcp between nodes and shared
+# memory inside, ranks placed by node (mpirun's default). M = K = 2048,
+# N = 2048, f32; the strategies interleaved, under the progress thread and the
+# poll policy, over ROUNDS runs; JSON lines to OUT.
 #
 #   bench/hierarchical.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]
 set -uo pipefail
@@ -20,9 +21,11 @@ for nodes in 2 4; do
   export OVERLAP_TRANSPORT="tcp between $nodes emulated nodes (star, 1 Gbit/s), shared memory inside; 2 ranks per node"
   for ((round = 1; round <= rounds; round++)); do
     for progress in thread poll; do
-      echo "[${nodes}x2] round $round, progress $progress: all_gather_matmul bulk, ring, hierarchical" >&2
-      OVERLAP_PROGRESS=$progress "$vc" run -np $((2 * nodes)) "$bench" --op ag --variant lhs_rows -m 2048 -k 2048 \
-        -n 2048 --strategies ring,hierarchical --no-peers --iters "$iters" --json "$out" > /dev/null || exit 1
+      for op in ag rs; do
+        echo "[${nodes}x2] round $round, progress $progress: $op bulk, ring, hierarchical" >&2
+        OVERLAP_PROGRESS=$progress "$vc" run -np $((2 * nodes)) "$bench" --op $op -m 2048 -k 2048 -n 2048 \
+          --strategies ring,hierarchical --no-peers --iters "$iters" --json "$out" > /dev/null || exit 1
+      done
     done
   done
 done

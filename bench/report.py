@@ -299,27 +299,29 @@ def ring_order_table():
 
 
 def hierarchical_table():
-    """Issue 15: the two-level schedule against the flat ring and bulk, nodes of 2 ranks."""
+    """Issue 15: the two-level schedules against the flat ring and bulk, nodes of 2 ranks."""
     rows = load("hierarchical.jsonl")
     if not rows:
         return []
     med = lambda v: sorted(v)[len(v) // 2] if v else float("nan")  # noqa: E731
-    t = ["## Hierarchical all_gather_matmul on nodes of several ranks", "",
-         "bench/hierarchical.sh: all_gather_matmul lhs_rows, M = K = N = 2048, f32, on emulated nodes of 2",
-         "ranks each (tcp between nodes, star at 1 Gbit/s; shared memory inside), ranks placed by node. The",
-         "hierarchical schedule moves each shard across the network once per node, on the lane of its",
-         "local rank, and round the node over shared memory; the flat ring (in node order) carries",
-         "R - 1 shards over each node's link, the hierarchical schedule R - S. Medians over the rounds",
-         "of each run's median (slowest rank); `comm only`: the schedule with GEMMs skipped.", "",
-         "| ranks | nodes | progress | bulk ms | ring ms | hierarchical ms | hierarchical vs ring "
+    t = ["## Hierarchical schedules on nodes of several ranks", "",
+         "bench/hierarchical.sh: all_gather_matmul lhs_rows and matmul_reduce_scatter rows, M = K = N = 2048,",
+         "f32, on emulated nodes of 2 ranks each (tcp between nodes, star at 1 Gbit/s; shared memory",
+         "inside), ranks placed by node. The hierarchical all-gather moves each shard across the network",
+         "once per node, on the lane of its local rank, and round the node over shared memory; the",
+         "hierarchical reduce-scatter sums each shard round the node first and sends one partial sum per",
+         "node across. The flat ring (in node order) carries R - 1 shards or sums over each node's link,",
+         "the hierarchical schedules R - S. Medians over the rounds of each run's median (slowest rank);",
+         "`comm only`: the schedule with GEMMs skipped.", "",
+         "| op | ranks | nodes | progress | bulk ms | ring ms | hierarchical ms | hierarchical vs ring "
          "| hierarchical vs bulk | ring comm only ms | hierarchical comm only ms |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
-    for ranks, progress in sorted({(r["ranks"], r["progress"]) for r in rows}):
-        sel = [r for r in rows if r["ranks"] == ranks and r["progress"] == progress]
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for op, ranks, progress in sorted({(r["op"], r["ranks"], r["progress"]) for r in rows}):
+        sel = [r for r in rows if r["op"] == op and r["ranks"] == ranks and r["progress"] == progress]
         by = lambda s, f="time_ms": [r[f] for r in sel if r["strategy"] == s and r[f] is not None]  # noqa: E731
         bulk, ring, hier = med(by("bulk")), med(by("ring")), med(by("hierarchical"))
-        t.append(f"| {ranks} | {sel[0]['nodes']} | {progress} | {bulk:.0f} | {ring:.0f} | {hier:.0f} | {ring / hier:.2f}x "
-                 f"| {bulk / hier:.2f}x | {med(by('ring', 'own_comm_only_ms')):.0f} "
+        t.append(f"| {op} | {ranks} | {sel[0]['nodes']} | {progress} | {bulk:.0f} | {ring:.0f} | {hier:.0f} "
+                 f"| {ring / hier:.2f}x | {bulk / hier:.2f}x | {med(by('ring', 'own_comm_only_ms')):.0f} "
                  f"| {med(by('hierarchical', 'own_comm_only_ms')):.0f} |")
     t.append("")
     return t

@@ -1,11 +1,11 @@
-// The hierarchical (two-level) schedule of all_gather_matmul: on every node
+// The hierarchical (two-level) schedules of both ops: on every node
 // layout that has two levels at this rank count (S ranks on each of R / S
 // nodes, S >= 2, R / S >= 2, faked with detail::set_nodes_for_testing on one
 // machine), every variant, transposes, bias and GELU, gathered_out,
 // accumulate and started calls, balanced, skewed and empty shards, f32, bf16
-// and f64, against the naive reference; where the ranks have no two levels
-// (and always for matmul_reduce_scatter) it runs the ring, and says so in the
-// schedule.
+// and f64 (reduce-scatter: also bf16 transfers), against the naive
+// reference; where the ranks have no two levels it runs the ring, and says so
+// in the schedule.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -75,25 +75,65 @@ TEST(hierarchical, runs_the_ring_without_two_levels) {
   }
 }
 
-// matmul_reduce_scatter has no two-level schedule yet: hierarchical runs its ring.
-TEST(hierarchical, matmul_reduce_scatter_runs_its_ring) {
-  overlap::context ctx(MPI_COMM_WORLD);
-  const std::vector<int> slots = two_level_slots(ctx.size());
-  overlap::detail::set_nodes_for_testing(ctx, slots.empty() ? 1 : slots.front());
-  uint32_t seed = 1300;
-  for (auto sc : {overlap::scattered::rows, overlap::scattered::cols})
-    for (split how : {split::balanced, split::first_empty}) {
-      rs_case cs{sc, overlap::strategy::hierarchical, 19, 14, 21, how, split::skewed, 1, seed++};
-      run_rs_case<float>(ctx, cs);
-      run_rs_case<overlap::bfloat16>(ctx, cs);
-    }
-  matrix<float> b(3, 4);
+overlap::schedule rs_schedule(overlap::context& ctx) {
+  matrix<float> a(5 * ctx.size(), 3), b(3, 4), c(5, 4);
   overlap::rs_options opt;
   opt.strategy = overlap::strategy::hierarchical;
-  const int R = ctx.size();
-  matrix<float> mine(5 * R, 3), cr(5, 4);
-  EXPECT_EQ(overlap::matmul_reduce_scatter_schedule<float>(ctx, mine.cview(), b.cview(), cr.view(), opt).strategy,
-            overlap::strategy::ring);
+  return overlap::matmul_reduce_scatter_schedule<float>(ctx, a.cview(), b.cview(), c.view(), opt);
+}
+
+void every_rs_case(overlap::context& ctx, uint32_t seed) {
+  for (auto sc : {overlap::scattered::rows, overlap::scattered::cols})
+    for (split k_split : {split::balanced, split::skewed})
+      for (split out_split : {split::balanced, split::skewed, split::first_empty}) {
+        rs_case cs{sc, overlap::strategy::hierarchical, 19, 14, 21, k_split, out_split, 1, seed++};
+        cs.transpose_a = seed % 2 == 0, cs.transpose_b = seed % 3 == 0;
+        cs.bias = true, cs.act = overlap::activation::gelu;
+        run_rs_case<float>(ctx, cs);
+        run_rs_case<overlap::bfloat16>(ctx, cs);
+        run_rs_case<double>(ctx, cs);
+        cs.bf16_transfers = true;
+        run_rs_case<overlap::bfloat16>(ctx, cs);
+        cs.bf16_transfers = false, cs.accumulate = true, cs.started = true;
+        run_rs_case<float>(ctx, cs);
+      }
+}
+
+TEST(hierarchical, matmul_reduce_scatter_is_exact_on_every_two_level_layout) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  for (int slots : two_level_slots(ctx.size())) {
+    SCOPED_TRACE(std::to_string(ctx.size() / slots) + " nodes x " + std::to_string(slots) + " ranks");
+    overlap::detail::set_nodes_for_testing(ctx, slots);
+    ASSERT_TRUE(ctx.two_levels());
+    const overlap::schedule s = rs_schedule(ctx);
+    EXPECT_EQ(s.strategy, overlap::strategy::hierarchical);
+    EXPECT_EQ(s.chunks, 2);  // pieces go round the node one step apart
+    every_rs_case(ctx, 1300 + 100 * uint32_t(slots));
+  }
+}
+
+// Pieces per shard as configured (config.rs_chunks) rather than the default 2.
+TEST(hierarchical, matmul_reduce_scatter_takes_the_configured_chunks) {
+  const std::vector<int> slots = two_level_slots(overlap::context(MPI_COMM_WORLD).size());
+  if (slots.empty()) GTEST_SKIP() << "no two-level layout at this rank count (the other tests cover it)";
+  for (int chunks : {3, 5}) {
+    overlap::config cfg;
+    cfg.rs_chunks = chunks;
+    overlap::context ctx(MPI_COMM_WORLD, cfg);
+    overlap::detail::set_nodes_for_testing(ctx, slots.back());
+    EXPECT_EQ(rs_schedule(ctx).chunks, chunks);
+    every_rs_case(ctx, 1700 + 10 * uint32_t(chunks));
+  }
+}
+
+TEST(hierarchical, matmul_reduce_scatter_runs_the_ring_without_two_levels) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  for (int slots : {ctx.size(), 1}) {
+    overlap::detail::set_nodes_for_testing(ctx, slots);
+    ASSERT_FALSE(ctx.two_levels());
+    EXPECT_EQ(rs_schedule(ctx).strategy, overlap::strategy::ring);
+    every_rs_case(ctx, 1900);
+  }
 }
 
 }  // namespace

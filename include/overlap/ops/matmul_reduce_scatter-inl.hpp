@@ -42,7 +42,9 @@ struct rs_step {
   bool recv = false;      ///< its accumulator arrives from the next rank before this step
   bool forward = false;   ///< its result goes to the previous rank at the next step
   bool add_slot = false;  ///< c = product + the fp32 accumulator in the slot (bf16, final step)
+  bool compute = true;    ///< false: the hierarchical plan's lane 0 entry, which only moves sums
   gemm_desc desc;         ///< what `kernel` computes
+  gemm_desc merge;        ///< hierarchical, lane 0, recv: adds the slot into lane 1's accumulator
   std::shared_ptr<const gemm_kernel> kernel;
   [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
 };
@@ -55,7 +57,8 @@ struct rs_plan final : plan_base {
   overlap::strategy strategy = overlap::strategy::ring;
   dtype acc = dtype::f32;  ///< what accumulators are summed and sent in
   // ring (and bidirectional)
-  int lanes = 1;  ///< 2: bidirectional
+  int lanes = 1;            ///< 2: bidirectional or hierarchical
+  bool two_levels = false;  ///< hierarchical: lane 0 between nodes, lane 1 inside them
   int n_steps = 0;
   std::vector<rs_step> steps;  ///< step t, lane l at [t * lanes + l]
   engine::ring_window window;
@@ -134,37 +137,69 @@ void rs_build_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs
   f.addend = via_ws, f.ld_addend = x.c.cols, f.addend_type = acc;
 }
 
+/// Where a piece sits in its shard's chain of partial sums and in the plan.
+struct rs_piece {
+  int shard = 0;
+  int part = 0, parts = 1;    ///< the shard's part along the scattered dimension (bidirectional: 2)
+  int chunk = 0, chunks = 1;  ///< the piece within the part
+  bool first = false;         ///< the chain starts: nothing arrives to add to
+  bool last = false;          ///< the chain ends on this rank: the sum goes to c
+  int slot = 0;               ///< the slot its accumulator uses, unless it is in c
+};
+
+/// A step computing piece `at`: this rank's partial product for it, added
+/// to the accumulator that arrived (unless first), forwarded (unless last).
+template <class T>
+rs_step rs_piece_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const rs_piece& at,
+                      engine::ring_slots& slots) {
+  auto [rows, cols] = rs_block(plan, at.shard);
+  range& chunked = plan.rows ? rows : cols;
+  chunked = chunked.chunk(at.parts, at.part).chunk(at.chunks, at.chunk);
+  rs_step st;
+  st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
+  st.dst_c = at.last;
+  // The last accumulator of a bf16 product with fp32 accumulators stays in a
+  // slot and is added while c is written; otherwise it arrives in c itself.
+  st.acc_in_c = st.dst_c && plan.acc == dtype_of<T>();
+  st.add_slot = st.dst_c && !st.acc_in_c && !at.first;
+  if (st.acc_in_c) {
+    st.ld = x.c.ld;
+  } else {
+    st.ld = st.nc;
+    st.slot_offset = at.slot;  // scaled to bytes later
+    slots.elems = std::max(slots.elems, st.nr * st.nc);
+  }
+  st.recv = st.nonempty() && !at.first;
+  st.forward = st.nonempty() && !at.last;
+  if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld);
+  const int64_t ldc = st.dst_c ? x.c.ld : st.ld;
+  st.desc = rs_gemm(x, opt, plan.acc, st.nr, st.nc, ldc, {!at.first && !st.add_slot, st.dst_c, st.add_slot});
+  st.desc.pack_b = plan.rows;  // pieces of a row-scattered output read all of b
+  st.kernel = ctx.make_step_kernel(st.desc);
+  return st;
+}
+
 /// Ring step t = i * chunks + j of lane l (docs in rs_build_ring).
 template <class T>
 rs_step rs_ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int i, int j, int l,
                      int chunks, engine::ring_slots& slots) {
   const int R = ctx.size();
-  const int shard = ctx.ring_at(l == 0 ? i + 1 : -i - 1);
-  auto [rows, cols] = rs_block(plan, shard);
-  range& chunked = plan.rows ? rows : cols;
-  chunked = chunked.chunk(slots.lanes, l).chunk(chunks, j);
-  rs_step st;
-  st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
-  st.dst_c = i == R - 1;
-  // The last accumulator of a bf16 product with fp32 accumulators stays in a
-  // slot and is added while c is written; otherwise it arrives in c itself.
-  st.acc_in_c = st.dst_c && plan.acc == dtype_of<T>();
-  st.add_slot = st.dst_c && !st.acc_in_c && i > 0;
-  if (st.acc_in_c) {
-    st.ld = x.c.ld;
-  } else {
-    st.ld = st.nc;
-    st.slot_offset = ((i * chunks + j) % slots.per_lane) * slots.lanes + l;  // scaled to bytes later
-    slots.elems = std::max(slots.elems, st.nr * st.nc);
-  }
-  st.recv = st.nonempty() && i > 0;
-  st.forward = st.nonempty() && i < R - 1;
-  if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld);
-  const int64_t ldc = st.dst_c ? x.c.ld : st.ld;
-  st.desc = rs_gemm(x, opt, plan.acc, st.nr, st.nc, ldc, {i > 0 && !st.add_slot, st.dst_c, st.add_slot});
-  st.desc.pack_b = plan.rows;  // pieces of a row-scattered output read all of b
-  st.kernel = ctx.make_step_kernel(st.desc);
-  return st;
+  rs_piece at;
+  at.shard = ctx.ring_at(l == 0 ? i + 1 : -i - 1);
+  at.part = l, at.parts = slots.lanes, at.chunk = j, at.chunks = chunks;
+  at.first = i == 0, at.last = i == R - 1;
+  at.slot = ((i * chunks + j) % slots.per_lane) * slots.lanes + l;
+  return rs_piece_step(ctx, plan, x, opt, at, slots);
+}
+
+/// The slots' byte offsets and the slots themselves, once every step of a
+/// ring plan is known.
+template <class T>
+void rs_finish_ring(rs_plan<T>& plan, const engine::ring_slots& slots) {
+  const auto acc_bytes = static_cast<int64_t>(size_of(plan.acc));
+  for (auto& st : plan.steps)
+    if (!st.acc_in_c) st.slot_offset *= slots.elems * acc_bytes;
+  plan.slots = engine::buffer<std::byte>(static_cast<size_t>(slots.elems * slots.per_lane * slots.lanes * acc_bytes));
 }
 
 /// The ring plan (positions on the context's ring: p + i is ring_at(i)).
@@ -191,10 +226,63 @@ void rs_build_ring(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs
       for (int l = 0; l < plan.lanes; ++l)
         plan.steps.push_back(rs_ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
   plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
-  const auto acc_bytes = static_cast<int64_t>(size_of(plan.acc));
-  for (auto& st : plan.steps)
-    if (!st.acc_in_c) st.slot_offset *= slots.elems * acc_bytes;
-  plan.slots = engine::buffer<std::byte>(static_cast<size_t>(slots.elems * slots.per_lane * plan.lanes * acc_bytes));
+  rs_finish_ring(plan, slots);
+}
+
+/// The hierarchical plan, the all-gather's (ag_build_hierarchical) run
+/// backwards: S ranks on each of N nodes, R = N * S; this rank is local rank
+/// j of node a (in the order by node). Step t = (r * S + k) * C + h adds
+/// this rank's product for piece h (of C) of the shard of local rank
+/// j + k + 1 of node a + r + 1. Lane 1 runs inside the node (from local rank
+/// j + 1 to j - 1): a piece's accumulator starts at k = 0 and goes round the
+/// node, so that at k = S - 1 it reaches the rank with the shard's local
+/// index holding the node's sum. Lane 0 runs between nodes (from rank j of
+/// node a + 1 to rank j of node a - 1): there, at k = S - 1 of round r > 0,
+/// the sum the next node finished a round earlier is added too, and the
+/// result goes on to node a - 1, until at round N - 1 the shard is this
+/// rank's own and the sum lands in c. Each node link carries R - S
+/// accumulators per rank instead of the flat ring's R - 1. Lane 1 has C - 1
+/// steps to deliver (so C >= 2 overlaps it), lane 0 a round (S * C - 1
+/// steps): receives are posted that far ahead and sends may stay in flight
+/// as long, in 2 S C - 1 slots per lane. Both lanes' entries of a step
+/// describe the same piece; lane 1's computes, lane 0's receives the other
+/// node's sum (added before the product) and forwards lane 1's accumulator.
+template <class T>
+void rs_build_hierarchical(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int chunks) {
+  const int R = ctx.size(), S = ctx.node_slots(), N = R / S, C = chunks;
+  plan.types = block_types(plan.acc);
+  plan.lanes = 2;
+  plan.two_levels = true;
+  plan.window = {S * C - 1, S * C - 2};
+  plan.n_steps = R * C;
+  engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, 2, 0};
+  for (int t = 0; t < plan.n_steps; ++t) {
+    const int r = t / (S * C), k = t / C % S;
+    rs_piece at;
+    at.shard = ctx.node_peer(r + 1, k + 1);
+    at.chunk = t % C, at.chunks = C;
+    at.first = k == 0, at.last = t / C == R - 1;
+    at.slot = (t % slots.per_lane) * 2 + 1;
+    rs_step inside = rs_piece_step(ctx, plan, x, opt, at, slots);
+    inside.forward = inside.forward && k < S - 1;
+    rs_step between;
+    between.r0 = inside.r0, between.nr = inside.nr, between.c0 = inside.c0, between.nc = inside.nc;
+    between.compute = false;
+    between.ld = inside.nc;
+    between.slot_offset = (t % slots.per_lane) * 2;
+    slots.elems = std::max(slots.elems, between.nr * between.nc);  // lane 1's may be in c, this one's never
+    between.recv = inside.nonempty() && k == S - 1 && r > 0;
+    between.forward = inside.nonempty() && k == S - 1 && r < N - 1;
+    if (between.recv || between.forward) between.type = plan.types.get(between.nr, between.nc, between.ld);
+    // The other node's sum into this node's: accumulator += slot (no product).
+    between.merge = gemm_desc::shape(inside.nr, inside.nc, 0).strides(0, 0, inside.ld).types(plan.acc, plan.acc);
+    between.merge.accumulate = true, between.merge.addend = true;
+    between.merge.ld_addend = between.ld, between.merge.addend_type = plan.acc;
+    plan.steps.push_back(std::move(between));
+    plan.steps.push_back(std::move(inside));
+  }
+  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
+  rs_finish_ring(plan, slots);
 }
 
 /// The inputs of rs_others_build: every peer's B (rows) or A (columns)
@@ -445,7 +533,11 @@ schedule rs_choose(context& ctx, const rs_options& opt, const rs_global& g) {
     r.one_node = ctx.one_node(), r.knee_units = g.knee_units;
     return plan_chunks(r);
   };
-  return choose_schedule(ctx, {opt.strategy, opt.algorithm, true}, t, chunks_for, [&](const candidate& c) {
+  // Hierarchical: pieces of a shard go round the node one step behind each
+  // other, so that each one's accumulator has a step to arrive (>= 2 pieces).
+  const int configured = ctx.config().rs_chunks;
+  const schedule_request req{opt.strategy, opt.algorithm, true, true, configured > 0 ? configured : 2};
+  return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) {
     return rs_work(g.rows, g.m, g.n, g.ks, g.layout, R, c, sizeof(T), size_of(rs_acc_type(t, opt, c.strategy)));
   });
 }
@@ -478,6 +570,8 @@ std::unique_ptr<rs_plan<T>> rs_make_plan(context& ctx, const arg_checks& checks,
       rs_others_build<T>(ctx, *plan, x, opt, g.ks);
     else if (plan->strategy == strategy::bulk)
       rs_build_bulk<T>(ctx, *plan, x, opt);
+    else if (plan->strategy == strategy::hierarchical)
+      rs_build_hierarchical<T>(ctx, *plan, x, opt, sched.chunks);
     else
       rs_build_ring<T>(ctx, *plan, x, opt, sched.chunks);
     return 0;
@@ -528,10 +622,17 @@ class rs_ring_pattern {
   [[nodiscard]] engine::transfer send(int t, int lane) const {  // the accumulator finished at step t - 1
     if (t == 0) return {};
     const auto& st = step(t - 1, lane);
-    return st.forward ? engine::transfer{piece(st), st.type} : engine::transfer{};
+    if (!st.forward) return {};
+    // Hierarchical: both lanes forward the accumulator lane 1's entry computed.
+    return {piece(plan_.two_levels ? step(t - 1, 1) : st), st.type};
   }
   void compute(int t) {
-    for (int l = 0; l < plan_.lanes; ++l) compute(step(t, l));
+    for (int l = 0; l < plan_.lanes; ++l) {
+      const rs_step& st = step(t, l);
+      if (plan_.two_levels && st.recv && !st.compute)  // the next node's sum, into this node's
+        run_degenerate(st.merge, piece(step(t, 1)), nullptr, piece(st));
+      if (st.compute) compute(st);
+    }
   }
 
  private:
@@ -601,7 +702,7 @@ void rs_run(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_option
   }
   run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
-  run_on_ring(ctx, plan, pattern, op_id::matmul_reduce_scatter, plan.lanes);
+  run_on_ring(ctx, plan, pattern, op_id::matmul_reduce_scatter, plan.lanes, plan.two_levels);
 }
 
 template <class T>

@@ -28,15 +28,18 @@ std::string ring_summary(overlap::strategy asked, const Plan& plan, int chunks, 
   std::string s;
   if (asked != plan.strategy) s += " (" + std::string(to_string(asked)) + " asked)";
   const auto& first = plan.steps.front();
+  // The largest piece a kernel computes (hierarchical lane 0 entries only move sums).
+  auto area = [](const auto& st) { return st.kernel ? st.nr * st.nc : int64_t{-1}; };
   const auto busiest = std::max_element(plan.steps.begin(), plan.steps.end(),
-                                        [](const auto& x, const auto& y) { return x.nr * x.nc < y.nr * y.nc; });
+                                        [&](const auto& x, const auto& y) { return area(x) < area(y); });
   s += ", piece kernel " + busiest->kernel->name() +
        (plan.pack.packer ? " reading b packed once per call (" + std::to_string(plan.pack.packed.size()) + " bytes)"
                          : std::string(""));
   if (plan.strategy == strategy::hierarchical)
-    return s + ", lane 0 between nodes, lane 1 inside them, " + std::to_string(plan.n_steps) +
-           " steps of one shard, receives posted " + std::to_string(plan.window.lead) + " steps ahead, " +
-           std::to_string(slot_bytes) + " bytes of slots";
+    return s + ", lane 0 between nodes, lane 1 inside them, " + std::to_string(plan.n_steps) + " steps of " +
+           (chunks == 1 ? std::string("one shard") : "one of " + std::to_string(chunks) + " pieces of a shard") +
+           ", receives posted " + std::to_string(plan.window.lead) + " steps ahead, " + std::to_string(slot_bytes) +
+           " bytes of slots";
   return s + ", " + std::to_string(plan.lanes) + (plan.lanes == 1 ? " lane, " : " lanes, ") +
          std::to_string(plan.n_steps) + " steps, " + std::to_string(chunks) + " chunks per shard" +
          (plan.lanes == 2 ? " half" : "") + (chosen ? " (plan's choice)" : " (configured)") + ", receives posted " +

@@ -22,8 +22,9 @@ namespace overlap::detail {
 struct schedule_request {
   overlap::strategy strategy = overlap::strategy::automatic;
   overlap::algorithm algorithm = overlap::algorithm::automatic;
-  bool others_allowed = true;  ///< false: the call wants the gathered operand (gathered_out)
-  bool hierarchical = false;   ///< the op has a hierarchical schedule (else it runs ring)
+  bool others_allowed = true;   ///< false: the call wants the gathered operand (gathered_out)
+  bool hierarchical = false;    ///< the op has a hierarchical schedule (else it runs ring)
+  int hierarchical_chunks = 1;  ///< pieces per shard of the hierarchical schedule
 };
 
 /// A decomposed schedule must be predicted this much faster than bulk to be taken.
@@ -45,8 +46,9 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
   if (req.algorithm == algorithm::others && req.others_allowed) return fixed(strategy::bulk, algorithm::others);
   if (req.strategy == strategy::hierarchical) {
     if (!req.hierarchical || !ctx.two_levels()) return fixed(strategy::ring, algorithm::named);
-    schedule x;  // one piece per step; lane 0 between nodes, lane 1 inside them
-    x.strategy = strategy::hierarchical, x.algorithm = algorithm::named, x.lanes = 2, x.chunks = 1;
+    schedule x;  // lane 0 between nodes, lane 1 inside them
+    x.strategy = strategy::hierarchical, x.algorithm = algorithm::named, x.lanes = 2;
+    x.chunks = req.hierarchical_chunks;
     return x;
   }
   if (req.strategy != strategy::automatic)
