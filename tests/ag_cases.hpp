@@ -37,69 +37,108 @@ struct ag_case {
   }
 };
 
-/// Runs one case collectively on ctx; returns the largest relative error.
+/// One rank's share of a case: the global X, its operands as stored, c
+/// (filled with stale values, or, accumulating, with its earlier contents),
+/// the gathered by-product and the bias.
 template <class T>
-double run_ag_case(overlap::context& ctx, const ag_case& cs) {
+struct ag_problem {
+  bool lhs = true, tx = false;
+  matrix<T> X, other, x_local, other_stored, c, out;
+  matrix<double> before;
+  std::vector<double> bias_ref;
+  std::vector<T> bias;
+  [[nodiscard]] const matrix<T>& a() const { return lhs ? x_local : other_stored; }
+  [[nodiscard]] const matrix<T>& b() const { return lhs ? other_stored : x_local; }
+};
+
+/// Builds this rank's share of case cs (the other operand seeded with
+/// other_seed when given: members of a batch may share it).
+template <class T>
+ag_problem<T> make_ag_problem(const overlap::context& ctx, const ag_case& cs, int64_t other_seed = -1) {
   using overlap::gathered;
   const int R = ctx.size(), p = ctx.rank();
-  const bool lhs = cs.variant == gathered::lhs_rows || cs.variant == gathered::lhs_cols;
-  const bool shard_rows = cs.variant == gathered::lhs_rows || cs.variant == gathered::rhs_rows;
+  ag_problem<T> pr;
+  pr.lhs = cs.variant == gathered::lhs_rows || cs.variant == gathered::lhs_cols;
+  const bool lhs = pr.lhs, shard_rows = cs.variant == gathered::lhs_rows || cs.variant == gathered::rhs_rows;
   // X is the gathered operand: A (m x k) for lhs_*, B (k x n) for rhs_*.
   const int64_t x_rows = lhs ? cs.m : cs.k, x_cols = lhs ? cs.k : cs.n;
-  const auto X = random_matrix<T>(x_rows, x_cols, cs.seed);
+  pr.X = random_matrix<T>(x_rows, x_cols, cs.seed);
   const auto sizes = shard_sizes(shard_rows ? x_rows : x_cols, R, cs.how);
   const int64_t off = offset_of(sizes, p), len = sizes[p];
-  const auto x_log = shard_rows ? slice(X, off, 0, len, x_cols) : slice(X, 0, off, x_rows, len);
+  const auto x_log = shard_rows ? slice(pr.X, off, 0, len, x_cols) : slice(pr.X, 0, off, x_rows, len);
   // The other operand is this rank's own, with a rank-dependent local size.
   const int64_t other_local = (lhs ? cs.n : cs.m) + p % 2;
-  const auto other =
-      lhs ? random_matrix<T>(cs.k, other_local, cs.seed * 7 + p) : random_matrix<T>(other_local, cs.k, cs.seed * 7 + p);
+  const auto seed = static_cast<uint32_t>(other_seed >= 0 ? other_seed : cs.seed * 7 + p);
+  pr.other = lhs ? random_matrix<T>(cs.k, other_local, seed) : random_matrix<T>(other_local, cs.k, seed);
   // Operands are stored transposed when the case says so.
-  const bool tx = lhs ? cs.transpose_a : cs.transpose_b, to = lhs ? cs.transpose_b : cs.transpose_a;
+  pr.tx = lhs ? cs.transpose_a : cs.transpose_b;
+  const bool to = lhs ? cs.transpose_b : cs.transpose_a;
   auto store = [&](const matrix<T>& m, bool t) {
     return t ? transposed(m, cs.pad) : slice(m, 0, 0, m.rows, m.cols, cs.pad);
   };
-  const auto x_local = store(x_log, tx), other_stored = store(other, to);
-  const auto& a = lhs ? x_local : other_stored;
-  const auto& b = lhs ? other_stored : x_local;
-  matrix<T> c = lhs ? matrix<T>(cs.m, other_local, cs.pad) : matrix<T>(other_local, cs.n, cs.pad);
-  for (auto& v : c.data) v = T(-999);  // stale contents must be overwritten (or, accumulating, the padding kept)
-  const matrix<double> before = cs.accumulate ? fill_before(c, cs.seed * 13 + p) : matrix<double>(0, 0);
-  matrix<T> out = tx ? matrix<T>(x_cols, x_rows, cs.pad) : matrix<T>(x_rows, x_cols, cs.pad);
-  std::vector<double> bias_ref;
-  const auto bias = make_bias<T>(c.cols, p, cs.bias, bias_ref);
+  pr.x_local = store(x_log, pr.tx), pr.other_stored = store(pr.other, to);
+  pr.c = lhs ? matrix<T>(cs.m, other_local, cs.pad) : matrix<T>(other_local, cs.n, cs.pad);
+  for (auto& v : pr.c.data) v = T(-999);  // stale contents must be overwritten (or, accumulating, the padding kept)
+  if (cs.accumulate) pr.before = fill_before(pr.c, cs.seed * 13 + p);
+  pr.out = pr.tx ? matrix<T>(x_cols, x_rows, cs.pad) : matrix<T>(x_rows, x_cols, cs.pad);
+  pr.bias = make_bias<T>(pr.c.cols, p, cs.bias, pr.bias_ref);
+  return pr;
+}
 
-  overlap::ag_options opt;
-  opt.gathered = cs.variant;
-  set_common_options(opt, cs, bias);
-  opt.accumulate = cs.accumulate;
-  if (cs.started) {
-    overlap::pending op =
-        cs.with_out ? overlap::start_all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), out.view(), opt)
-                    : overlap::start_all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), opt);
-    independent_work(ctx);
-    op.wait();
-  } else if (cs.with_out) {
-    overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), out.view(), opt);
-  } else {
-    overlap::all_gather_matmul<T>(ctx, a.cview(), b.cview(), c.view(), opt);
-  }
-
-  auto ref = lhs ? naive_matmul(X, other) : naive_matmul(other, X);
-  reference_epilogue(ref, bias_ref, cs.act);
-  if (cs.accumulate) add_before(ref, before);
-  const double err = expect_near_block(c, ref, 0, 0, cs.k, cs.name() + " rank " + std::to_string(p),
-                                       cs.accumulate ? accumulate_rounding<T>() : 0.0);
+/// Compares this rank's c (and the gathered by-product) with the naive
+/// reference; returns the largest relative error.
+template <class T>
+double check_ag_problem(const overlap::context& ctx, const ag_case& cs, const ag_problem<T>& pr,
+                        const std::string& what = "") {
+  auto ref = pr.lhs ? naive_matmul(pr.X, pr.other) : naive_matmul(pr.other, pr.X);
+  reference_epilogue(ref, pr.bias_ref, cs.act);
+  if (cs.accumulate) add_before(ref, pr.before);
+  const std::string name = cs.name() + what + " rank " + std::to_string(ctx.rank());
+  const double err = expect_near_block(pr.c, ref, 0, 0, cs.k, name, cs.accumulate ? accumulate_rounding<T>() : 0.0);
   if (cs.with_out) {
-    for (int64_t i = 0; i < x_rows; ++i)
-      for (int64_t j = 0; j < x_cols; ++j)
-        if ((tx ? out(j, i) : out(i, j)) != X(i, j)) {
-          ADD_FAILURE() << cs.name() << ": gathered_out at logical (" << i << "," << j
-                        << ") differs from X = " << double(X(i, j));
+    for (int64_t i = 0; i < pr.X.rows; ++i)
+      for (int64_t j = 0; j < pr.X.cols; ++j)
+        if ((pr.tx ? pr.out(j, i) : pr.out(i, j)) != pr.X(i, j)) {
+          ADD_FAILURE() << name << ": gathered_out at logical (" << i << "," << j
+                        << ") differs from X = " << double(pr.X(i, j));
           return err;
         }
   }
   return err;
+}
+
+/// The options of case cs, with the problem's bias.
+template <class T>
+overlap::ag_options ag_options_of(const ag_case& cs, const ag_problem<T>& pr) {
+  overlap::ag_options opt;
+  opt.gathered = cs.variant;
+  set_common_options(opt, cs, pr.bias);
+  opt.accumulate = cs.accumulate;
+  return opt;
+}
+
+/// Runs the op of case cs on views of the operands (blocking or started).
+template <class T>
+void call_ag(overlap::context& ctx, const ag_case& cs, overlap::matrix_view<const T> a, overlap::matrix_view<const T> b,
+             overlap::matrix_view<T> c, overlap::matrix_view<T> out, const overlap::ag_options& opt) {
+  if (cs.started) {
+    overlap::pending op = cs.with_out ? overlap::start_all_gather_matmul<T>(ctx, a, b, c, out, opt)
+                                      : overlap::start_all_gather_matmul<T>(ctx, a, b, c, opt);
+    independent_work(ctx);
+    op.wait();
+  } else if (cs.with_out) {
+    overlap::all_gather_matmul<T>(ctx, a, b, c, out, opt);
+  } else {
+    overlap::all_gather_matmul<T>(ctx, a, b, c, opt);
+  }
+}
+
+/// Runs one case collectively on ctx; returns the largest relative error.
+template <class T>
+double run_ag_case(overlap::context& ctx, const ag_case& cs) {
+  ag_problem<T> pr = make_ag_problem<T>(ctx, cs);
+  call_ag<T>(ctx, cs, pr.a().cview(), pr.b().cview(), pr.c.view(), pr.out.view(), ag_options_of(cs, pr));
+  return check_ag_problem(ctx, cs, pr);
 }
 
 }  // namespace testing_support

@@ -87,4 +87,16 @@ inline int to_count(int64_t n, const char* what) {
   return owned;
 }
 
+/// `count` copies of the committed type `block`, `stride_bytes` apart (the
+/// members of a strided batch), as one committed type; `block` itself when
+/// count is 1. The caller keeps `block` alive as long as the result.
+[[nodiscard]] inline datatype batched_type(int64_t count, int64_t stride_bytes, MPI_Datatype block) {
+  MPI_Datatype t = MPI_DATATYPE_NULL;
+  OVERLAP_MPI(MPI_Type_create_hvector, detail::to_count(count, "batch count"), 1, static_cast<MPI_Aint>(stride_bytes),
+              block, &t);
+  datatype owned(t);
+  OVERLAP_MPI(MPI_Type_commit, &t);
+  return owned;
+}
+
 }  // namespace overlap::mpi

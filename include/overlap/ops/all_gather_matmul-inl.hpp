@@ -58,6 +58,12 @@ struct ag_geometry {
   [[nodiscard]] bool stored_chunk_rows() const { return lhs != trans_x; }
 };
 
+/// Member m of a batched call's operands.
+template <class T>
+ag_args<T> ag_member(const ag_args<T>& x, const overlap::batch& b, int64_t m) {
+  return {member(x.a, b.a, m), member(x.b, b.b, m), member(x.c, b.c, m), member(x.out, b.out, m), x.has_out};
+}
+
 /// The view holding this rank's shard of X.
 template <class T>
 const matrix_view<const T>& local_view(const ag_args<T>& x, const ag_geometry& g) {
@@ -95,6 +101,7 @@ struct ag_plan final : plan_base {
   std::vector<ag_step<T>> steps;  ///< step t, lane l at [t * lanes + l]
   engine::ring_window window;
   engine::buffer<T> slots;
+  int64_t slot_elems = 0;  ///< one member's piece in a slot (a slot holds every batch member's)
   block_types types{dtype_of<T>()};
   /// bf16 with a contracting shard: partial sums stay in fp32 (c-shaped) and
   /// reach c, rounded once, with the last contribution.
@@ -110,6 +117,7 @@ struct ag_plan final : plan_base {
   others_plan<T> others;
   overlap::schedule sched;  ///< what runs, and the candidates when the model chose
   saved_output<T> saved;    ///< ag_options::accumulate
+  overlap::batch batch;     ///< ag_options::batch (this rank's strides)
 };
 
 /// How a piece's product enters the output.
@@ -207,7 +215,6 @@ ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, con
   }
   st.send = st.nonempty() && i < R - 1;
   st.recv = st.nonempty() && i > 0;
-  if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld);
   const int64_t lnr = geo.trans_x ? st.nc : st.nr, lnc = geo.trans_x ? st.nr : st.nc;
   const bool last = !geo.contracting || i == R - 1;
   const bool fp32_acc = ag_fp32_acc<T>(geo, R);
@@ -215,19 +222,36 @@ ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, con
   st.add_acc = fp32_acc && last;
   const bool accumulate = geo.contracting && i > 0 && !st.add_acc;
   st.desc = ag_gemm(geo, x, opt, lnr, lnc, st.ld, {accumulate, last, st.into_acc, st.add_acc});
-  st.desc.pack_b = geo.lhs && geo.shard_rows;  // the pieces of lhs_rows read all of b
+  // The pieces of lhs_rows read all of b (a batch's members read different b's).
+  st.desc.pack_b = geo.lhs && geo.shard_rows && plan.batch.count == 1;
   st.kernel = ctx.make_step_kernel(st.desc);
   return st;
 }
 
-/// B packed once per call where the backend can, the slots' element offsets
+/// How far apart the batch members of a piece living in `home` are.
+template <class T>
+int64_t ag_member_stride(const ag_plan<T>& plan, piece_home home) {
+  switch (home) {
+    case piece_home::local: return plan.geo.lhs ? plan.batch.a : plan.batch.b;
+    case piece_home::gathered_out: return plan.batch.out;
+    case piece_home::slot: return plan.slot_elems;
+  }
+  return 0;
+}
+
+/// B packed once per call where the backend can, the slots' element offsets,
+/// the pieces' datatypes (one message carries every batch member's piece)
 /// and the slots themselves, once every step of a ring plan is known.
 template <class T>
 void ag_finish_ring(context& ctx, ag_plan<T>& plan, const engine::ring_slots& slots) {
   plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
-  for (auto& st : plan.steps)
-    if (st.home == piece_home::slot) st.slot_offset *= slots.elems;
-  plan.slots = engine::buffer<T>(static_cast<size_t>(slots.elems * slots.per_lane * slots.lanes));
+  const int64_t members = plan.batch.count;
+  plan.slot_elems = slots.elems;
+  for (auto& st : plan.steps) {
+    if (st.home == piece_home::slot) st.slot_offset *= slots.elems * members;
+    if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld, members, ag_member_stride(plan, st.home));
+  }
+  plan.slots = engine::buffer<T>(static_cast<size_t>(slots.elems * members * slots.per_lane * slots.lanes));
 }
 
 /// The ring plan (positions on the context's ring: p + i is ring_at(i)).
@@ -246,7 +270,8 @@ void ag_build_ring(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag
   plan.window = {chunks, chunks - 1};
   plan.n_steps = R * chunks;
   engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, plan.lanes, 0};
-  if (ag_fp32_acc<T>(plan.geo, R)) plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
+  if (ag_fp32_acc<T>(plan.geo, R))
+    plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < chunks; ++j)
       for (int l = 0; l < plan.lanes; ++l)
@@ -273,7 +298,8 @@ void ag_build_hierarchical(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, 
   plan.n_steps = R;
   // Whole shards (the ring's lanes halve them; here both lanes move one piece).
   engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, 1, 0};
-  if (ag_fp32_acc<T>(plan.geo, R)) plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols));
+  if (ag_fp32_acc<T>(plan.geo, R))
+    plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
   for (int t = 0; t < R; ++t) {
     const int r = t / S, k = t % S;
     ag_step<T> st = ag_ring_step(ctx, plan, x, opt, ctx.node_peer(r, k), t, 0, 0, 1, slots);
@@ -497,6 +523,20 @@ inline work ag_work(const ag_geometry& g, const std::vector<int64_t>& other, int
   return w;
 }
 
+/// A batch's count and strides, and that the outputs' members alias nothing.
+template <class T>
+void ag_batch_checks(arg_checks& checks, const ag_args<T>& x, const overlap::batch& b) {
+  checks.batch(b);
+  checks.disjoint_members("c", x.c, b.c, "c", x.c, b.c, b.count);
+  checks.disjoint_members("c", x.c, b.c, "a", x.a, b.a, b.count);
+  checks.disjoint_members("c", x.c, b.c, "b", x.b, b.b, b.count);
+  if (!x.has_out) return;
+  checks.disjoint_members("gathered_out", x.out, b.out, "gathered_out", x.out, b.out, b.count);
+  checks.disjoint_members("gathered_out", x.out, b.out, "a", x.a, b.a, b.count);
+  checks.disjoint_members("gathered_out", x.out, b.out, "b", x.b, b.b, b.count);
+  checks.disjoint_members("gathered_out", x.out, b.out, "c", x.c, b.c, b.count);
+}
+
 /// Step 1 of preparing a call: the checks each rank makes alone (options,
 /// views, aliasing, shapes); returns the backend for the plan key. Messages
 /// are built only for a rule that fails.
@@ -516,6 +556,7 @@ int ag_local_checks(const context& ctx, arg_checks& checks, const ag_args<T>& x,
     checks.disjoint("gathered_out", x.out, "c", x.c);
   }
   checks.bias(opt.epilogue.bias, x.c);
+  ag_batch_checks(checks, x, opt.batch);
   const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
   auto must_equal = [&](int64_t v1, const char* n1, int64_t v2, const char* n2, const char* what = "") {
     require_equal(checks, opt.transpose_a, opt.transpose_b, v1, n1, v2, n2, what);
@@ -531,14 +572,14 @@ int ag_local_checks(const context& ctx, arg_checks& checks, const ag_args<T>& x,
 /// miss anywhere): the options, which must agree (agreed() names them), and
 /// this rank's sizes. Exchanged as one MPI datatype (exchange_rows).
 struct ag_exchanged {
-  int64_t gathered, strategy, chunks, transpose_a, transpose_b, activation, phases, algorithm, accumulate;
+  int64_t gathered, strategy, chunks, transpose_a, transpose_b, activation, phases, algorithm, accumulate, batch;
   int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
   int64_t c_rows, c_cols;
   int64_t has_out, out_rows, out_cols;  ///< gathered_out
   /// Pieces split op(X)'s output dimension; this rank's GEMM keeps its rate above this many.
   int64_t knee;
 
-  static constexpr std::array<agreed_field<ag_exchanged>, 9> agreed{{
+  static constexpr std::array<agreed_field<ag_exchanged>, 10> agreed{{
       {"ag_options.gathered", &ag_exchanged::gathered},
       {"ag_options.strategy", &ag_exchanged::strategy},
       {"config.ag_chunks", &ag_exchanged::chunks},
@@ -548,6 +589,7 @@ struct ag_exchanged {
       {"config.phases", &ag_exchanged::phases},
       {"ag_options.algorithm", &ag_exchanged::algorithm},
       {"ag_options.accumulate", &ag_exchanged::accumulate},
+      {"ag_options.batch.count", &ag_exchanged::batch},
   }};
 };
 
@@ -564,6 +606,7 @@ ag_exchanged ag_row_of(const context& ctx, const ag_geometry& geo, const ag_args
           static_cast<int64_t>(ctx.config().phases),
           static_cast<int64_t>(opt.algorithm),
           opt.accumulate,
+          opt.batch.count,
           la.rows,
           la.cols,
           lb.rows,
@@ -702,7 +745,8 @@ std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks,
     built->fingerprint = fingerprint;
     built->algorithm = sched.algorithm;
     built->sched = sched;
-    built->saved.prepare(opt.accumulate, x.c);
+    built->batch = opt.batch;
+    built->saved.prepare(opt.accumulate, x.c, opt.batch.count, opt.batch.c);
     if (sched.algorithm == algorithm::others)
       ag_others_build<T>(ctx, *built, x, opt, g.other);
     else if (sched.strategy == strategy::bulk)
@@ -737,7 +781,8 @@ ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt)
   append_values(key, mine);
   // The bias is this rank's own business (it touches only this rank's c).
   key.insert(key.end(), {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
-                         static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld, x.out.ld});
+                         static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld, x.out.ld, opt.batch.a,
+                         opt.batch.b, opt.batch.c, opt.batch.out});
   const agreement<ag_exchanged> agreed_on = agree_or_exchange(ctx, checks, key, mine);
   if (agreed_on.cached != nullptr) return static_cast<ag_plan<T>&>(*agreed_on.cached);
 
@@ -768,31 +813,36 @@ class ag_ring_pattern {
   }
   void compute(int t) {
     for (int l = 0; l < plan_.lanes; ++l)
-      if (step(t, l).compute) compute(step(t, l));
+      if (step(t, l).compute)
+        for (int64_t m = 0; m < plan_.batch.count; ++m) compute(step(t, l), m);
   }
 
  private:
   [[nodiscard]] const ag_step<T>& step(int t, int lane) const {
     return plan_.steps[static_cast<size_t>(t) * static_cast<size_t>(plan_.lanes) + static_cast<size_t>(lane)];
   }
-  void compute(const ag_step<T>& st) {
+  /// Batch member m's product of the step's piece.
+  void compute(const ag_step<T>& st, int64_t m) {
     const ag_geometry& g = plan_.geo;
+    const overlap::batch& nb = plan_.batch;
     // The output block starts at row lr0 (lhs) or column lc0 (rhs) of c, or
     // of the dense fp32 accumulator.
     const int64_t c_off = g.lhs ? st.lr0 * x_.c.ld : st.lc0;
     const int64_t acc_off = g.lhs ? st.lr0 * x_.c.cols : st.lc0;
-    float* acc = plan_.acc.data() == nullptr ? nullptr : plan_.acc.data() + acc_off;
-    void* dst = st.into_acc ? static_cast<void*>(acc) : static_cast<void*>(x_.c.data + c_off);
+    float* acc = plan_.acc.data() == nullptr ? nullptr : plan_.acc.data() + m * x_.c.rows * x_.c.cols + acc_off;
+    void* dst = st.into_acc ? static_cast<void*>(acc) : static_cast<void*>(x_.c.data + m * nb.c + c_off);
     const void* addend = st.add_acc ? acc : nullptr;
+    const T* x = piece(st) + m * ag_member_stride(plan_, st.home);
     if (g.lhs) {  // rows lc0.. of op(b): columns of b when it is stored transposed
-      const T* b = x_.b.data + (g.trans_o ? st.lc0 : st.lc0 * x_.b.ld);
-      st.kernel->run(piece(st), st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias_, addend);
+      const T* b = x_.b.data + m * nb.b + (g.trans_o ? st.lc0 : st.lc0 * x_.b.ld);
+      st.kernel->run(x, st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias_, addend);
     } else {  // columns lr0.. of op(a): rows of a when it is stored transposed
-      const T* a = x_.a.data + (g.trans_o ? st.lr0 * x_.a.ld : st.lr0);
-      st.kernel->run(a, piece(st), dst, bias_ == nullptr ? nullptr : bias_ + st.lc0, addend);
+      const T* a = x_.a.data + m * nb.a + (g.trans_o ? st.lr0 * x_.a.ld : st.lr0);
+      st.kernel->run(a, x, dst, bias_ == nullptr ? nullptr : bias_ + st.lc0, addend);
     }
   }
 
+  /// The piece of batch member 0 (a step's datatype reaches the others).
   [[nodiscard]] T* piece(const ag_step<T>& st) const {
     switch (st.home) {
       case piece_home::local:
@@ -853,20 +903,24 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
 template <class T>
 void ag_run(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt) {
   const T* bias = opt.epilogue.bias.template get<T>();
-  if (plan.algorithm == algorithm::others) {
-    others_runner<T>(ctx, plan, plan.others, tags_of(op_id::all_gather_matmul).blocks, x.a, x.b, x.c, bias).run();
+  if (plan.algorithm == algorithm::others || plan.strategy == strategy::bulk) {
+    // A batch's members one after the other, on the same plan.
+    for (int64_t m = 0; m < plan.batch.count; ++m) {
+      const ag_args<T> y = ag_member(x, plan.batch, m);
+      if (plan.algorithm == algorithm::others)
+        others_runner<T>(ctx, plan, plan.others, tags_of(op_id::all_gather_matmul).blocks, y.a, y.b, y.c, bias).run();
+      else
+        ag_bulk(ctx, plan, y, bias);
+    }
     return;
   }
-  if (plan.strategy == strategy::bulk) {
-    ag_bulk(ctx, plan, x, bias);
-    return;
-  }
-  if (x.has_out) {  // the local shard joins the gathered by-product first
+  for (int64_t m = 0; m < plan.batch.count && x.has_out; ++m) {  // the local shards join the gathered by-product
+    const ag_args<T> y = ag_member(x, plan.batch, m);
     const ag_geometry& geo = plan.geo;
     const int64_t off = geo.layout.offset(ctx.rank());
-    const auto& l = local_view(x, geo);
+    const auto& l = local_view(y, geo);
     copy_block<T>(l,
-                  geo.stored_shard_rows() ? x.out.block(off, 0, l.rows, l.cols) : x.out.block(0, off, l.rows, l.cols));
+                  geo.stored_shard_rows() ? y.out.block(off, 0, l.rows, l.cols) : y.out.block(0, off, l.rows, l.cols));
   }
   run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());

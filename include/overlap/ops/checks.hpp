@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "overlap/backend/dtype.hpp"
 #include "overlap/context.hpp"
@@ -100,6 +101,43 @@ class arg_checks {
                        reinterpret_cast<uintptr_t>(other.data), other.rows, other.cols * eu, other.ld * eu))
       require(false, std::string(out_name) + " overlaps " + other_name +
                          " in memory; outputs must not alias the op's other arguments");
+  }
+  /// A strided batch's count and strides (overlap::batch).
+  void batch(const overlap::batch& b) {
+    require(b.count >= 1, [&] { return "batch.count (" + std::to_string(b.count) + ") must be >= 1"; });
+    for (const auto& [v, n] : {std::pair{b.a, "a"}, std::pair{b.b, "b"}, std::pair{b.c, "c"}, std::pair{b.out, "out"}})
+      require(v >= 0, [&] { return "batch." + std::string(n) + " (" + std::to_string(v) + ") must be >= 0"; });
+  }
+  /// With a batch: no member of the output `out` (stride so) shares a byte
+  /// with another member of it (other == out) or with any member of `other`
+  /// (stride sy). Exact; pairs are walked only where the batches' address
+  /// ranges meet (members interleaved).
+  template <class T, class U>
+  void disjoint_members(const char* out_name, const matrix_view<T>& out, int64_t so, const char* other_name,
+                        const matrix_view<U>& other, int64_t sy, int64_t count) {
+    if (failed() || count == 1) return;
+    const bool self = static_cast<const void*>(out.data) == static_cast<const void*>(other.data) && so == sy;
+    const auto es = static_cast<int64_t>(sizeof(std::remove_const_t<T>)), eu = static_cast<int64_t>(sizeof(U));
+    const auto bx = reinterpret_cast<uintptr_t>(out.data), by = reinterpret_cast<uintptr_t>(other.data);
+    auto member_overlap = [&](int64_t i, int64_t j) {
+      return blocks_overlap(bx + static_cast<uintptr_t>(i * so * es), out.rows, out.cols * es, out.ld * es,
+                            by + static_cast<uintptr_t>(j * sy * eu), other.rows, other.cols * eu, other.ld * eu);
+    };
+    // The whole batches as (count x 1) "blocks" of their members' spans: disjoint ranges need no pair.
+    auto span = [](const auto& v, int64_t e) { return v.empty() ? 0 : ((v.rows - 1) * v.ld + v.cols) * e; };
+    const auto end_x = bx + static_cast<uintptr_t>((count - 1) * so * es + span(out, es));
+    const auto end_y = by + static_cast<uintptr_t>((count - 1) * sy * eu + span(other, eu));
+    if (end_x <= by || end_y <= bx) return;
+    for (int64_t i = 0; i < (self ? 1 : count); ++i)  // self: member 0 against j stands for every pair j apart
+      for (int64_t j = self ? 1 : 0; j < count; ++j)
+        if (member_overlap(i, j)) {
+          require(false, std::string(out_name) + "'s batch member " + std::to_string(i) + " overlaps " + other_name +
+                             "'s member " + std::to_string(j) + " in memory (its batch stride is " +
+                             std::to_string(so) +
+                             " elements); outputs must not alias each other or the op's other "
+                             "arguments");
+          return;
+        }
   }
   [[nodiscard]] bool failed() const noexcept { return !failure_.empty(); }
   [[nodiscard]] const std::string& failure() const noexcept { return failure_; }

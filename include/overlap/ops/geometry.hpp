@@ -40,4 +40,10 @@ void copy_block(matrix_view<const T> src, matrix_view<T> dst) {
   for (int64_t i = 0; i < src.rows; ++i) std::copy_n(src.data + i * src.ld, src.cols, dst.data + i * dst.ld);
 }
 
+/// Member m of a strided batch whose member 0 is v, `stride` elements apart.
+template <class T>
+matrix_view<T> member(const matrix_view<T>& v, int64_t stride, int64_t m) {
+  return {v.data == nullptr ? nullptr : v.data + m * stride, v.rows, v.cols, v.ld};
+}
+
 }  // namespace overlap::detail

@@ -63,6 +63,7 @@ struct rs_plan final : plan_base {
   std::vector<rs_step> steps;  ///< step t, lane l at [t * lanes + l]
   engine::ring_window window;
   engine::buffer<std::byte> slots;
+  int64_t slot_elems = 0;  ///< one member's piece in a slot (a slot holds every batch member's)
   block_types types;
   b_packing pack;  ///< scattered by rows: every piece reads all of b (packed once per call where the backend can)
   // bulk
@@ -75,6 +76,7 @@ struct rs_plan final : plan_base {
   others_plan<T> others;
   overlap::schedule sched;  ///< what runs, and the candidates when the model chose
   saved_output<T> saved;    ///< rs_options::accumulate
+  overlap::batch batch;     ///< rs_options::batch (this rank's strides)
 };
 
 /// How a piece's product enters its destination.
@@ -171,10 +173,10 @@ rs_step rs_piece_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const
   }
   st.recv = st.nonempty() && !at.first;
   st.forward = st.nonempty() && !at.last;
-  if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld);
   const int64_t ldc = st.dst_c ? x.c.ld : st.ld;
   st.desc = rs_gemm(x, opt, plan.acc, st.nr, st.nc, ldc, {!at.first && !st.add_slot, st.dst_c, st.add_slot});
-  st.desc.pack_b = plan.rows;  // pieces of a row-scattered output read all of b
+  // Pieces of a row-scattered output read all of b (a batch's members read different b's).
+  st.desc.pack_b = plan.rows && plan.batch.count == 1;
   st.kernel = ctx.make_step_kernel(st.desc);
   return st;
 }
@@ -192,14 +194,21 @@ rs_step rs_ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const 
   return rs_piece_step(ctx, plan, x, opt, at, slots);
 }
 
-/// The slots' byte offsets and the slots themselves, once every step of a
-/// ring plan is known.
+/// The slots' byte offsets, the accumulators' datatypes (one message
+/// carries every batch member's) and the slots themselves, once every step
+/// of a ring plan is known.
 template <class T>
 void rs_finish_ring(rs_plan<T>& plan, const engine::ring_slots& slots) {
   const auto acc_bytes = static_cast<int64_t>(size_of(plan.acc));
-  for (auto& st : plan.steps)
-    if (!st.acc_in_c) st.slot_offset *= slots.elems * acc_bytes;
-  plan.slots = engine::buffer<std::byte>(static_cast<size_t>(slots.elems * slots.per_lane * slots.lanes * acc_bytes));
+  const int64_t members = plan.batch.count;
+  plan.slot_elems = slots.elems;
+  for (auto& st : plan.steps) {
+    if (!st.acc_in_c) st.slot_offset *= slots.elems * members * acc_bytes;
+    if (st.recv || st.forward)
+      st.type = plan.types.get(st.nr, st.nc, st.ld, members, st.acc_in_c ? plan.batch.c : slots.elems);
+  }
+  plan.slots =
+      engine::buffer<std::byte>(static_cast<size_t>(slots.elems * members * slots.per_lane * slots.lanes * acc_bytes));
 }
 
 /// The ring plan (positions on the context's ring: p + i is ring_at(i)).
@@ -273,7 +282,6 @@ void rs_build_hierarchical(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, 
     slots.elems = std::max(slots.elems, between.nr * between.nc);  // lane 1's may be in c, this one's never
     between.recv = inside.nonempty() && k == S - 1 && r > 0;
     between.forward = inside.nonempty() && k == S - 1 && r < N - 1;
-    if (between.recv || between.forward) between.type = plan.types.get(between.nr, between.nc, between.ld);
     // The other node's sum into this node's: accumulator += slot (no product).
     between.merge = gemm_desc::shape(inside.nr, inside.nc, 0).strides(0, 0, inside.ld).types(plan.acc, plan.acc);
     between.merge.accumulate = true, between.merge.addend = true;
@@ -413,6 +421,10 @@ int rs_local_checks(const context& ctx, arg_checks& checks, const rs_args<T>& x,
   checks.disjoint("c", x.c, "a", x.a);
   checks.disjoint("c", x.c, "b", x.b);
   checks.bias(opt.epilogue.bias, x.c);
+  checks.batch(opt.batch);
+  checks.disjoint_members("c", x.c, opt.batch.c, "c", x.c, opt.batch.c, opt.batch.count);
+  checks.disjoint_members("c", x.c, opt.batch.c, "a", x.a, opt.batch.a, opt.batch.count);
+  checks.disjoint_members("c", x.c, opt.batch.c, "b", x.b, opt.batch.b, opt.batch.count);
   const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
   const bool ta = opt.transpose_a, tb = opt.transpose_b;
   require_equal(checks, ta, tb, lb.rows, "b.rows", la.cols, "a.cols", ", this rank's K");
@@ -428,13 +440,13 @@ int rs_local_checks(const context& ctx, arg_checks& checks, const rs_args<T>& x,
 /// this rank's sizes. Exchanged as one MPI datatype (exchange_rows).
 struct rs_exchanged {
   int64_t scattered, strategy, chunks, transpose_a, transpose_b, activation, bf16_transfers, phases, algorithm,
-      accumulate;
+      accumulate, batch;
   int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
   int64_t c_rows, c_cols;
   /// Pieces split the scattered dimension; this rank's GEMM keeps its rate above this many.
   int64_t knee;
 
-  static constexpr std::array<agreed_field<rs_exchanged>, 10> agreed{{
+  static constexpr std::array<agreed_field<rs_exchanged>, 11> agreed{{
       {"rs_options.scattered", &rs_exchanged::scattered},
       {"rs_options.strategy", &rs_exchanged::strategy},
       {"config.rs_chunks", &rs_exchanged::chunks},
@@ -445,6 +457,7 @@ struct rs_exchanged {
       {"config.phases", &rs_exchanged::phases},
       {"rs_options.algorithm", &rs_exchanged::algorithm},
       {"rs_options.accumulate", &rs_exchanged::accumulate},
+      {"rs_options.batch.count", &rs_exchanged::batch},
   }};
 };
 
@@ -462,6 +475,7 @@ rs_exchanged rs_row_of(const context& ctx, const rs_args<T>& x, const rs_options
           static_cast<int64_t>(ctx.config().phases),
           static_cast<int64_t>(opt.algorithm),
           opt.accumulate,
+          opt.batch.count,
           la.rows,
           la.cols,
           lb.rows,
@@ -565,7 +579,8 @@ std::unique_ptr<rs_plan<T>> rs_make_plan(context& ctx, const arg_checks& checks,
                   ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(plan->m) + " x " +
                   std::to_string(plan->n) + ", accumulators " + to_string(plan->acc);
   build_agreed(ctx, checks.op(), [&] {
-    plan->saved.prepare(opt.accumulate, x.c);
+    plan->batch = opt.batch;
+    plan->saved.prepare(opt.accumulate, x.c, opt.batch.count, opt.batch.c);
     if (plan->algorithm == algorithm::others)
       rs_others_build<T>(ctx, *plan, x, opt, g.ks);
     else if (plan->strategy == strategy::bulk)
@@ -595,8 +610,9 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   key.clear();
   append_values(key, mine);
   // The bias is this rank's own business (it touches only this rank's c).
-  key.insert(key.end(), {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
-                         static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld});
+  key.insert(key.end(),
+             {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
+              static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld, opt.batch.a, opt.batch.b, opt.batch.c});
   const agreement<rs_exchanged> agreed_on = agree_or_exchange(ctx, checks, key, mine);
   if (agreed_on.cached != nullptr) return static_cast<rs_plan<T>&>(*agreed_on.cached);
 
@@ -629,9 +645,11 @@ class rs_ring_pattern {
   void compute(int t) {
     for (int l = 0; l < plan_.lanes; ++l) {
       const rs_step& st = step(t, l);
-      if (plan_.two_levels && st.recv && !st.compute)  // the next node's sum, into this node's
-        run_degenerate(st.merge, piece(step(t, 1)), nullptr, piece(st));
-      if (st.compute) compute(st);
+      for (int64_t m = 0; m < plan_.batch.count; ++m) {
+        if (plan_.two_levels && st.recv && !st.compute)  // the next node's sum, into this node's
+          run_degenerate(st.merge, piece(step(t, 1), m), nullptr, piece(st, m));
+        if (st.compute) compute(st, m);
+      }
     }
   }
 
@@ -639,21 +657,26 @@ class rs_ring_pattern {
   [[nodiscard]] const rs_step& step(int t, int lane) const {
     return plan_.steps[static_cast<size_t>(t) * static_cast<size_t>(plan_.lanes) + static_cast<size_t>(lane)];
   }
-  void compute(const rs_step& st) {
+  /// Batch member m's product of the step's piece.
+  void compute(const rs_step& st, int64_t m) {
     // Rows r0.. of op(a) and columns c0.. of op(b), wherever transposes put them.
-    const T* a = x_.a.data + (opt_.transpose_a ? st.r0 : st.r0 * x_.a.ld);
-    const T* b = x_.b.data + (opt_.transpose_b ? st.c0 * x_.b.ld : st.c0);
+    const T* a = x_.a.data + m * plan_.batch.a + (opt_.transpose_a ? st.r0 : st.r0 * x_.a.ld);
+    const T* b = x_.b.data + m * plan_.batch.b + (opt_.transpose_b ? st.c0 * x_.b.ld : st.c0);
     const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.rows ? st.c0 : st.c0 - own_);
-    void* dst = st.dst_c ? static_cast<void*>(in_c(st)) : piece(st);
-    st.kernel->run(a, st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias, st.add_slot ? piece(st) : nullptr);
+    void* dst = st.dst_c ? static_cast<void*>(in_c(st, m)) : piece(st, m);
+    st.kernel->run(a, st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias, st.add_slot ? piece(st, m) : nullptr);
   }
 
-  /// The step's accumulator: in c, or in its slot.
-  [[nodiscard]] void* piece(const rs_step& st) const {
-    return st.acc_in_c ? static_cast<void*>(in_c(st)) : static_cast<void*>(plan_.slots.data() + st.slot_offset);
+  /// The step's accumulator of batch member m (0 for the transfers: a
+  /// step's datatype reaches the others): in c, or in its slot.
+  [[nodiscard]] void* piece(const rs_step& st, int64_t m = 0) const {
+    const auto member_bytes = static_cast<int64_t>(size_of(plan_.acc)) * plan_.slot_elems;
+    return st.acc_in_c ? static_cast<void*>(in_c(st, m))
+                       : static_cast<void*>(plan_.slots.data() + st.slot_offset + m * member_bytes);
   }
-  [[nodiscard]] T* in_c(const rs_step& st) const {
-    return plan_.rows ? x_.c.data + (st.r0 - own_) * x_.c.ld + st.c0 : x_.c.data + st.r0 * x_.c.ld + (st.c0 - own_);
+  [[nodiscard]] T* in_c(const rs_step& st, int64_t m) const {
+    T* c = x_.c.data + m * plan_.batch.c;
+    return plan_.rows ? c + (st.r0 - own_) * x_.c.ld + st.c0 : c + st.r0 * x_.c.ld + (st.c0 - own_);
   }
   rs_plan<T>& plan_;
   const rs_args<T>& x_;
@@ -692,12 +715,16 @@ void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_optio
 template <class T>
 void rs_run(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt) {
   const T* bias = opt.epilogue.bias.template get<T>();
-  if (plan.algorithm == algorithm::others) {
-    others_runner<T>(ctx, plan, plan.others, tags_of(op_id::matmul_reduce_scatter).blocks, x.a, x.b, x.c, bias).run();
-    return;
-  }
-  if (plan.strategy == strategy::bulk) {
-    rs_bulk(ctx, plan, x, opt, bias);
+  if (plan.algorithm == algorithm::others || plan.strategy == strategy::bulk) {
+    // A batch's members one after the other, on the same plan.
+    for (int64_t m = 0; m < plan.batch.count; ++m) {
+      const rs_args<T> y{member(x.a, plan.batch.a, m), member(x.b, plan.batch.b, m), member(x.c, plan.batch.c, m)};
+      if (plan.algorithm == algorithm::others)
+        others_runner<T>(ctx, plan, plan.others, tags_of(op_id::matmul_reduce_scatter).blocks, y.a, y.b, y.c, bias)
+            .run();
+      else
+        rs_bulk(ctx, plan, y, opt, bias);
+    }
     return;
   }
   run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });

@@ -28,9 +28,9 @@ enum class strategy {
   /// (equal counts): each shard crosses the network once per node, on the
   /// lane of the ranks with its local index, while each node's ranks pass
   /// it on over shared memory (docs/design.md, "The hierarchical schedule").
-  /// all_gather_matmul only for now; matmul_reduce_scatter runs ring, and so
-  /// does all_gather_matmul where the ranks are not on several such nodes.
-  /// Never chosen by automatic.
+  /// matmul_reduce_scatter runs it backwards: partial sums go round each node
+  /// and cross to the next node once per node. Where the ranks are not on
+  /// several such nodes both ops run their ring. Never chosen by automatic.
   hierarchical,
 };
 
@@ -97,6 +97,25 @@ struct enum_names<scattered> {
   static constexpr std::array<enum_entry<scattered>, 2> entries{{{scattered::rows, "rows"}, {scattered::cols, "cols"}}};
 };
 
+/// A strided batch: `count` independent products of the same shapes and
+/// options in one call. The views describe member 0; member i reads
+/// a.data + i * a and b.data + i * b and writes c.data + i * c (and
+/// gathered_out.data + i * out), strides in elements. An input's stride may
+/// be 0: every member reads the same matrix (a weight shared by all heads).
+/// The outputs' members must not overlap each other or any input member.
+/// The bias, when given, is shared by every member.
+///
+/// The ring schedules move one message per step carrying every member's
+/// piece, and compute the members' pieces one after the other while the next
+/// step's message travels; bulk and algorithm::others run their collectives
+/// member by member. count must agree across ranks; strides are each rank's
+/// own.
+struct batch {
+  int64_t count = 1;
+  int64_t a = 0, b = 0, c = 0;
+  int64_t out = 0;  ///< all_gather_matmul's gathered_out
+};
+
 /// Options of all_gather_matmul.
 ///
 /// transpose_a / transpose_b: the view is stored transposed; every shape rule
@@ -115,6 +134,8 @@ struct ag_options {
   /// micro-batches; C's contents are read. Costs one copy of this rank's C
   /// and one addition pass over it per call.
   bool accumulate = false;
+  /// Several products in one call (see overlap::batch); 1 by default.
+  overlap::batch batch;
 };
 
 /// Options of matmul_reduce_scatter (transposes as in ag_options).
@@ -133,6 +154,8 @@ struct rs_options {
   bool bf16_transfers = false;
   /// C += the op's result (see ag_options::accumulate).
   bool accumulate = false;
+  /// Several products in one call (see overlap::batch; `out` is not used).
+  overlap::batch batch;
 };
 
 }  // namespace overlap
