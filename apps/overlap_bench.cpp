@@ -44,7 +44,8 @@ struct options {
   bool peers = true;
   int pipeline_chunks = 4;
   int iters = 5, warmup = 1;
-  int tp = 0;  ///< tensor-parallel group size; 0: one group of every rank
+  int tp = 0;         ///< tensor-parallel group size; 0: one group of every rank
+  int64_t batch = 1;  ///< products per call (overlap::batch), members one after the other
   std::string json, transport;
 };
 
@@ -98,9 +99,10 @@ std::vector<T> make_slice(range2 r, uint32_t salt) {
   return v;
 }
 
-/// max |c - ref| / max |ref| for this rank's block of C = A @ B (double, Eigen).
+/// max |c - ref| / max |ref| for this rank's block of C = A @ B (double,
+/// Eigen), over `members` copies of it one after the other in c.
 template <class T>
-double check(const std::vector<T>& c, range2 cr, int64_t K) {
+double check(const std::vector<T>& c, range2 cr, int64_t K, int64_t members) {
   Eigen::MatrixXd a(cr.nr, K), b(K, cr.nc);
   for (int64_t i = 0; i < cr.nr; ++i)
     for (int64_t q = 0; q < K; ++q) a(i, q) = double(from_float<T>(global_value(cr.r0 + i, q, 1)));
@@ -108,11 +110,12 @@ double check(const std::vector<T>& c, range2 cr, int64_t K) {
     for (int64_t j = 0; j < cr.nc; ++j) b(q, j) = double(from_float<T>(global_value(q, cr.c0 + j, 2)));
   const Eigen::MatrixXd ref = a * b;
   double num = 0, den = 0;
-  for (int64_t i = 0; i < cr.nr; ++i)
-    for (int64_t j = 0; j < cr.nc; ++j) {
-      num = std::max(num, std::abs(double(c[static_cast<size_t>(i * cr.nc + j)]) - ref(i, j)));
-      den = std::max(den, std::abs(ref(i, j)));
-    }
+  for (int64_t m = 0; m < members; ++m)
+    for (int64_t i = 0; i < cr.nr; ++i)
+      for (int64_t j = 0; j < cr.nc; ++j) {
+        num = std::max(num, std::abs(double(c[static_cast<size_t>((m * cr.nr + i) * cr.nc + j)]) - ref(i, j)));
+        den = std::max(den, std::abs(ref(i, j)));
+      }
   return den > 0 ? num / den : num;
 }
 
@@ -229,16 +232,16 @@ class bench_run {
         p_(mesh_.coord("tp")),
         printer_(world_rank() == 0),
         sl_(slice_for(o, R_, p_)),
-        a_(make_slice<T>(sl_.a, 1)),
-        b_(make_slice<T>(sl_.b, 2)),
-        c_(static_cast<size_t>(sl_.c.nr * sl_.c.nc)) {}
+        a_(members(make_slice<T>(sl_.a, 1))),
+        b_(members(make_slice<T>(sl_.b, 2))),
+        c_(static_cast<size_t>(sl_.c.nr * sl_.c.nc * o.batch)) {}
 
   /// Measures every row, prints the table (rank 0), appends the JSON; 0 when
   /// every result was right.
   int run() {
     measure_library();
     measure_halves();
-    if (o_.peers) measure_peers();
+    if (o_.peers && o_.batch == 1) measure_peers();  // the peers compute one product
     if (printer_) {
       print_table();
       if (!o_.json.empty()) append_json();
@@ -247,6 +250,16 @@ class bench_run {
   }
 
  private:
+  /// --batch copies of one member's slice, one after the other.
+  [[nodiscard]] std::vector<T> members(const std::vector<T>& one) const {
+    std::vector<T> all;
+    all.reserve(one.size() * static_cast<size_t>(o_.batch));
+    for (int64_t i = 0; i < o_.batch; ++i) all.insert(all.end(), one.begin(), one.end());
+    return all;
+  }
+  [[nodiscard]] overlap::batch batch() const {
+    return {o_.batch, sl_.a.nr * sl_.a.nc, sl_.b.nr * sl_.b.nc, sl_.c.nr * sl_.c.nc, 0};
+  }
   [[nodiscard]] overlap::matrix_view<const T> av() const { return {a_.data(), sl_.a.nr, sl_.a.nc}; }
   [[nodiscard]] overlap::matrix_view<const T> bv() const { return {b_.data(), sl_.b.nr, sl_.b.nc}; }
   [[nodiscard]] overlap::matrix_view<T> cv() { return {c_.data(), sl_.c.nr, sl_.c.nc}; }
@@ -264,6 +277,7 @@ class bench_run {
     else
       (void)overlap::parse_enum(o_.variant, opt.scattered);
     opt.strategy = s.strategy, opt.algorithm = s.algorithm;
+    opt.batch = batch();
     return opt;
   }
   /// The library's op on ctx, as the row named `name` asks for it.
@@ -296,7 +310,7 @@ class bench_run {
   result checked(const std::string& name, const std::function<void()>& body) {
     std::fill(c_.begin(), c_.end(), from_float<T>(-7.0f));
     body();
-    return result{name, name, 0, judge(name, check(c_, sl_.c, o_.k)), -1, -1, std::nullopt};
+    return result{name, name, 0, judge(name, check(c_, sl_.c, o_.k, o_.batch)), -1, -1, std::nullopt};
   }
   double median(const std::function<void()>& body) const {
     return overlap::apps::median_max_ms(MPI_COMM_WORLD, o_.warmup, o_.iters, body);
@@ -389,10 +403,11 @@ class bench_run {
 #endif
 
   [[nodiscard]] std::string transport() const { return overlap::apps::transport_label(o_.transport, "unlabelled"); }
-  [[nodiscard]] double flops() const { return 2.0 * double(o_.m) * double(o_.n) * double(o_.k); }
+  [[nodiscard]] double flops() const { return 2.0 * double(o_.m) * double(o_.n) * double(o_.k) * double(o_.batch); }
 
   void print_header() {
     const limit_sides& l = sides_;
+    if (o_.batch > 1) fmt::print("batches of {} products per call (overlap::batch)\n", o_.batch);
     fmt::print("overlap-bench: {} {} {} M={} N={} K={} ranks={} transport: {}\n", o_.op, o_.variant, o_.dtype, o_.m,
                o_.n, o_.k, R_, transport());
     if (mesh_.size("dp") > 1)
@@ -442,6 +457,7 @@ class bench_run {
             {"m", o_.m},
             {"n", o_.n},
             {"k", o_.k},
+            {"batch", o_.batch},
             {"time_ms", r.time_ms},
             {"compute_only_ms", l.compute_only},
             {"comm_only_ms", l.comm_only},
@@ -535,6 +551,9 @@ int main(int argc, char** argv) {
                  "tensor-parallel group size: the world becomes a dp x tp mesh (overlap::mesh, tp varying fastest) "
                  "and every group runs the op at once, on its own group; 0: one group of every rank")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--batch", o.batch,
+                 "products per call (overlap::batch, members one after the other); the peers are skipped above 1")
+      ->check(CLI::PositiveNumber);
   overlap::apps::add_common_options(app, o.transport);
   if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
   if (o.variant.empty()) o.variant = o.op == "ag" ? "lhs_rows" : "rows";

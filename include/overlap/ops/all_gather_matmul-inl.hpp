@@ -86,6 +86,7 @@ struct ag_step {
   bool into_acc = false;                  ///< writes the fp32 accumulator (bf16 products)
   bool add_acc = false;                   ///< adds the fp32 accumulator into c (its last step)
   bool compute = true;                    ///< false: this lane only moves the piece another lane computes
+  bool copy_out = false;                  ///< received into a slot, copied to gathered_out when computed
   gemm_desc desc;                         ///< what `kernel` computes
   std::shared_ptr<const gemm_kernel> kernel;
   [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
@@ -101,7 +102,6 @@ struct ag_plan final : plan_base {
   std::vector<ag_step<T>> steps;  ///< step t, lane l at [t * lanes + l]
   engine::ring_window window;
   engine::buffer<T> slots;
-  int64_t slot_elems = 0;  ///< one member's piece in a slot (a slot holds every batch member's)
   block_types types{dtype_of<T>()};
   /// bf16 with a contracting shard: partial sums stay in fp32 (c-shaped) and
   /// reach c, rounded once, with the last contribution.
@@ -201,7 +201,13 @@ ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, con
   st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
   st.lr0 = geo.trans_x ? st.c0 : st.r0;
   st.lc0 = geo.trans_x ? st.r0 : st.c0;
-  if (x.has_out) {
+  // Pieces are received only into one contiguous block: Open MPI 4.1's TCP
+  // path corrupts large messages sent from contiguous memory into a strided
+  // receive type (docs/design.md, "Transfers land in contiguous blocks").
+  // A piece whose place in gathered_out is strided (or a batch's) is
+  // received into a slot and copied there when it is computed.
+  const bool out_block = x.has_out && plan.batch.count == 1 && (st.nr <= 1 || x.out.ld == st.nc);
+  if (x.has_out && (i == 0 || out_block)) {
     st.home = piece_home::gathered_out;
     st.ld = x.out.ld;
   } else if (i == 0) {
@@ -212,6 +218,7 @@ ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, con
     st.ld = st.nc;
     st.slot_offset = ((i * chunks + j) % slots.per_lane) * slots.lanes + l;  // scaled to elements later
     slots.elems = std::max(slots.elems, st.nr * st.nc);
+    st.copy_out = x.has_out;
   }
   st.send = st.nonempty() && i < R - 1;
   st.recv = st.nonempty() && i > 0;
@@ -228,13 +235,15 @@ ag_step<T> ag_ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, con
   return st;
 }
 
-/// How far apart the batch members of a piece living in `home` are.
+/// How far apart the batch members of a piece are where it lives: in a
+/// slot, one after the other (a slot holds every member's piece as one
+/// contiguous block).
 template <class T>
-int64_t ag_member_stride(const ag_plan<T>& plan, piece_home home) {
-  switch (home) {
+int64_t ag_member_stride(const ag_plan<T>& plan, const ag_step<T>& st) {
+  switch (st.home) {
     case piece_home::local: return plan.geo.lhs ? plan.batch.a : plan.batch.b;
     case piece_home::gathered_out: return plan.batch.out;
-    case piece_home::slot: return plan.slot_elems;
+    case piece_home::slot: return st.nr * st.nc;
   }
   return 0;
 }
@@ -246,10 +255,9 @@ template <class T>
 void ag_finish_ring(context& ctx, ag_plan<T>& plan, const engine::ring_slots& slots) {
   plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
   const int64_t members = plan.batch.count;
-  plan.slot_elems = slots.elems;
   for (auto& st : plan.steps) {
     if (st.home == piece_home::slot) st.slot_offset *= slots.elems * members;
-    if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld, members, ag_member_stride(plan, st.home));
+    if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld, members, ag_member_stride(plan, st));
   }
   plan.slots = engine::buffer<T>(static_cast<size_t>(slots.elems * members * slots.per_lane * slots.lanes));
 }
@@ -832,7 +840,11 @@ class ag_ring_pattern {
     float* acc = plan_.acc.data() == nullptr ? nullptr : plan_.acc.data() + m * x_.c.rows * x_.c.cols + acc_off;
     void* dst = st.into_acc ? static_cast<void*>(acc) : static_cast<void*>(x_.c.data + m * nb.c + c_off);
     const void* addend = st.add_acc ? acc : nullptr;
-    const T* x = piece(st) + m * ag_member_stride(plan_, st.home);
+    const T* x = piece(st) + m * ag_member_stride(plan_, st);
+    if (st.copy_out) {  // a received piece joins the gathered by-product
+      const matrix_view<T> out = member(x_.out, nb.out, m);
+      copy_block<T>({x, st.nr, st.nc, st.ld}, out.block(st.r0, st.c0, st.nr, st.nc));
+    }
     if (g.lhs) {  // rows lc0.. of op(b): columns of b when it is stored transposed
       const T* b = x_.b.data + m * nb.b + (g.trans_o ? st.lc0 : st.lc0 * x_.b.ld);
       st.kernel->run(x, st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias_, addend);

@@ -63,7 +63,6 @@ struct rs_plan final : plan_base {
   std::vector<rs_step> steps;  ///< step t, lane l at [t * lanes + l]
   engine::ring_window window;
   engine::buffer<std::byte> slots;
-  int64_t slot_elems = 0;  ///< one member's piece in a slot (a slot holds every batch member's)
   block_types types;
   b_packing pack;  ///< scattered by rows: every piece reads all of b (packed once per call where the backend can)
   // bulk
@@ -160,9 +159,14 @@ rs_step rs_piece_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const
   rs_step st;
   st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
   st.dst_c = at.last;
-  // The last accumulator of a bf16 product with fp32 accumulators stays in a
-  // slot and is added while c is written; otherwise it arrives in c itself.
-  st.acc_in_c = st.dst_c && plan.acc == dtype_of<T>();
+  // The last accumulator arrives in c itself where its place there is one
+  // contiguous block of the accumulators' type. Otherwise (a bf16 product's
+  // fp32 sums, a strided block of c, a batch) it arrives in a slot and is
+  // added while c is written: Open MPI 4.1's TCP path corrupts large messages
+  // sent from contiguous memory into a strided receive type (docs/design.md,
+  // "Transfers land in contiguous blocks").
+  const bool c_block = plan.batch.count == 1 && (st.nr <= 1 || x.c.ld == st.nc);
+  st.acc_in_c = st.dst_c && plan.acc == dtype_of<T>() && c_block;
   st.add_slot = st.dst_c && !st.acc_in_c && !at.first;
   if (st.acc_in_c) {
     st.ld = x.c.ld;
@@ -201,11 +205,10 @@ template <class T>
 void rs_finish_ring(rs_plan<T>& plan, const engine::ring_slots& slots) {
   const auto acc_bytes = static_cast<int64_t>(size_of(plan.acc));
   const int64_t members = plan.batch.count;
-  plan.slot_elems = slots.elems;
   for (auto& st : plan.steps) {
     if (!st.acc_in_c) st.slot_offset *= slots.elems * members * acc_bytes;
-    if (st.recv || st.forward)
-      st.type = plan.types.get(st.nr, st.nc, st.ld, members, st.acc_in_c ? plan.batch.c : slots.elems);
+    // A slot holds every member's accumulator one after the other: one contiguous block.
+    if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld, members, st.nr * st.nc);
   }
   plan.slots =
       engine::buffer<std::byte>(static_cast<size_t>(slots.elems * members * slots.per_lane * slots.lanes * acc_bytes));
@@ -670,7 +673,7 @@ class rs_ring_pattern {
   /// The step's accumulator of batch member m (0 for the transfers: a
   /// step's datatype reaches the others): in c, or in its slot.
   [[nodiscard]] void* piece(const rs_step& st, int64_t m = 0) const {
-    const auto member_bytes = static_cast<int64_t>(size_of(plan_.acc)) * plan_.slot_elems;
+    const auto member_bytes = static_cast<int64_t>(size_of(plan_.acc)) * st.nr * st.nc;
     return st.acc_in_c ? static_cast<void*>(in_c(st, m))
                        : static_cast<void*>(plan_.slots.data() + st.slot_offset + m * member_bytes);
   }
