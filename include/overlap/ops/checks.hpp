@@ -105,8 +105,9 @@ class arg_checks {
   /// A strided batch's count and strides (overlap::batch).
   void batch(const overlap::batch& b) {
     require(b.count >= 1, [&] { return "batch.count (" + std::to_string(b.count) + ") must be >= 1"; });
-    for (const auto& [v, n] : {std::pair{b.a, "a"}, std::pair{b.b, "b"}, std::pair{b.c, "c"}, std::pair{b.out, "out"}})
-      require(v >= 0, [&] { return "batch." + std::string(n) + " (" + std::to_string(v) + ") must be >= 0"; });
+    for (const auto& f : {std::pair{b.a, "a"}, std::pair{b.b, "b"}, std::pair{b.c, "c"}, std::pair{b.out, "out"}})
+      require(f.first >= 0,
+              [&] { return "batch." + std::string(f.second) + " (" + std::to_string(f.first) + ") must be >= 0"; });
   }
   /// With a batch: no member of the output `out` (stride so) shares a byte
   /// with another member of it (other == out) or with any member of `other`

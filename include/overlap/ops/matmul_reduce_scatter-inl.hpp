@@ -274,14 +274,14 @@ void rs_build_hierarchical(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, 
     at.shard = ctx.node_peer(r + 1, k + 1);
     at.chunk = t % C, at.chunks = C;
     at.first = k == 0, at.last = t / C == R - 1;
-    at.slot = (t % slots.per_lane) * 2 + 1;
+    at.slot = t % slots.per_lane * 2 + 1;
     rs_step inside = rs_piece_step(ctx, plan, x, opt, at, slots);
     inside.forward = inside.forward && k < S - 1;
     rs_step between;
     between.r0 = inside.r0, between.nr = inside.nr, between.c0 = inside.c0, between.nc = inside.nc;
     between.compute = false;
     between.ld = inside.nc;
-    between.slot_offset = (t % slots.per_lane) * 2;
+    between.slot_offset = int64_t{t % slots.per_lane} * 2;
     slots.elems = std::max(slots.elems, between.nr * between.nc);  // lane 1's may be in c, this one's never
     between.recv = inside.nonempty() && k == S - 1 && r > 0;
     between.forward = inside.nonempty() && k == S - 1 && r < N - 1;
