@@ -63,11 +63,25 @@ struct batch_store {
   }
 };
 
-template <class P, class Get>
-auto pointers(const std::vector<P>& problems, Get get) {
-  std::vector<const std::remove_reference_t<decltype(get(problems[0]))>*> v;
-  for (const auto& p : problems) v.push_back(&get(p));
+/// The field `f` of every member's problem.
+template <class P, class M>
+std::vector<const M*> pointers(const std::vector<P>& problems, M P::*f) {
+  std::vector<const M*> v;
+  for (const auto& p : problems) v.push_back(&(p.*f));
   return v;
+}
+
+/// The members' cases (seeds cs.seed + 101 i) and their problems, built by make(case).
+template <class Case, class Make>
+auto member_problems(const Case& cs, Make&& make) {
+  std::vector<Case> cases;
+  std::vector<decltype(make(cs))> problems;
+  for (int i = 0; i < members; ++i) {
+    cases.push_back(cs);
+    cases.back().seed = cs.seed + 101 * static_cast<uint32_t>(i);
+    problems.push_back(make(cases.back()));
+  }
+  return std::pair{std::move(cases), std::move(problems)};
 }
 
 const char* to_string(layout how) {
@@ -78,18 +92,11 @@ const char* to_string(layout how) {
 /// and checks each member against its own reference.
 template <class T>
 void run_batched_ag(overlap::context& ctx, const ag_case& cs, layout how) {
-  std::vector<ag_problem<T>> pr;
-  std::vector<ag_case> cases;
-  for (int i = 0; i < members; ++i) {
-    cases.push_back(cs);
-    cases.back().seed = cs.seed + 101 * static_cast<uint32_t>(i);
-    pr.push_back(make_ag_problem<T>(ctx, cases.back(), how == layout::shared ? cs.seed * 7 + ctx.rank() : -1));
-  }
+  const int64_t shared = how == layout::shared ? cs.seed * 7 + ctx.rank() : -1;
+  auto [cases, pr] = member_problems(cs, [&](const ag_case& c) { return make_ag_problem<T>(ctx, c, shared); });
   const layout own = how == layout::shared ? layout::stacked : how;
-  batch_store<T> x(pointers(pr, [](const auto& p) -> const matrix<T>& { return p.x_local; }), own);
-  batch_store<T> o(pointers(pr, [](const auto& p) -> const matrix<T>& { return p.other_stored; }), how);
-  batch_store<T> c(pointers(pr, [](const auto& p) -> const matrix<T>& { return p.c; }), own);
-  batch_store<T> out(pointers(pr, [](const auto& p) -> const matrix<T>& { return p.out; }), own);
+  batch_store<T> x(pointers(pr, &ag_problem<T>::x_local), own), o(pointers(pr, &ag_problem<T>::other_stored), how);
+  batch_store<T> c(pointers(pr, &ag_problem<T>::c), own), out(pointers(pr, &ag_problem<T>::out), own);
   const batch_store<T>& a = pr[0].lhs ? x : o;
   const batch_store<T>& b = pr[0].lhs ? o : x;
   overlap::ag_options opt = ag_options_of(cs, pr[0]);
@@ -102,19 +109,14 @@ void run_batched_ag(overlap::context& ctx, const ag_case& cs, layout how) {
   }
 }
 
+/// As run_batched_ag, for matmul_reduce_scatter (B is the shared input).
 template <class T>
 void run_batched_rs(overlap::context& ctx, const rs_case& cs, layout how) {
-  std::vector<rs_problem<T>> pr;
-  std::vector<rs_case> cases;
-  for (int i = 0; i < members; ++i) {
-    cases.push_back(cs);
-    cases.back().seed = cs.seed + 101 * static_cast<uint32_t>(i);
-    pr.push_back(make_rs_problem<T>(ctx, cases.back(), how == layout::shared ? cs.seed + 1000 : -1));
-  }
+  const int64_t shared = how == layout::shared ? cs.seed + 1000 : -1;
+  auto [cases, pr] = member_problems(cs, [&](const rs_case& c) { return make_rs_problem<T>(ctx, c, shared); });
   const layout own = how == layout::shared ? layout::stacked : how;
-  batch_store<T> a(pointers(pr, [](const auto& p) -> const matrix<T>& { return p.a; }), own);
-  batch_store<T> b(pointers(pr, [](const auto& p) -> const matrix<T>& { return p.b; }), how);
-  batch_store<T> c(pointers(pr, [](const auto& p) -> const matrix<T>& { return p.c; }), own);
+  batch_store<T> a(pointers(pr, &rs_problem<T>::a), own), b(pointers(pr, &rs_problem<T>::b), how);
+  batch_store<T> c(pointers(pr, &rs_problem<T>::c), own);
   overlap::rs_options opt = rs_options_of(cs, pr[0]);
   opt.batch = {members, a.stride, b.stride, c.stride, 0};
   call_rs<T>(ctx, cs, a.cview(), b.cview(), c.view(), opt);
@@ -128,13 +130,20 @@ constexpr overlap::gathered variants[] = {overlap::gathered::lhs_rows, overlap::
                                           overlap::gathered::rhs_rows, overlap::gathered::rhs_cols};
 constexpr split splits[] = {split::balanced, split::skewed, split::first_empty};
 
+/// The options every batched case varies alike: the algorithm, transposes
+/// by seed, bias and GELU.
+template <class Case>
+Case dressed(Case cs, overlap::algorithm alg) {
+  cs.algorithm = alg;
+  cs.transpose_a = cs.seed % 2 == 1, cs.transpose_b = cs.seed % 3 == 2;
+  cs.bias = true, cs.act = overlap::activation::gelu;
+  return cs;
+}
+
 void every_ag_case(overlap::context& ctx, overlap::strategy s, overlap::algorithm alg, uint32_t seed) {
   for (auto variant : variants)
     for (split how : splits) {
-      ag_case cs{variant, s, 13, 6, 9, how, 1, false, seed++};
-      cs.algorithm = alg;
-      cs.transpose_a = seed % 2 == 0, cs.transpose_b = seed % 3 == 0;
-      cs.bias = true, cs.act = overlap::activation::gelu;
+      ag_case cs = dressed(ag_case{variant, s, 13, 6, 9, how, 1, false, seed++}, alg);
       run_batched_ag<float>(ctx, cs, layout::stacked);
       run_batched_ag<float>(ctx, cs, layout::interleaved);
       run_batched_ag<double>(ctx, cs, layout::shared);
@@ -149,10 +158,7 @@ void every_rs_case(overlap::context& ctx, overlap::strategy s, overlap::algorith
   for (auto sc : {overlap::scattered::rows, overlap::scattered::cols})
     for (split k_split : {split::balanced, split::skewed})
       for (split out_split : splits) {
-        rs_case cs{sc, s, 11, 7, 10, k_split, out_split, 1, seed++};
-        cs.algorithm = alg;
-        cs.transpose_a = seed % 2 == 0, cs.transpose_b = seed % 3 == 0;
-        cs.bias = true, cs.act = overlap::activation::gelu;
+        rs_case cs = dressed(rs_case{sc, s, 11, 7, 10, k_split, out_split, 1, seed++}, alg);
         run_batched_rs<float>(ctx, cs, layout::stacked);
         run_batched_rs<float>(ctx, cs, layout::interleaved);
         run_batched_rs<double>(ctx, cs, layout::shared);
