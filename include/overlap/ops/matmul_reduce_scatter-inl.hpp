@@ -42,6 +42,7 @@ struct rs_step {
   bool recv = false;      ///< its accumulator arrives from the next rank before this step
   bool forward = false;   ///< its result goes to the previous rank at the next step
   bool add_slot = false;  ///< c = product + the fp32 accumulator in the slot (bf16, final step)
+  bool finish = false;    ///< final step, c's block strided: the product sums into the slot, a pass writes c
   bool compute = true;    ///< false: the hierarchical plan's lane 0 entry, which only moves sums
   gemm_desc desc;         ///< what `kernel` computes
   gemm_desc merge;        ///< hierarchical, lane 0, recv: adds the slot into lane 1's accumulator
@@ -167,7 +168,11 @@ rs_step rs_piece_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const
   // "Transfers land in contiguous blocks").
   const bool c_block = plan.batch.count == 1 && (st.nr <= 1 || x.c.ld == st.nc);
   st.acc_in_c = st.dst_c && plan.acc == dtype_of<T>() && c_block;
-  st.add_slot = st.dst_c && !st.acc_in_c && !at.first;
+  // c = product + slot in the GEMM only where c's block is dense: oneDNN 2.6
+  // runs that post-op against a strided c in its reference kernel (hundreds
+  // of times slower); there the GEMM sums into the slot and a pass writes c.
+  st.add_slot = st.dst_c && !st.acc_in_c && !at.first && c_block;
+  st.finish = st.dst_c && !c_block;
   if (st.acc_in_c) {
     st.ld = x.c.ld;
   } else {
@@ -177,8 +182,9 @@ rs_step rs_piece_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const
   }
   st.recv = st.nonempty() && !at.first;
   st.forward = st.nonempty() && !at.last;
-  const int64_t ldc = st.dst_c ? x.c.ld : st.ld;
-  st.desc = rs_gemm(x, opt, plan.acc, st.nr, st.nc, ldc, {!at.first && !st.add_slot, st.dst_c, st.add_slot});
+  const bool into_c = st.dst_c && !st.finish;
+  st.desc = rs_gemm(x, opt, plan.acc, st.nr, st.nc, into_c ? x.c.ld : st.ld,
+                    {!at.first && !st.add_slot, into_c, st.add_slot});
   // Pieces of a row-scattered output read all of b (a batch's members read different b's).
   st.desc.pack_b = plan.rows && plan.batch.count == 1;
   st.kernel = ctx.make_step_kernel(st.desc);
@@ -626,6 +632,20 @@ rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt)
   return static_cast<rs_plan<T>&>(*ctx.store_plan(stored, rs_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
 }
 
+/// c (nr x nc, ldc) = act(s + bias): the sums s (dense, the accumulators'
+/// type A) written to their strided place in c, in T's wide type.
+template <class T, class A>
+void write_block(T* c, int64_t ldc, const A* s, int64_t nr, int64_t nc, const T* bias, activation act) {
+  using wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  for (int64_t i = 0; i < nr; ++i)
+    for (int64_t j = 0; j < nc; ++j) {
+      auto v = static_cast<wide>(s[i * nc + j]);
+      if (bias != nullptr) v += static_cast<wide>(bias[j]);
+      if (act != activation::none) v = static_cast<wide>(activate(v, act));
+      c[i * ldc + j] = T(v);
+    }
+}
+
 /// The ring pattern of matmul_reduce_scatter, for engine::run_ring.
 template <class T>
 class rs_ring_pattern {
@@ -666,8 +686,14 @@ class rs_ring_pattern {
     const T* a = x_.a.data + m * plan_.batch.a + (opt_.transpose_a ? st.r0 : st.r0 * x_.a.ld);
     const T* b = x_.b.data + m * plan_.batch.b + (opt_.transpose_b ? st.c0 * x_.b.ld : st.c0);
     const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.rows ? st.c0 : st.c0 - own_);
-    void* dst = st.dst_c ? static_cast<void*>(in_c(st, m)) : piece(st, m);
+    void* dst = st.dst_c && !st.finish ? static_cast<void*>(in_c(st, m)) : piece(st, m);
     st.kernel->run(a, st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias, st.add_slot ? piece(st, m) : nullptr);
+    if (!st.finish) return;
+    const activation act = opt_.epilogue.activation;
+    if (plan_.acc == dtype_of<T>())
+      write_block(in_c(st, m), x_.c.ld, static_cast<const T*>(piece(st, m)), st.nr, st.nc, bias, act);
+    else
+      write_block(in_c(st, m), x_.c.ld, static_cast<const float*>(piece(st, m)), st.nr, st.nc, bias, act);
   }
 
   /// The step's accumulator of batch member m (0 for the transfers: a
