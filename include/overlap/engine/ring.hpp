@@ -90,18 +90,23 @@ struct ring_slots {
 /// `at`, when given, holds the step being run (for error reports); `rec`,
 /// when given (OVERLAP_TRACE), records every step's wait and GEMM.
 namespace detail {
+/// Lane l's receive of what step u needs, completed before step u.
+template <class Pattern>
+void post_recv(const ring_links& links, Pattern& pattern, mpi::request_group& requests, int u, int l) {
+  const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
+  const transfer in = pattern.recv(u, l);
+  if (in.active())
+    OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, lane.from, lane.tag, links.comm,
+                requests.add(u, {l, lane.from, in.type, false}));
+}
+
 /// Step t's transfers: the receive for step t + lead, the send of step t.
 template <class Pattern>
 void post_step(const ring_links& links, Pattern& pattern, mpi::request_group& requests, const ring_window& w, int t,
                int steps) {
   for (int l = 0; l < links.n_lanes; ++l) {
     const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
-    if (t + w.lead < steps) {
-      const transfer in = pattern.recv(t + w.lead, l);
-      if (in.active())
-        OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, lane.from, lane.tag, links.comm,
-                    requests.add(t + w.lead, {l, lane.from, in.type, false}));
-    }
+    if (t + w.lead < steps) post_recv(links, pattern, requests, t + w.lead, l);
     const transfer out = pattern.send(t, l);
     if (out.active())
       OVERLAP_MPI(MPI_Isend, out.buf, 1, out.type, lane.to, lane.tag, links.comm,
@@ -114,13 +119,7 @@ template <class Pattern>
 void post_first_receives(const ring_links& links, Pattern& pattern, mpi::request_group& requests, const ring_window& w,
                          int steps) {
   for (int u = 0; u < w.lead && u < steps; ++u)
-    for (int l = 0; l < links.n_lanes; ++l) {
-      const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
-      const transfer in = pattern.recv(u, l);
-      if (in.active())
-        OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, lane.from, lane.tag, links.comm,
-                    requests.add(u, {l, lane.from, in.type, false}));
-    }
+    for (int l = 0; l < links.n_lanes; ++l) post_recv(links, pattern, requests, u, l);
 }
 
 /// Step t's product, with the progress policy's help for the transfers in

@@ -534,10 +534,7 @@ inline work ag_work(const ag_geometry& g, const std::vector<int64_t>& other, int
 /// A batch's count and strides, and that the outputs' members alias nothing.
 template <class T>
 void ag_batch_checks(arg_checks& checks, const ag_args<T>& x, const overlap::batch& b) {
-  checks.batch(b);
-  checks.disjoint_members("c", x.c, b.c, "c", x.c, b.c, b.count);
-  checks.disjoint_members("c", x.c, b.c, "a", x.a, b.a, b.count);
-  checks.disjoint_members("c", x.c, b.c, "b", x.b, b.b, b.count);
+  checks.batch(b, x.c, x.a, x.b);
   if (!x.has_out) return;
   checks.disjoint_members("gathered_out", x.out, b.out, "gathered_out", x.out, b.out, b.count);
   checks.disjoint_members("gathered_out", x.out, b.out, "a", x.a, b.a, b.count);

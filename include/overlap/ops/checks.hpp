@@ -102,12 +102,18 @@ class arg_checks {
       require(false, std::string(out_name) + " overlaps " + other_name +
                          " in memory; outputs must not alias the op's other arguments");
   }
-  /// A strided batch's count and strides (overlap::batch).
-  void batch(const overlap::batch& b) {
+  /// A strided batch's count and strides (overlap::batch), and that c's
+  /// members alias neither each other nor a's and b's.
+  template <class T>
+  void batch(const overlap::batch& b, const matrix_view<T>& c, const matrix_view<const T>& a,
+             const matrix_view<const T>& bv) {
     require(b.count >= 1, [&] { return "batch.count (" + std::to_string(b.count) + ") must be >= 1"; });
     for (const auto& f : {std::pair{b.a, "a"}, std::pair{b.b, "b"}, std::pair{b.c, "c"}, std::pair{b.out, "out"}})
       require(f.first >= 0,
               [&] { return "batch." + std::string(f.second) + " (" + std::to_string(f.first) + ") must be >= 0"; });
+    disjoint_members("c", c, b.c, "c", c, b.c, b.count);
+    disjoint_members("c", c, b.c, "a", a, b.a, b.count);
+    disjoint_members("c", c, b.c, "b", bv, b.b, b.count);
   }
   /// With a batch: no member of the output `out` (stride so) shares a byte
   /// with another member of it (other == out) or with any member of `other`

@@ -58,8 +58,7 @@ struct rs_plan final : plan_base {
   overlap::strategy strategy = overlap::strategy::ring;
   dtype acc = dtype::f32;  ///< what accumulators are summed and sent in
   // ring (and bidirectional)
-  int lanes = 1;            ///< 2: bidirectional or hierarchical
-  bool two_levels = false;  ///< hierarchical: lane 0 between nodes, lane 1 inside them
+  int lanes = 1;  ///< 2: bidirectional or hierarchical (lane 0 between nodes, lane 1 inside them)
   int n_steps = 0;
   std::vector<rs_step> steps;  ///< step t, lane l at [t * lanes + l]
   engine::ring_window window;
@@ -270,7 +269,6 @@ void rs_build_hierarchical(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, 
   const int R = ctx.size(), S = ctx.node_slots(), N = R / S, C = chunks;
   plan.types = block_types(plan.acc);
   plan.lanes = 2;
-  plan.two_levels = true;
   plan.window = {S * C - 1, S * C - 2};
   plan.n_steps = R * C;
   engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, 2, 0};
@@ -430,10 +428,7 @@ int rs_local_checks(const context& ctx, arg_checks& checks, const rs_args<T>& x,
   checks.disjoint("c", x.c, "a", x.a);
   checks.disjoint("c", x.c, "b", x.b);
   checks.bias(opt.epilogue.bias, x.c);
-  checks.batch(opt.batch);
-  checks.disjoint_members("c", x.c, opt.batch.c, "c", x.c, opt.batch.c, opt.batch.count);
-  checks.disjoint_members("c", x.c, opt.batch.c, "a", x.a, opt.batch.a, opt.batch.count);
-  checks.disjoint_members("c", x.c, opt.batch.c, "b", x.b, opt.batch.b, opt.batch.count);
+  checks.batch(opt.batch, x.c, x.a, x.b);
   const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
   const bool ta = opt.transpose_a, tb = opt.transpose_b;
   require_equal(checks, ta, tb, lb.rows, "b.rows", la.cols, "a.cols", ", this rank's K");
@@ -663,13 +658,13 @@ class rs_ring_pattern {
     const auto& st = step(t - 1, lane);
     if (!st.forward) return {};
     // Hierarchical: both lanes forward the accumulator lane 1's entry computed.
-    return {piece(plan_.two_levels ? step(t - 1, 1) : st), st.type};
+    return {piece(two_levels() ? step(t - 1, 1) : st), st.type};
   }
   void compute(int t) {
     for (int l = 0; l < plan_.lanes; ++l) {
       const rs_step& st = step(t, l);
       for (int64_t m = 0; m < plan_.batch.count; ++m) {
-        if (plan_.two_levels && st.recv && !st.compute)  // the next node's sum, into this node's
+        if (two_levels() && st.recv && !st.compute)  // the next node's sum, into this node's
           run_degenerate(st.merge, piece(step(t, 1), m), nullptr, piece(st, m));
         if (st.compute) compute(st, m);
       }
@@ -677,6 +672,7 @@ class rs_ring_pattern {
   }
 
  private:
+  [[nodiscard]] bool two_levels() const { return plan_.strategy == strategy::hierarchical; }
   [[nodiscard]] const rs_step& step(int t, int lane) const {
     return plan_.steps[static_cast<size_t>(t) * static_cast<size_t>(plan_.lanes) + static_cast<size_t>(lane)];
   }
@@ -758,7 +754,7 @@ void rs_run(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_option
   }
   run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
-  run_on_ring(ctx, plan, pattern, op_id::matmul_reduce_scatter, plan.lanes, plan.two_levels);
+  run_on_ring(ctx, plan, pattern, op_id::matmul_reduce_scatter, plan.lanes, plan.strategy == strategy::hierarchical);
 }
 
 template <class T>
