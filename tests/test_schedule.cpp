@@ -56,6 +56,19 @@ TEST(calibration, json_round_trip) {
   EXPECT_NEAR(back.gemm.at(overlap::dtype::f32).at(1000, 1000, 1000), 50e9, 1);
 }
 
+// The slowdown a calibration stores and the per-byte cost the model reads
+// from it are one quantity: measured at half the links' capacity over the
+// GEMM's time, 4 streams at b2 each.
+TEST(model, slowdown_and_cost_per_byte_agree) {
+  overlap::link_rates l;
+  l.bytes_per_s_both = 0.5e9;
+  l.gemm_slowdown = overlap::detail::slowdown_from_seconds_per_byte(0.8e-9, l.bytes_per_s_both);
+  EXPECT_NEAR(l.gemm_slowdown, 1.8, 1e-12);  // 0.8 ns/B x (4 x 0.5 x 0.5 GB/s) of the GEMM's time
+  EXPECT_NEAR(overlap::detail::seconds_per_byte(l), 0.8e-9, 1e-21);
+  l.gemm_slowdown = 1;
+  EXPECT_EQ(overlap::detail::seconds_per_byte(l), 0);
+}
+
 TEST(calibration, malformed_files_are_rejected_with_the_reason) {
   auto reason = [](const std::string& text) {
     try {

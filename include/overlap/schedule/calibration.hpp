@@ -38,7 +38,10 @@ struct link_rates {
   double latency_s = 0;         ///< per message
   double bytes_per_s = 0;       ///< one direction
   double bytes_per_s_both = 0;  ///< per direction, both directions busy
-  double gemm_slowdown = 1;     ///< GEMM time while the links carry data / alone (>= 1)
+  /// A GEMM and transfers carrying half the links' both-ways capacity over its
+  /// time, run at once, over the GEMM alone (>= 1): what moving data costs the
+  /// cores (detail::seconds_per_byte).
+  double gemm_slowdown = 1;
 };
 
 /// GEMM rates of one element type on a grid sizes x sizes x sizes (m, n, k).

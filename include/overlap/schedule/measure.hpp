@@ -18,6 +18,7 @@
 #include "overlap/error.hpp"
 #include "overlap/failure.hpp"
 #include "overlap/schedule/calibration.hpp"
+#include "overlap/schedule/model.hpp"
 
 namespace overlap::detail {
 
@@ -68,19 +69,20 @@ inline link_rates measure_links(context& ctx) {
   return l;
 }
 
-/// Seconds of one GEMM of `k` on zeroed operands, on this rank (median of a
-/// few runs lasting >= about 5 ms in all, after one warm-up run).
+/// Seconds per GEMM of `k` on zeroed operands, on this rank: after one
+/// warm-up run, as many runs as fill about 50 ms (at least 2), total time over
+/// runs. A throughput, not the median of single runs: where ranks share cores
+/// (more ranks than cores), single short runs often get a core to themselves
+/// and would report a rate the ranks cannot all have at once.
 inline double time_gemm(const gemm_kernel& k, const void* a, const void* b, void* c) {
-  auto once = [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    k.run(a, b, c);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  const double first = once();
-  std::vector<double> t{once()};
-  const int more = std::min(8, static_cast<int>(0.005 / std::max(first, 1e-6)));
-  for (int i = 0; i < more; ++i) t.push_back(once());
-  return median_of(t);
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  const auto w0 = now();
+  k.run(a, b, c);
+  const double first = std::chrono::duration<double>(now() - w0).count();
+  const int runs = std::clamp(static_cast<int>(0.05 / std::max(first, 1e-6)), 2, 5000);
+  const auto t0 = now();
+  for (int i = 0; i < runs; ++i) k.run(a, b, c);
+  return std::chrono::duration<double>(now() - t0).count() / runs;
 }
 
 /// The GEMM rates of t on the grid sizes^3, every rank at once; the slowest
@@ -121,8 +123,11 @@ inline gemm_rates measure_gemm(context& ctx, dtype t, const std::vector<int64_t>
   return g;
 }
 
-/// How much longer a GEMM of t takes while the ring links carry data both
-/// ways (progressed as the ring engine does) than alone; the largest over ranks.
+/// How much longer a GEMM of t and transfers on the ring links both ways
+/// (progressed as the ring engine does), run at once, take than the GEMM
+/// alone, when the transfers carry half of what the links move in that time:
+/// the cores' cost of moving data (TCP stacks, shared-memory copies), in the
+/// form seconds_per_byte reads. The largest over ranks.
 inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
   constexpr int64_t n = 1024;
   const size_t bytes = static_cast<size_t>(n * n) * size_of(t);
@@ -139,15 +144,16 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
   }
   ctx.agree_on(local, "overlap: calibrating the GEMM slowdown");
   const double alone = time_gemm(*kernel, a.data(), b.data(), c.data());
-  // Enough data to keep the links busy for twice the slowest rank's GEMM, at
-  // most 64 MiB a way; the same size on every rank (the messages must match).
+  // Half the slowest rank's GEMM time's worth of data each way, 64 KiB to
+  // 64 MiB; the same size on every rank (the messages must match).
   double slowest = 0;
   OVERLAP_MPI(MPI_Allreduce, &alone, &slowest, 1, MPI_DOUBLE, MPI_MAX, ctx.comm());
-  const auto msg = static_cast<int>(std::clamp(l.bytes_per_s_both * slowest * 2, 65536.0, double(64 << 20)));
+  const auto msg = static_cast<int>(std::clamp(slowdown_link_share * l.bytes_per_s_both * slowest, 65536.0,
+                                               double(64 << 20)));
   engine::buffer<std::byte> out(2 * static_cast<size_t>(msg)), in(2 * static_cast<size_t>(msg));
   std::memset(out.data(), 1, out.size());
   const int to = ctx.ring_at(-1), from = ctx.ring_at(1);
-  std::vector<double> ratio;
+  std::vector<double> per_byte;
   for (int rep = 0; rep < 3; ++rep) {
     OVERLAP_MPI(MPI_Barrier, ctx.comm());
     mpi::request_group& g = ctx.requests();
@@ -155,20 +161,19 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
     OVERLAP_MPI(MPI_Irecv, in.data() + msg, msg, MPI_BYTE, to, 904, ctx.comm(), g.add());
     OVERLAP_MPI(MPI_Isend, out.data(), msg, MPI_BYTE, to, 903, ctx.comm(), g.add());
     OVERLAP_MPI(MPI_Isend, out.data() + msg, msg, MPI_BYTE, from, 904, ctx.comm(), g.add());
-    double busy = 0;
+    const auto t0 = std::chrono::steady_clock::now();
     {
       engine::progress_scope progress(ctx.progress(), g);
-      const auto t0 = std::chrono::steady_clock::now();
       kernel->run(a.data(), b.data(), c.data());
-      busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       progress.finish();
     }
     g.wait_all();
-    ratio.push_back(busy / alone);
+    const double both = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    per_byte.push_back(std::max(0.0, both - alone) / (4.0 * msg));
   }
-  double mine = std::max(1.0, median_of(ratio)), worst = 1;
+  double mine = median_of(per_byte), worst = 0;
   OVERLAP_MPI(MPI_Allreduce, &mine, &worst, 1, MPI_DOUBLE, MPI_MAX, ctx.comm());
-  return worst;
+  return slowdown_from_seconds_per_byte(worst, l.bytes_per_s_both);
 }
 
 /// The grid a calibration measures GEMM rates on: pieces of a few hundred

@@ -62,13 +62,23 @@ inline double gemm_seconds(const gemm_rates& g, const gemm_work& w) {
   return 2.0 * double(w.m) * double(w.n) * double(w.k) / g.at(w.m, w.n, w.k);
 }
 
+/// The share of the links' both-ways capacity over a GEMM's time that the
+/// transfers carry when the slowdown is measured (measure_slowdown).
+inline constexpr double slowdown_link_share = 0.5;
+
 /// GEMM seconds lost per byte a rank sends or receives while it computes
 /// (the cores also move the data: TCP stacks, shared-memory copies). From the
-/// calibration: a GEMM ran gemm_slowdown times longer while the rank sent and
-/// received 4 streams (both neighbours, both ways) at bytes_per_s_both each.
+/// calibration: a GEMM and transfers of slowdown_link_share of the links'
+/// capacity over its time (4 streams: both neighbours, both ways, at
+/// bytes_per_s_both each), run at once, took gemm_slowdown times the GEMM.
 inline double seconds_per_byte(const link_rates& l) {
   if (l.gemm_slowdown <= 1) return 0;
-  return (l.gemm_slowdown - 1) / (4 * l.gemm_slowdown * l.bytes_per_s_both);
+  return (l.gemm_slowdown - 1) / (4 * slowdown_link_share * l.bytes_per_s_both);
+}
+
+/// The gemm_slowdown that seconds_per_byte reads as `per_byte` seconds.
+inline double slowdown_from_seconds_per_byte(double per_byte, double bytes_per_s_both) {
+  return 1 + per_byte * 4 * slowdown_link_share * bytes_per_s_both;
 }
 
 /// Predicted seconds of `w` on R ranks over links `l` with GEMM rates `g`.
