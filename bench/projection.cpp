@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   app.add_option("--gbit", links, "NIC rates (Gbit/s each way; a switched network, full duplex)")->delimiter(',');
   app.add_option("--cores", cores, "cores per node (one rank per node)")->delimiter(',');
   app.add_option("--latency-us", f.latency_us, "per-message latency");
-  app.add_option("--slowdown", f.slowdown, "GEMM time factor while the links carry data");
+  app.add_option("--slowdown", f.slowdown, "GEMM time factor while the NIC moves data at its full rate both ways");
   app.add_option("--efficiency", f.efficiency, "a node's GEMM rate = cores x one core's x this");
   CLI11_PARSE(app, argc, argv);
   const overlap::calibration cal = overlap::calibration::load(path);
@@ -75,7 +75,11 @@ int main(int argc, char** argv) {
       for (double& r : g.flops_per_s) r *= c * f.efficiency;
       // A switched network: one NIC per node, full duplex; two lanes share its
       // send side, so each gets half of it.
-      const overlap::link_rates l{f.latency_us * 1e-6, gbit / 8e-9, gbit / 16e-9, f.slowdown};
+      overlap::link_rates l{f.latency_us * 1e-6, gbit / 8e-9, gbit / 16e-9, 1};
+      // --slowdown is the GEMM's time factor while the NIC moves data at its
+      // full rate both ways; the calibration's factor is measured at half that.
+      const double per_byte = (f.slowdown - 1) / (f.slowdown * 2 * l.bytes_per_s);
+      l.gemm_slowdown = overlap::detail::slowdown_from_seconds_per_byte(per_byte, l.bytes_per_s_both);
       for (int R = 8; R <= 1024; R *= 2) {
         const int64_t ffn = 4 * hidden;
         // Up-projection: AG lhs_rows, A = activation (tokens x hidden) sharded by rows,

@@ -27,9 +27,9 @@ lines = ["# Scaling: what the cost model projects", "",
          f"- A node's GEMM rate = cores x one core's rate x {first['efficiency']} (parallel efficiency).",
          f"- A switched network, one full-duplex NIC per node: {first['latency_us']:.0f} us per message, the",
          "  stated rate each way; the two lanes of bidirectional share the NIC's send side.",
-         f"- GEMMs run {first['slowdown']}x slower while the NIC moves data (RDMA NICs copy without the",
-         "  cores; the emulated TCP cluster here measured 1.2-1.5x, because the kernel's TCP stack runs on",
-         "  the same cores).",
+         f"- GEMMs run {first['slowdown']}x slower while the NIC moves data at its full rate both ways (RDMA",
+         "  NICs copy without the cores; on the emulated TCP cluster here the kernel's TCP stack runs on the",
+         "  same cores, and a GEMM beside transfers of only half the links' rate took 1.1-1.7x as long).",
          "- `best` is automatic's choice: the least predicted time of bulk, ring, bidirectional and",
          "  others (moving the other operands), bulk unless another is predicted 3% faster.", ""]
 
