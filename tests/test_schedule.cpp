@@ -69,6 +69,23 @@ TEST(model, slowdown_and_cost_per_byte_agree) {
   EXPECT_EQ(overlap::detail::seconds_per_byte(l), 0);
 }
 
+// Moving the other operands: an output block leaves only once its product is
+// computed. With 2 ranks nothing hides the one block's transfer; with 4, the
+// later products hide the earlier blocks' transfers.
+TEST(model, output_blocks_leave_once_computed) {
+  const overlap::link_rates l{0, 1e9, 1e9, 1};
+  const overlap::gemm_rates g{{128, 2048}, std::vector<double>(8, 1e12)};
+  overlap::detail::work w;
+  w.pipelined = w.alltoall_out = true;
+  w.alltoall_bytes = 3e6;                                   // 3 ms at 1 GB/s
+  w.gemms.assign(2, overlap::detail::gemm_work{1000, 1000, 1000});  // 2 ms each
+  // own product 2 ms, the other block's product 2 ms, then its transfer 3 ms
+  EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 7e-3, 1e-9);
+  w.gemms.assign(4, overlap::detail::gemm_work{1000, 1000, 1000});
+  // own 2 ms, then max(3 products = 6 ms, first product 2 ms + transfers 3 ms)
+  EXPECT_NEAR(overlap::detail::predict(l, g, 4, w), 8e-3, 1e-9);
+}
+
 TEST(calibration, malformed_files_are_rejected_with_the_reason) {
   auto reason = [](const std::string& text) {
     try {

@@ -27,7 +27,8 @@ struct work {
   double alltoall_bytes = 0;        ///< the most bytes one rank sends or receives
   /// The other-operands algorithm: gemms[0] (this rank's own block) runs
   /// while the input collectives move data, and when the all-to-all carries
-  /// the output blocks (alltoall_out) they leave while the next are computed.
+  /// the output blocks (alltoall_out) each leaves once computed, while the
+  /// next are computed.
   bool pipelined = false;
   bool alltoall_out = false;
   // Ring.
@@ -109,7 +110,10 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
   const double k = seconds_per_byte(l), gathered = 2.0 * hops * w.allgather_block, exchanged = 2.0 * w.alltoall_bytes;
   const double inputs = gather + (w.alltoall_out ? 0 : alltoall);
   const double in_bytes = gathered + (w.alltoall_out ? 0 : exchanged);
-  const double after = w.alltoall_out ? std::max(rest + k * exchanged, alltoall) : rest;
+  // Output blocks leave as they are computed: the first only after its own
+  // product (with 2 ranks the only one, so nothing hides its transfer).
+  const double first_block = w.gemms.size() > 1 ? rest / double(w.gemms.size() - 1) : 0;
+  const double after = w.alltoall_out ? std::max(rest + k * exchanged, first_block + alltoall) : rest;
   return std::max(inputs, own + k * in_bytes) + after + reduce;
 }
 
