@@ -77,7 +77,7 @@ TEST(model, output_blocks_leave_once_computed) {
   const overlap::gemm_rates g{{128, 2048}, std::vector<double>(8, 1e12)};
   overlap::detail::work w;
   w.pipelined = w.alltoall_out = true;
-  w.alltoall_bytes = 3e6;                                   // 3 ms at 1 GB/s
+  w.alltoall_bytes = 3e6;                                           // 3 ms at 1 GB/s
   w.gemms.assign(2, overlap::detail::gemm_work{1000, 1000, 1000});  // 2 ms each
   // own product 2 ms, the other block's product 2 ms, then its transfer 3 ms
   EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 7e-3, 1e-9);

@@ -148,8 +148,8 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
   // 64 MiB; the same size on every rank (the messages must match).
   double slowest = 0;
   OVERLAP_MPI(MPI_Allreduce, &alone, &slowest, 1, MPI_DOUBLE, MPI_MAX, ctx.comm());
-  const auto msg = static_cast<int>(std::clamp(slowdown_link_share * l.bytes_per_s_both * slowest, 65536.0,
-                                               double(64 << 20)));
+  const auto msg =
+      static_cast<int>(std::clamp(slowdown_link_share * l.bytes_per_s_both * slowest, 65536.0, double(64 << 20)));
   engine::buffer<std::byte> out(2 * static_cast<size_t>(msg)), in(2 * static_cast<size_t>(msg));
   std::memset(out.data(), 1, out.size());
   const int to = ctx.ring_at(-1), from = ctx.ring_at(1);
