@@ -59,6 +59,7 @@ struct rs_plan final : plan_base {
   dtype acc = dtype::f32;  ///< what accumulators are summed and sent in
   // ring (and bidirectional)
   int lanes = 1;  ///< 2: bidirectional or hierarchical (lane 0 between nodes, lane 1 inside them)
+  [[nodiscard]] bool two_levels() const { return strategy == overlap::strategy::hierarchical; }
   int n_steps = 0;
   std::vector<rs_step> steps;  ///< step t, lane l at [t * lanes + l]
   engine::ring_window window;
@@ -658,13 +659,13 @@ class rs_ring_pattern {
     const auto& st = step(t - 1, lane);
     if (!st.forward) return {};
     // Hierarchical: both lanes forward the accumulator lane 1's entry computed.
-    return {piece(two_levels() ? step(t - 1, 1) : st), st.type};
+    return {piece(plan_.two_levels() ? step(t - 1, 1) : st), st.type};
   }
   void compute(int t) {
     for (int l = 0; l < plan_.lanes; ++l) {
       const rs_step& st = step(t, l);
       for (int64_t m = 0; m < plan_.batch.count; ++m) {
-        if (two_levels() && st.recv && !st.compute)  // the next node's sum, into this node's
+        if (plan_.two_levels() && st.recv && !st.compute)  // the next node's sum, into this node's
           run_degenerate(st.merge, piece(step(t, 1), m), nullptr, piece(st, m));
         if (st.compute) compute(st, m);
       }
@@ -672,7 +673,6 @@ class rs_ring_pattern {
   }
 
  private:
-  [[nodiscard]] bool two_levels() const { return plan_.strategy == strategy::hierarchical; }
   [[nodiscard]] const rs_step& step(int t, int lane) const {
     return plan_.steps[static_cast<size_t>(t) * static_cast<size_t>(plan_.lanes) + static_cast<size_t>(lane)];
   }
@@ -754,7 +754,7 @@ void rs_run(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_option
   }
   run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
   rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
-  run_on_ring(ctx, plan, pattern, op_id::matmul_reduce_scatter, plan.lanes, plan.strategy == strategy::hierarchical);
+  run_on_ring(ctx, plan, pattern, op_id::matmul_reduce_scatter, plan.lanes, plan.two_levels());
 }
 
 template <class T>
