@@ -70,6 +70,17 @@ int main(int argc, char** argv) {
             "  links {:<8} latency {:8.1f} us, {:7.3f} Gbit/s one way, {:7.3f} Gbit/s each way both busy, "
             "GEMM slowdown {:.3f}\n",
             overlap::to_string(c), l.latency_s * 1e6, l.bytes_per_s * 8e-9, l.bytes_per_s_both * 8e-9, l.gemm_slowdown);
+      for (const auto& [c, l] : cal.links) {
+        if (l.collectives.ranks == 0) continue;
+        fmt::print("  collectives {} on {} ranks, Gbit/s as the model prices them, per block size:\n",
+                   overlap::to_string(c), l.collectives.ranks);
+        overlap::detail::for_each_collective(l.collectives, [](const char* name, const overlap::collective_rate& r) {
+          std::string cells;
+          for (size_t i = 0; i < r.block_bytes.size(); ++i)
+            cells += fmt::format("  {:.0f} KiB {:.3f}", r.block_bytes[i] / 1024, r.bytes_per_s[i] * 8e-9);
+          fmt::print("    {:<15}{}\n", name, cells);
+        });
+      }
       for (const auto& [t, g] : cal.gemm) {
         const int64_t lo = g.sizes.front(), hi = g.sizes.back();
         fmt::print("  gemm {:<5} GFLOP/s: {}^3 {:.1f}, {}^3 {:.1f}, {}x{}x{} {:.1f} (grid of {} shapes)\n",

@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
       for (double& r : g.flops_per_s) r *= c * f.efficiency;
       // A switched network: one NIC per node, full duplex; two lanes share its
       // send side, so each gets half of it.
-      overlap::link_rates l{f.latency_us * 1e-6, gbit / 8e-9, gbit / 16e-9, 1};
+      overlap::link_rates l{f.latency_us * 1e-6, gbit / 8e-9, gbit / 16e-9, 1, {}};
       // --slowdown is the GEMM's time factor while the NIC moves data at its
       // full rate both ways; the calibration's factor is measured at half that.
       const double per_byte = (f.slowdown - 1) / (f.slowdown * 2 * l.bytes_per_s);

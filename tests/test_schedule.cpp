@@ -23,7 +23,7 @@ namespace {
 /// A calibration of a slow network (1 Gbit/s, 50 us) and a flat 50 GFLOP/s.
 overlap::calibration slow_network() {
   overlap::calibration c;
-  const overlap::link_rates l{50e-6, 125e6, 125e6, 1.2};
+  const overlap::link_rates l{50e-6, 125e6, 125e6, 1.2, {}};
   c.links[overlap::link_class::network] = l;
   c.links[overlap::link_class::shared] = l;
   for (auto t : {overlap::dtype::f32, overlap::dtype::f64, overlap::dtype::bf16})
@@ -54,6 +54,50 @@ TEST(calibration, json_round_trip) {
   EXPECT_DOUBLE_EQ(back.links.at(overlap::link_class::network).gemm_slowdown, 1.2);
   ASSERT_TRUE(back.has(overlap::dtype::bf16));
   EXPECT_NEAR(back.gemm.at(overlap::dtype::f32).at(1000, 1000, 1000), 50e9, 1);
+  EXPECT_EQ(back.links.at(overlap::link_class::network).collectives.ranks, 0);  // none measured, none written
+}
+
+/// Collectives measured on 4 ranks: all-gathers at half a link's rate for
+/// small blocks and twice it for large ones, the rest at 3x.
+overlap::collective_rates four_rank_collectives() {
+  overlap::collective_rates c;
+  c.ranks = 4;
+  c.allgather = {{1e5, 1e7}, {62.5e6, 250e6}};
+  c.iallgather = c.allgather;
+  c.reduce_scatter = c.alltoall = {{1e5}, {375e6}};
+  return c;
+}
+
+TEST(calibration, collectives_round_trip) {
+  overlap::calibration c = slow_network();
+  c.links[overlap::link_class::network].collectives = four_rank_collectives();
+  const overlap::calibration back = overlap::calibration::from_json(c.to_json(), "test");
+  const overlap::collective_rates& r = back.links.at(overlap::link_class::network).collectives;
+  EXPECT_EQ(r.ranks, 4);
+  ASSERT_EQ(r.allgather.block_bytes.size(), 2u);
+  EXPECT_NEAR(r.allgather.at(1e5), 62.5e6, 1e-3);
+  EXPECT_NEAR(r.allgather.at(1e6), 125e6, 1e-3);  // halfway in log2 of the block: the geometric mean
+  EXPECT_NEAR(r.allgather.at(1e9), 250e6, 1e-3);  // clamped
+  EXPECT_NEAR(r.alltoall.at(1), 375e6, 1e-3);
+}
+
+// The model prices a collective at the rate measured for it on as many ranks,
+// and as R - 1 hops over one link otherwise.
+TEST(model, collectives_at_their_measured_rates) {
+  overlap::link_rates l{0, 125e6, 125e6, 1, {}};
+  const overlap::gemm_rates g{{128, 2048}, std::vector<double>(8, 1e12)};
+  overlap::detail::work bulk;
+  bulk.allgather_block = 1e7;  // 80 ms per hop at 125 MB/s
+  EXPECT_NEAR(overlap::detail::predict(l, g, 4, bulk), 0.24, 1e-9);
+  l.collectives = four_rank_collectives();
+  EXPECT_NEAR(overlap::detail::predict(l, g, 4, bulk), 0.12, 1e-9);  // 3 hops at 250 MB/s
+  EXPECT_NEAR(overlap::detail::predict(l, g, 3, bulk), 0.16, 1e-9);  // measured on 4 ranks, not 3
+  overlap::detail::work rs;
+  rs.reduce_scatter_block = 3.75e6;
+  EXPECT_NEAR(overlap::detail::predict(l, g, 4, rs), 0.03, 1e-9);
+  overlap::detail::work a2a;
+  a2a.alltoall_bytes = 3.75e6;
+  EXPECT_NEAR(overlap::detail::predict(l, g, 4, a2a), 0.01, 1e-9);
 }
 
 // The slowdown a calibration stores and the per-byte cost the model reads
@@ -73,7 +117,7 @@ TEST(model, slowdown_and_cost_per_byte_agree) {
 // computed. With 2 ranks nothing hides the one block's transfer; with 4, the
 // later products hide the earlier blocks' transfers.
 TEST(model, output_blocks_leave_once_computed) {
-  const overlap::link_rates l{0, 1e9, 1e9, 1};
+  const overlap::link_rates l{0, 1e9, 1e9, 1, {}};
   const overlap::gemm_rates g{{128, 2048}, std::vector<double>(8, 1e12)};
   overlap::detail::work w;
   w.pipelined = w.alltoall_out = true;
@@ -82,8 +126,14 @@ TEST(model, output_blocks_leave_once_computed) {
   // own product 2 ms, the other block's product 2 ms, then its transfer 3 ms
   EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 7e-3, 1e-9);
   w.gemms.assign(4, overlap::detail::gemm_work{1000, 1000, 1000});
-  // own 2 ms, then max(3 products = 6 ms, first product 2 ms + transfers 3 ms)
-  EXPECT_NEAR(overlap::detail::predict(l, g, 4, w), 8e-3, 1e-9);
+  // own 2 ms, 3 products 6 ms, then the last block's transfer 1 ms (the
+  // transfers of the others, 2 ms, hide behind the products after theirs)
+  EXPECT_NEAR(overlap::detail::predict(l, g, 4, w), 9e-3, 1e-9);
+  // In 4 pieces (products of 0.5 ms, blocks of 0.75 ms) the link binds: own
+  // 2 ms, then the first block's product 0.5 ms, then the 3 ms of transfers.
+  w.pieces = w.own_gemms = 4;
+  w.gemms.assign(8, overlap::detail::gemm_work{1000, 250, 1000});
+  EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 5.5e-3, 1e-9);
 }
 
 TEST(calibration, malformed_files_are_rejected_with_the_reason) {
@@ -105,6 +155,23 @@ TEST(calibration, malformed_files_are_rejected_with_the_reason) {
                    R"("gbit_per_s":0,"gbit_per_s_both_directions":1,"gemm_slowdown":1}}})")
                 .find("rates > 0"),
             std::string::npos);
+  const std::string link = R"({"format":"overlap-calibration","version":1,"links":{"network":{"latency_us":1,)"
+                           R"("gbit_per_s":1,"gbit_per_s_both_directions":1,"gemm_slowdown":1,"collectives":)";
+  const std::string rest = R"("iallgather":{"block_bytes":[1],"gbit_per_s":[1]},)"
+                           R"("reduce_scatter":{"block_bytes":[1],"gbit_per_s":[1]},)"
+                           R"("alltoall":{"block_bytes":[1],"gbit_per_s":[1]}}}}})";
+  EXPECT_NE(reason(link + R"({"ranks":1,"allgather":{"block_bytes":[1],"gbit_per_s":[1]},)" + rest).find("ranks >= 2"),
+            std::string::npos);
+  EXPECT_NE(reason(link + R"({"ranks":2,"allgather":{"block_bytes":[2,1],"gbit_per_s":[1,1]},)" + rest)
+                .find("collective allgather block_bytes must be positive and ascending"),
+            std::string::npos);
+  EXPECT_NE(reason(link + R"({"ranks":2,"allgather":{"block_bytes":[1],"gbit_per_s":[1,2]},)" + rest)
+                .find("as many block_bytes"),
+            std::string::npos);
+  EXPECT_NE(reason(link + R"({"ranks":2,"allgather":{"block_bytes":[1],"gbit_per_s":[0]},)" + rest)
+                .find("collective allgather rates must be positive"),
+            std::string::npos);
+  EXPECT_EQ(reason(link + R"({"ranks":2,"allgather":{"block_bytes":[1],"gbit_per_s":[1]},)" + rest), "accepted");
 }
 
 TEST(calibration, unreadable_file_fails_context_creation_on_every_rank) {
@@ -200,6 +267,28 @@ TEST(cost_model, forced_schedules_are_taken_as_asked) {
   EXPECT_TRUE(s.same_as(ag_schedule(ctx, 1024 / R, 1024, 1024, opt)));
 }
 
+// Moving the other operands gathers B in pieces of at least 32 columns of
+// the widest rank's, at most 4 (or as configured), so that products and
+// output blocks follow the transfer; an operand that is not gathered
+// (contracting layouts) has none.
+TEST(cost_model, other_operands_travel_in_pieces) {
+  overlap::config cfg = with_calibration(write_file(slow_network().to_json()));
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  overlap::ag_options opt;
+  opt.algorithm = algorithm::others;
+  EXPECT_EQ(ag_schedule(ctx, 8, 64, 1024, opt).chunks, 4);
+  EXPECT_EQ(ag_schedule(ctx, 8, 64, 64, opt).chunks, 2);
+  EXPECT_EQ(ag_schedule(ctx, 8, 64, 40, opt).chunks, 1);
+  // Only rank 0 holds columns: its width decides for every rank.
+  EXPECT_EQ(ag_schedule(ctx, 8, 64, ctx.rank() == 0 ? 96 : 0, opt).chunks, 3);
+  cfg.ag_chunks = 5;
+  overlap::context configured(MPI_COMM_WORLD, cfg);
+  EXPECT_EQ(ag_schedule(configured, 8, 64, 64, opt).chunks, 5);
+  opt.gathered = gathered::lhs_cols;
+  matrix<float> a(16, 8), b(8 * ctx.size(), 32), c(16, 32);
+  EXPECT_EQ(overlap::all_gather_matmul_schedule<float>(ctx, a.cview(), b.cview(), c.view(), opt).chunks, 0);
+}
+
 // Whatever the model picks, the result is right (automatic on uneven shards).
 TEST(cost_model, chosen_schedules_compute_the_reference) {
   overlap::context ctx(MPI_COMM_WORLD, with_calibration(write_file(slow_network().to_json())));
@@ -229,6 +318,12 @@ TEST(measurement, links_gemm_and_slowdown) {
   EXPECT_GT(l.bytes_per_s_both, 1e6);
   const double slow = overlap::detail::measure_slowdown(ctx, overlap::dtype::f32, l);
   EXPECT_TRUE(slow >= 1 && std::isfinite(slow)) << slow;
+  const overlap::collective_rates c = overlap::detail::measure_collectives(ctx, l);
+  EXPECT_EQ(c.ranks, ctx.size());
+  overlap::detail::for_each_collective(c, [](const char* name, const overlap::collective_rate& r) {
+    ASSERT_EQ(r.block_bytes, overlap::detail::collective_blocks()) << name;
+    for (double b : r.bytes_per_s) EXPECT_TRUE(b > 1e6 && std::isfinite(b)) << name << " " << b;
+  });
 }
 
 }  // namespace

@@ -336,12 +336,12 @@ struct ag_others_ctx {
   [[nodiscard]] int64_t o(int q) const { return other[static_cast<size_t>(q)]; }
 };
 
-/// The product of this rank's shard of X with rank q's gathered other
-/// operand (at element `off` of the gathered buffer; K = k).
-inline others_gemm ag_others_gather_gemm(const ag_geometry& geo, const ag_others_ctx& c, int q, int64_t k,
+/// The product of this rank's shard of X with `oq` columns (lhs) or rows
+/// (rhs) of rank q's gathered other operand (at element `off` of the
+/// gathered buffer; K = k).
+inline others_gemm ag_others_gather_gemm(const ag_geometry& geo, const ag_others_ctx& c, int q, int64_t oq, int64_t k,
                                          int64_t off) {
   const shard_layout& sh = geo.layout;
-  const int64_t oq = c.o(q);
   others_gemm g;
   g.peer = q;
   if (geo.lhs) {
@@ -360,48 +360,86 @@ inline others_gemm ag_others_gather_gemm(const ag_geometry& geo, const ag_others
   return g;
 }
 
+/// Pieces the other-operands algorithm gathers the other operand in when it
+/// is not contracted: as configured (ag_chunks), else up to 4 of at least
+/// 32 columns (lhs) or rows (rhs) of the widest rank's, so that products and
+/// output blocks follow the transfer piece by piece (docs/design.md).
+inline int ag_others_pieces(int configured, int64_t widest) {
+  if (configured > 0) return configured;
+  return static_cast<int>(std::clamp<int64_t>(widest / 32, 1, 4));
+}
+
+/// Piece j of `pieces` of an extent (as even as can be).
+inline range ag_others_piece(int64_t extent, int j, int pieces) {
+  const int64_t b = extent * j / pieces;
+  return {b, extent * (j + 1) / pieces - b};
+}
+
 /// Not contracting (lhs_rows, rhs_cols): every rank's other operand is
-/// gathered, this rank multiplies its shard of X by each, and the output
-/// blocks go to their owners.
-/// lhs_rows: A_p (M_p x K) @ op(b_q) (K x N_q) is rows p of rank q's c.
-/// rhs_cols: op(a_q) (M_q x K) @ B_p (K x N_p) is columns p of rank q's c.
+/// gathered, in `pieces` pieces of its free dimension (one all-gather each),
+/// this rank multiplies its shard of X by each piece as it arrives, and each
+/// output block goes to its owner once computed.
+/// lhs_rows: A_p (M_p x K) @ op(b_q)[:, piece] (K x N_qj) is rows p, columns
+/// piece j of rank q's c. rhs_cols: op(a_q)[piece, :] (M_qj x K) @ B_p
+/// (K x N_p) is rows piece j, columns p of rank q's c.
 /// Returns the elements of the products buffer.
 template <class T>
 int64_t ag_others_gather(const ag_geometry& geo, others_plan<T>& o, const ag_args<T>& x, const ag_options& opt,
-                         const ag_others_ctx& c) {
+                         const ag_others_ctx& c, int pieces) {
   const shard_layout& sh = geo.layout;
-  const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows, own = c.o(c.p);
-  std::vector<int64_t> gathered, to_each, from_each;
-  for (int q = 0; q < c.R; ++q) gathered.push_back(k * c.o(q));
-  o.gather = true;
-  o.gathered_at = others_counts(gathered);
-  const dims2 od = op_dims(geo.lhs ? x.b : x.a, c.to);
-  o.gather_own =
-      stored_block(c.o_src, c.to, {0, od.rows}, {0, od.cols}, o.gathered_at.displs[static_cast<size_t>(c.p)]);
-  int64_t at = 0;
-  for (int q = 0; q < c.R; ++q) {
-    others_gemm g = ag_others_gather_gemm(geo, c, q, k, o.gathered_at.displs[static_cast<size_t>(q)]);
-    g.out = at;
-    at += g.desc.m * g.desc.n;
-    to_each.push_back(g.desc.m * g.desc.n);
-    from_each.push_back(sh.size(q) * own);
-    o.gemms.push_back(std::move(g));
+  const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows;
+  auto piece = [&](int q, int j) { return ag_others_piece(c.o(q), j, pieces); };
+  int64_t base = 0;
+  for (int j = 0; j < pieces; ++j) {
+    std::vector<int64_t> counts;
+    for (int q = 0; q < c.R; ++q) counts.push_back(k * piece(q, j).len);
+    others_gather ga;
+    ga.at = others_counts(counts);
+    ga.base = base;
+    const range mine = piece(c.p, j), all{0, k};
+    const int64_t to = base + ga.at.displs[static_cast<size_t>(c.p)];
+    ga.own = geo.lhs ? stored_block(c.o_src, c.to, all, mine, to) : stored_block(c.o_src, c.to, mine, all, to);
+    base += ga.at.total();
+    o.gathers.push_back(std::move(ga));
   }
   o.output = others_output::owners;
-  o.owners_send = others_counts(to_each);
-  o.owners_recv = others_counts(from_each);
-  // The block of rank q's output this rank computed, at element `from`.
-  auto block_of = [&](int q, int64_t from) {
-    return geo.lhs ? others_block{others_src::caller_a, sh.offset(q), 0, sh.size(q), own, from}
-                   : others_block{others_src::caller_a, 0, sh.offset(q), own, sh.size(q), from};
+  // The block of rank q's output that rank `from` computes from piece j, at element `at`.
+  auto block_of = [&](int from, int q, int j, int64_t at) {
+    const range pc = piece(q, j);
+    return geo.lhs ? others_block{others_src::caller_a, sh.offset(from), pc.begin, sh.size(from), pc.len, at}
+                   : others_block{others_src::caller_a, pc.begin, sh.offset(from), pc.len, sh.size(from), at};
   };
-  // lhs_rows: the blocks received are c's row blocks in order.
-  o.recv_into_c = geo.lhs && x.c.ld == x.c.cols;
-  for (int q = 0; q < c.R && !o.recv_into_c; ++q)
-    if (q != c.p) o.place.push_back(block_of(q, o.owners_recv.displs[static_cast<size_t>(q)]));
-  // This rank's own block stays here: from the products to its place in c.
-  o.own_place = true;
-  o.own = block_of(c.p, o.gemms[static_cast<size_t>(c.p)].out);
+  // This rank's own pieces first (local inputs: they run while the gathers
+  // move data), then piece by piece the peers' in ring order.
+  int64_t at = 0;
+  auto add = [&](int q, int j) {
+    const others_gather& ga = o.gathers[static_cast<size_t>(j)];
+    others_gemm g =
+        ag_others_gather_gemm(geo, c, q, piece(q, j).len, k, ga.base + ga.at.displs[static_cast<size_t>(q)]);
+    g.out = at;
+    at += g.desc.m * g.desc.n;
+    if (q == c.p)
+      o.own.push_back(block_of(c.p, c.p, j, g.out));
+    else
+      g.inputs = j, g.send = mpi::detail::to_count(g.desc.m * g.desc.n, "output block of the other-operands algorithm");
+    o.gemms.push_back(std::move(g));
+  };
+  for (int j = 0; j < pieces; ++j) add(c.p, j);
+  for (int j = 0; j < pieces; ++j)
+    for (int i = 1; i < c.R; ++i) add((c.p + i) % c.R, j);
+  // Received from each peer in the order it sends: piece by piece. lhs_rows
+  // in one piece: the blocks are c's row blocks in order, received in place.
+  o.recv_into_c = pieces == 1 && geo.lhs && x.c.ld == x.c.cols;
+  int64_t got = 0;
+  for (int j = 0; j < pieces; ++j)
+    for (int q = 0; q < c.R; ++q) {
+      if (q == c.p) continue;
+      const int64_t n = sh.size(q) * piece(c.p, j).len;
+      const int64_t where = o.recv_into_c ? sh.offset(q) * x.c.ld : got;
+      o.recvs.push_back({q, where, mpi::detail::to_count(n, "output block of the other-operands algorithm")});
+      if (!o.recv_into_c) o.place.push_back(block_of(q, c.p, j, got));
+      got += n;
+    }
   others_finish(o, x.c, opt.epilogue, false, c.t);
   return at;
 }
@@ -439,6 +477,7 @@ int64_t ag_others_exchange(const ag_geometry& geo, others_plan<T>& o, const ag_a
     const int64_t oq = c.o(q), off = (own_slice ? o.sent_at : o.exchanged_at).displs[static_cast<size_t>(q)];
     others_gemm g;
     g.peer = q;
+    g.inputs = own_slice ? -1 : 0;
     if (geo.lhs) {
       g.a = c.x_src, g.b = ex, g.b_off = off;
       g.desc = gemm_desc::shape(free, oq, kp)
@@ -465,7 +504,7 @@ int64_t ag_others_exchange(const ag_geometry& geo, others_plan<T>& o, const ag_a
 /// of the other operand's free dimension (N_q for lhs_*, M_q for rhs_*).
 template <class T>
 void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
-                     const std::vector<int64_t>& other) {
+                     const std::vector<int64_t>& other, int pieces) {
   const ag_geometry& geo = plan.geo;
   others_plan<T>& o = plan.others;
   const ag_others_ctx c{ctx.size(),
@@ -478,11 +517,11 @@ void ag_others_build(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const 
                         geo.lhs ? others_src::caller_b : others_src::caller_a,
                         other};
   const int64_t products =
-      geo.contracting ? ag_others_exchange(geo, o, x, opt, c) : ag_others_gather(geo, o, x, opt, c);
+      geo.contracting ? ag_others_exchange(geo, o, x, opt, c) : ag_others_gather(geo, o, x, opt, c, pieces);
   for (others_gemm& g : o.gemms) g.kernel = ctx.make_kernel(g.desc);
   // This rank's own block first: its inputs are local, so it runs while the
-  // input collective moves the others.
-  std::rotate(o.gemms.begin(), o.gemms.begin() + c.p, o.gemms.end());
+  // input collective moves the others (ag_others_gather orders its own).
+  if (geo.contracting) std::rotate(o.gemms.begin(), o.gemms.begin() + c.p, o.gemms.end());
   others_allocate(o, products);
 }
 
@@ -500,9 +539,15 @@ inline work ag_work(const ag_geometry& g, const std::vector<int64_t>& other, int
   if (c.algorithm == algorithm::others) {
     w.pipelined = true;
     w.alltoall_out = !g.contracting;
-    if (!g.contracting) {  // the other operand gathered, output blocks to their owners
+    if (!g.contracting) {  // the other operand gathered in pieces, output blocks to their owners
       w.allgather_block = double(k * omax * elem);
-      for (int q = 0; q < R; ++q) w.gemms.push_back(g.lhs ? gemm_work{shard, o(q), k} : gemm_work{o(q), shard, k});
+      w.pieces = std::max(c.chunks, 1);
+      w.own_gemms = w.pieces;  // this rank's own pieces first, then the peers' piece by piece
+      for (int i = 0; i < R; ++i)
+        for (int j = 0; j < w.pieces; ++j) {
+          const int64_t piece = ceil_div(o(i), w.pieces);
+          w.gemms.push_back(g.lhs ? gemm_work{shard, piece, k} : gemm_work{piece, shard, k});
+        }
       w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return sh.size(p) * o(q); });
     } else {  // slices of the other operand exchanged, partial sums reduced
       w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return sh.size(q) * o(p); });
@@ -724,7 +769,10 @@ schedule ag_choose(context& ctx, const ag_options& opt, const ag_global& g) {
   const int64_t elem = sizeof(T), acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;
   // The other operands may travel only where no rank wants the gathered
   // operand itself (gathered_out needs it gathered anyway).
-  return choose_schedule(ctx, {opt.strategy, opt.algorithm, !g.any_out, true}, dtype_of<T>(), chunks_for,
+  schedule_request req{opt.strategy, opt.algorithm, !g.any_out, true};
+  if (!full.contracting)
+    req.others_chunks = ag_others_pieces(ctx.config().ag_chunks, *std::max_element(g.other.begin(), g.other.end()));
+  return choose_schedule(ctx, req, dtype_of<T>(), chunks_for,
                          [&](const candidate& c) { return ag_work(full, g.other, R, c, elem, acc); });
 }
 
@@ -753,7 +801,7 @@ std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks,
     built->batch = opt.batch;
     built->saved.prepare(opt.accumulate, x.c, opt.batch.count, opt.batch.c);
     if (sched.algorithm == algorithm::others)
-      ag_others_build<T>(ctx, *built, x, opt, g.other);
+      ag_others_build<T>(ctx, *built, x, opt, g.other, std::max(sched.chunks, 1));
     else if (sched.strategy == strategy::bulk)
       ag_build_bulk<T>(ctx, *built, x, opt);
     else if (sched.strategy == strategy::hierarchical)

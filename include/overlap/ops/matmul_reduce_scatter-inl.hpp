@@ -317,16 +317,18 @@ void rs_others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_option
     sent.push_back(sh.size(q) * kp);
     got.push_back(own * kq);
   }
-  o.gather = o.exchange = true;
-  o.gathered_at = others_counts(gathered);
+  o.exchange = true;
+  others_gather ga;
+  ga.at = others_counts(gathered);
   o.sent_at = others_counts(sent);
   o.exchanged_at = others_counts(got);
-  const int64_t mine_at = o.gathered_at.displs[static_cast<size_t>(p)];
+  const int64_t mine_at = ga.at.displs[static_cast<size_t>(p)];
   // Rows: A travels in row blocks, B whole; columns: A whole, B in column blocks.
   if (plan.rows)
-    o.gather_own = stored_block(others_src::caller_b, tb, {0, kp}, {0, plan.n}, mine_at);
+    ga.own = stored_block(others_src::caller_b, tb, {0, kp}, {0, plan.n}, mine_at);
   else
-    o.gather_own = stored_block(others_src::caller_a, ta, {0, plan.m}, {0, kp}, mine_at);
+    ga.own = stored_block(others_src::caller_a, ta, {0, plan.m}, {0, kp}, mine_at);
+  o.gathers.push_back(std::move(ga));
   for (int q = 0; q < R; ++q) {
     const range block{sh.offset(q), sh.size(q)};
     const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
@@ -362,11 +364,12 @@ void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const 
     const bool last = i == R - 1;
     others_gemm g;
     g.peer = q;
+    g.inputs = q == p ? -1 : 0;  // the exchange and the gather
     g.to_c = last || !fp32_sum;
     g.addend = last && fp32_sum;
     // Rows: op(A_q)[my rows] (M_p x K_q) @ op(B_q) (K_q x N); columns: op(A_q) (M x K_q) @ op(B_q)[:, my cols].
     const others_src ex = q == p ? others_src::sent : others_src::exchanged;
-    const int64_t ex_at = (q == p ? o.sent_at : o.exchanged_at).displs[qi], ga_at = o.gathered_at.displs[qi];
+    const int64_t ex_at = (q == p ? o.sent_at : o.exchanged_at).displs[qi], ga_at = o.gathers[0].at.displs[qi];
     g.a = plan.rows ? ex : others_src::gathered, g.a_off = plan.rows ? ex_at : ga_at;
     g.b = plan.rows ? others_src::gathered : ex, g.b_off = plan.rows ? ga_at : ex_at;
     const int64_t kq = ks[qi];

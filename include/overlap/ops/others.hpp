@@ -6,12 +6,15 @@
 /// travel, every rank computes the products it can, and the results go where
 /// the caller asked for them. It moves less for thin products
 /// (docs/design.md, "Choosing a schedule"). A plan here is a list of steps,
-/// built by each op for its layout and run by others_run: pack, non-blocking
+/// built by each op for its layout and run by others_runner: pack, non-blocking
 /// input collectives (MPI_Iallgatherv, MPI_Ialltoallv) while this rank's own
 /// product is computed, one GEMM per peer block, each output block sent to
 /// its owner (MPI_Isend) as soon as it is computed, or MPI_Reduce_scatter of
-/// partial sums, and a pass for the epilogue.
+/// partial sums, and a pass for the epilogue. A gathered operand may travel
+/// in pieces (one MPI_Iallgatherv each): the products of a piece, and the
+/// output blocks they make, follow its arrival while the next piece moves.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -52,7 +55,9 @@ inline int64_t packed_ld(int64_t cols) { return std::max<int64_t>(1, cols); }
 /// products buffer (element offset `out` of the plan's out type). addend: the
 /// fp32 sum so far (products at 0) is added while writing c (bf16).
 struct others_gemm {
-  int peer = 0;  ///< the rank whose block it multiplies (and, for owners, who gets the product)
+  int peer = 0;     ///< the rank whose block it multiplies (and, for owners, who gets the product)
+  int inputs = -1;  ///< the input collective it waits for (-1: its inputs are local)
+  int send = 0;     ///< output `owners`: elements of its block sent to `peer` (0: none)
   others_src a = others_src::caller_a, b = others_src::caller_b;
   int64_t a_off = 0, b_off = 0, out = 0;
   bool to_c = false;
@@ -83,13 +88,27 @@ struct others_counts {
   [[nodiscard]] int64_t total() const { return counts.empty() ? 0 : int64_t{displs.back()} + counts.back(); }
 };
 
+/// One input all-gather: a piece of every rank's block, at element `base`
+/// of the gathered buffer (this rank's packed in place first, at own.to).
+struct others_gather {
+  others_block own;
+  others_counts at;  ///< relative to base
+  int64_t base = 0;
+};
+
+/// Output `owners`: a block this rank receives from `peer`, at element `at`
+/// of where received blocks land.
+struct others_recv {
+  int peer = 0;
+  int64_t at = 0;
+  int count = 0;
+};
+
 template <class T>
 struct others_plan {
   dtype out = dtype_of<T>();  ///< element type of the products buffer
-  // Inputs: every rank's block gathered (this rank's packed in place first) ...
-  bool gather = false;
-  others_block gather_own;
-  others_counts gathered_at;
+  // Inputs: every rank's block gathered, in one piece or more ...
+  std::vector<others_gather> gathers;
   engine::buffer<T> gathered;
   // ... and blocks exchanged, one to every rank.
   bool exchange = false;
@@ -101,12 +120,11 @@ struct others_plan {
   engine::buffer<std::byte> products;
   // Output.
   others_output output = others_output::local;
-  others_counts owners_send, owners_recv;  ///< owners: products (T) to each rank, received from each
-  bool recv_into_c = false;                ///< owners: received straight into c (dense row blocks)
+  std::vector<others_recv> recvs;  ///< owners: blocks received, in the order each peer sends them
+  bool recv_into_c = false;        ///< owners: received straight into c (dense row blocks)
   engine::buffer<T> received;
   std::vector<others_block> place;   ///< owners: received blocks to c
-  bool own_place = false;            ///< owners: this rank's own block goes from products to c
-  others_block own;                  ///< ... at element `to` of products
+  std::vector<others_block> own;     ///< owners: this rank's own blocks, from element `to` of products to c
   others_counts reduce_at;           ///< reduced: the sums each rank gets
   engine::buffer<std::byte> result;  ///< reduced: when not straight into c
   bool finish = false;               ///< a pass over c for the epilogue (and the fp32 result)
@@ -151,7 +169,7 @@ class others_runner {
         owned_(plan.recv_into_c ? c.data : plan.received.data()) {}
 
   void run() {
-    if (plan_.gather) pack(plan_.gather_own, plan_.gathered.data());
+    for (const others_gather& g : plan_.gathers) pack(g.own, plan_.gathered.data());
     if (plan_.exchange)
       for (const others_block& k : plan_.exchange_out) pack(k, plan_.send.data());
     // ctx.fatal forgets the pending requests.
@@ -159,9 +177,10 @@ class others_runner {
         ctx_, info_, "others", [&] { return info_.summary; },
         [&] {
           if (comm_) post_inputs();
-          for (size_t i = 0; i < plan_.gemms.size(); ++i) {
-            if (i == 1 && comm_) ctx_.requests().wait_due(0);  // the inputs of every block but this rank's own
-            multiply(plan_.gemms[i]);
+          int waited = -1;
+          for (const others_gemm& gm : plan_.gemms) {
+            if (comm_ && gm.inputs > waited) ctx_.requests().wait_due(waited = gm.inputs);
+            multiply(gm);
           }
           if (comm_) ctx_.requests().wait_all();
         });
@@ -190,24 +209,25 @@ class others_runner {
     return plan_.result.data() != nullptr ? static_cast<void*>(plan_.result.data()) : static_cast<void*>(c_.data);
   }
 
-  /// The input collectives, and the receives of this rank's output blocks.
+  /// The input collectives (gather piece j: deadline j; the exchange: 0),
+  /// and the receives of this rank's output blocks (after them all).
   void post_inputs() {
     maybe_stall(ctx_.rank());
     mpi::request_group& g = ctx_.requests();
-    const others_counts &ga = plan_.gathered_at, &s = plan_.sent_at, &r = plan_.exchanged_at;
-    if (plan_.gather)
-      OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan_.gathered.data(), ga.counts.data(),
-                  ga.displs.data(), type_, ctx_.comm(), g.add(0, {0, MPI_PROC_NULL, type_, false, true}));
+    const others_counts &s = plan_.sent_at, &r = plan_.exchanged_at;
+    int deadline = 0;
+    for (const others_gather& ga : plan_.gathers)
+      OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan_.gathered.data() + ga.base,
+                  ga.at.counts.data(), ga.at.displs.data(), type_, ctx_.comm(),
+                  g.add(deadline++, {0, MPI_PROC_NULL, type_, false, true}));
     if (plan_.exchange)
       OVERLAP_MPI(MPI_Ialltoallv, plan_.send.data(), s.counts.data(), s.displs.data(), type_, plan_.exchanged.data(),
                   r.counts.data(), r.displs.data(), type_, ctx_.comm(),
                   g.add(0, {0, MPI_PROC_NULL, type_, false, true}));
-    for (int q = 0; owners_ && q < ctx_.size(); ++q) {
-      const auto qi = static_cast<size_t>(q);
-      if (q != ctx_.rank() && plan_.owners_recv.counts[qi] > 0)
-        OVERLAP_MPI(MPI_Irecv, owned_ + plan_.owners_recv.displs[qi], plan_.owners_recv.counts[qi], type_, q, tag_,
-                    ctx_.comm(), g.add(1, {0, q, type_, false}));
-    }
+    for (const others_recv& rv : plan_.recvs)
+      if (owners_ && rv.count > 0)
+        OVERLAP_MPI(MPI_Irecv, owned_ + rv.at, rv.count, type_, rv.peer, tag_, ctx_.comm(),
+                    g.add(std::max(deadline, 1), {0, rv.peer, type_, false}));
   }
 
   /// One GEMM, and with output `owners` the send of its block to its owner.
@@ -220,19 +240,16 @@ class others_runner {
                      gm.addend ? products() : nullptr);
       scope.finish();
     }
-    const auto qi = static_cast<size_t>(gm.peer);
-    if (comm_ && owners_ && gm.peer != ctx_.rank() && plan_.owners_send.counts[qi] > 0)
-      OVERLAP_MPI(MPI_Isend, products() + int64_t{plan_.owners_send.displs[qi]} * out_size,
-                  plan_.owners_send.counts[qi], type_, gm.peer, tag_, ctx_.comm(),
-                  ctx_.requests().add(1, {0, gm.peer, type_, true}));
+    if (comm_ && owners_ && gm.peer != ctx_.rank() && gm.send > 0)
+      OVERLAP_MPI(MPI_Isend, products() + gm.out * out_size, gm.send, type_, gm.peer, tag_, ctx_.comm(),
+                  ctx_.requests().add(std::max(static_cast<int>(plan_.gathers.size()), 1), {0, gm.peer, type_, true}));
   }
 
-  /// Output `owners`: this rank's own block and the received ones to their places in c.
+  /// Output `owners`: this rank's own blocks and the received ones to their places in c.
   void place_blocks() const {
-    if (plan_.own_place && compute_) {
-      const others_block& k = plan_.own;
-      copy_block<T>({reinterpret_cast<const T*>(products()) + k.to, k.nr, k.nc}, c_.block(k.r0, k.c0, k.nr, k.nc));
-    }
+    for (const others_block& k : plan_.own)
+      if (compute_)
+        copy_block<T>({reinterpret_cast<const T*>(products()) + k.to, k.nr, k.nc}, c_.block(k.r0, k.c0, k.nr, k.nc));
     for (const others_block& k : plan_.place)
       copy_block<T>({plan_.received.data() + k.to, k.nr, k.nc}, c_.block(k.r0, k.c0, k.nr, k.nc));
   }
@@ -276,14 +293,18 @@ void others_reduce_into(others_plan<T>& plan, const std::vector<int64_t>& sums, 
 /// Allocates the buffers of a plan whose blocks and counts are set.
 template <class T>
 void others_allocate(others_plan<T>& plan, int64_t product_elems) {
-  if (plan.gather) plan.gathered = engine::buffer<T>(static_cast<size_t>(plan.gathered_at.total()));
+  int64_t gathered = 0;
+  for (const others_gather& g : plan.gathers) gathered = std::max(gathered, g.base + g.at.total());
+  if (!plan.gathers.empty()) plan.gathered = engine::buffer<T>(static_cast<size_t>(gathered));
   if (plan.exchange) {
     plan.send = engine::buffer<T>(static_cast<size_t>(plan.sent_at.total()));
     plan.exchanged = engine::buffer<T>(static_cast<size_t>(plan.exchanged_at.total()));
   }
   plan.products = engine::buffer<std::byte>(static_cast<size_t>(product_elems) * size_of(plan.out));
+  int64_t received = 0;
+  for (const others_recv& r : plan.recvs) received = std::max(received, r.at + r.count);
   if (plan.output == others_output::owners && !plan.recv_into_c)
-    plan.received = engine::buffer<T>(static_cast<size_t>(plan.owners_recv.total()));
+    plan.received = engine::buffer<T>(static_cast<size_t>(received));
 }
 
 }  // namespace overlap::detail

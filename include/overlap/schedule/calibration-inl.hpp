@@ -4,6 +4,7 @@
 /// header-only flavour, compiled once into the library otherwise
 /// (flavour.hpp).
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -20,11 +21,20 @@ OVERLAP_FUNC std::string calibration::to_json() const {
   nlohmann::json j;
   j["format"] = "overlap-calibration";
   j["version"] = 1;
-  for (const auto& [c, l] : links)
-    j["links"][to_string(c)] = {{"latency_us", l.latency_s * 1e6},
-                                {"gbit_per_s", l.bytes_per_s * 8e-9},
-                                {"gbit_per_s_both_directions", l.bytes_per_s_both * 8e-9},
-                                {"gemm_slowdown", l.gemm_slowdown}};
+  for (const auto& [c, l] : links) {
+    nlohmann::json& o = j["links"][to_string(c)];
+    o = {{"latency_us", l.latency_s * 1e6},
+         {"gbit_per_s", l.bytes_per_s * 8e-9},
+         {"gbit_per_s_both_directions", l.bytes_per_s_both * 8e-9},
+         {"gemm_slowdown", l.gemm_slowdown}};
+    if (l.collectives.ranks == 0) continue;
+    o["collectives"]["ranks"] = l.collectives.ranks;
+    detail::for_each_collective(l.collectives, [&](const char* name, const collective_rate& r) {
+      std::vector<double> gbit;
+      for (double b : r.bytes_per_s) gbit.push_back(b * 8e-9);
+      o["collectives"][name] = {{"block_bytes", r.block_bytes}, {"gbit_per_s", gbit}};
+    });
+  }
   for (const auto& [t, g] : gemm) {
     std::vector<double> gflops;
     for (double f : g.flops_per_s) gflops.push_back(f * 1e-9);
@@ -55,6 +65,23 @@ OVERLAP_FUNC calibration calibration::from_json(const std::string& text, const s
         if (!(r.latency_s >= 0 && r.bytes_per_s > 0 && r.bytes_per_s_both > 0 && r.gemm_slowdown >= 1 &&
               std::isfinite(r.latency_s + r.bytes_per_s + r.bytes_per_s_both + r.gemm_slowdown)))
           throw bad("link class '" + name + "' needs latency >= 0, rates > 0 and gemm_slowdown >= 1");
+        if (l.contains("collectives")) {
+          const nlohmann::json& cj = l.at("collectives");
+          r.collectives.ranks = cj.at("ranks").get<int>();
+          if (r.collectives.ranks < 2) throw bad("link class '" + name + "' collectives need ranks >= 2");
+          detail::for_each_collective(r.collectives, [&](const char* what, collective_rate& cr) {
+            const std::string where = "link class '" + name + "' collective " + what;
+            cr.block_bytes = cj.at(what).at("block_bytes").get<std::vector<double>>();
+            for (double g : cj.at(what).at("gbit_per_s").get<std::vector<double>>()) cr.bytes_per_s.push_back(g / 8e-9);
+            if (cr.block_bytes.empty() || cr.block_bytes.size() != cr.bytes_per_s.size())
+              throw bad(where + " needs as many block_bytes as gbit_per_s values, at least one");
+            if (!std::is_sorted(cr.block_bytes.begin(), cr.block_bytes.end()) || !(cr.block_bytes.front() > 0) ||
+                std::adjacent_find(cr.block_bytes.begin(), cr.block_bytes.end()) != cr.block_bytes.end())
+              throw bad(where + " block_bytes must be positive and ascending");
+            for (double b : cr.bytes_per_s)
+              if (!(b > 0 && std::isfinite(b))) throw bad(where + " rates must be positive");
+          });
+        }
         c.links[cls] = r;
       }
     if (j.contains("gemm"))

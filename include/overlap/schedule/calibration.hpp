@@ -2,8 +2,8 @@
 /// @file
 /// What the cost model knows about a machine, measured (overlap-calibrate, or
 /// a context on first need): per link class the latency and bandwidth of a
-/// ring's links, one and both directions, and how much slower a GEMM runs
-/// while they carry data; per element type the GEMM rate on a grid of shapes
+/// ring's links, one and both directions, how much slower a GEMM runs while
+/// they carry data, and the rates of the MPI collectives over them; per element type the GEMM rate on a grid of shapes
 /// (pieces lose rate; the model interpolates). Stored as a small JSON file
 /// (OVERLAP_CALIBRATION=path).
 
@@ -32,6 +32,52 @@ struct enum_names<link_class> {
       {{link_class::shared, "shared"}, {link_class::network, "network"}}};
 };
 
+/// One MPI collective as measured on a context: its effective rate at a few
+/// block sizes (bytes of one rank's block), in the terms the cost model
+/// prices it with (detail::predict): allgather and reduce-scatter as R - 1
+/// hops of (latency + block / rate), all-to-all as R - 1 latencies plus the
+/// bytes one rank sends over the rate.
+struct collective_rate {
+  std::vector<double> block_bytes;  ///< ascending
+  std::vector<double> bytes_per_s;  ///< at each block size
+
+  [[nodiscard]] bool empty() const noexcept { return block_bytes.empty(); }
+  /// The rate at `block`: linear in log2 of the block, clamped to the sizes measured.
+  [[nodiscard]] double at(double block) const {
+    if (block <= block_bytes.front()) return bytes_per_s.front();
+    if (block >= block_bytes.back()) return bytes_per_s.back();
+    size_t i = 0;
+    while (block > block_bytes[i + 1]) ++i;
+    const double w = std::log2(block / block_bytes[i]) / std::log2(block_bytes[i + 1] / block_bytes[i]);
+    return std::exp((1 - w) * std::log(bytes_per_s[i]) + w * std::log(bytes_per_s[i + 1]));
+  }
+};
+
+/// Open MPI's collectives as the bulk and the other-operands schedules call
+/// them (its algorithms route through the topology and copy; a ring of links
+/// gives more than one link's rate to some, less to others), measured on a
+/// context of `ranks` ranks. The model uses them for contexts of as many
+/// ranks and otherwise prices a collective as R - 1 hops over one link.
+struct collective_rates {
+  int ranks = 0;                   ///< 0: not measured
+  collective_rate allgather;       ///< MPI_Allgatherv (bulk)
+  collective_rate iallgather;      ///< MPI_Iallgatherv (other operands, beside a GEMM)
+  collective_rate reduce_scatter;  ///< MPI_Reduce_scatter of f32 sums
+  collective_rate alltoall;        ///< MPI_Ialltoallv (other operands)
+};
+
+namespace detail {
+
+/// The collectives of `r` (a collective_rates, const or not) with the names
+/// the calibration file gives them.
+template <class Rates, class F>
+void for_each_collective(Rates& r, F&& f) {
+  f("allgather", r.allgather), f("iallgather", r.iallgather), f("reduce_scatter", r.reduce_scatter),
+      f("alltoall", r.alltoall);
+}
+
+}  // namespace detail
+
 /// A ring's links as measured: every rank sending to one neighbour at once
 /// (one direction), or to both (both directions).
 struct link_rates {
@@ -42,6 +88,7 @@ struct link_rates {
   /// time, run at once, over the GEMM alone (>= 1): what moving data costs the
   /// cores (detail::seconds_per_byte).
   double gemm_slowdown = 1;
+  collective_rates collectives;  ///< optional (older files lack them)
 };
 
 /// GEMM rates of one element type on a grid sizes x sizes x sizes (m, n, k).

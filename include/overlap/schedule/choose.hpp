@@ -25,6 +25,7 @@ struct schedule_request {
   bool others_allowed = true;   ///< false: the call wants the gathered operand (gathered_out)
   bool hierarchical = false;    ///< the op has a hierarchical schedule (else it runs ring)
   int hierarchical_chunks = 1;  ///< pieces per shard of the hierarchical schedule
+  int others_chunks = 0;        ///< pieces the other-operands algorithm gathers in (0: it gathers none)
 };
 
 /// A decomposed schedule must be predicted this much faster than bulk to be taken.
@@ -40,7 +41,7 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
     schedule x;
     x.strategy = s, x.algorithm = a;
     x.lanes = s == strategy::bidirectional ? 2 : 1;
-    x.chunks = s == strategy::bulk ? 0 : chunks_for(x.lanes);
+    x.chunks = a == algorithm::others ? req.others_chunks : s == strategy::bulk ? 0 : chunks_for(x.lanes);
     return x;
   };
   if (req.algorithm == algorithm::others && req.others_allowed) return fixed(strategy::bulk, algorithm::others);

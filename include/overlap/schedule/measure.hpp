@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// Measuring a calibration on the ranks of a context (collective): the ring
-/// links, the GEMM rate grid and the GEMM slowdown while transfers run. Every
+/// links, the collectives over them, the GEMM rate grid and the GEMM
+/// slowdown while transfers run. Every
 /// rank measures at the same time (every core busy, as users run), and the
 /// ranks agree on the slowest values, so they all hold one model.
 
@@ -62,8 +63,10 @@ inline link_rates measure_links(context& ctx) {
   link_rates l;
   time_exchange(ctx, out.data(), in.data(), big, true, 1);  // connections up, pages touched
   l.latency_s = time_exchange(ctx, out.data(), in.data(), 8, false, 21);
-  const double one = time_exchange(ctx, out.data(), in.data(), big, false, 3);
-  const double both = time_exchange(ctx, out.data(), in.data(), big, true, 3);
+  // Medians of 7: on 10 Gbit/s links the cores run TCP, and single
+  // exchanges vary by 20% where ranks share cores.
+  const double one = time_exchange(ctx, out.data(), in.data(), big, false, 7);
+  const double both = time_exchange(ctx, out.data(), in.data(), big, true, 7);
   l.bytes_per_s = big / std::max(one - l.latency_s, 1e-9);
   l.bytes_per_s_both = big / std::max(both - l.latency_s, 1e-9);
   return l;
@@ -176,6 +179,90 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
   return slowdown_from_seconds_per_byte(worst, l.bytes_per_s_both);
 }
 
+/// Seconds of a collective `run` runs, median of 3 after a warm-up, slowest rank.
+template <class F>
+double time_collective(context& ctx, F&& run) {
+  std::vector<double> t;
+  for (int i = 0; i < 4; ++i) {
+    OVERLAP_MPI(MPI_Barrier, ctx.comm());
+    const double t0 = MPI_Wtime();
+    run();
+    double mine = MPI_Wtime() - t0, worst = 0;
+    OVERLAP_MPI(MPI_Allreduce, &mine, &worst, 1, MPI_DOUBLE, MPI_MAX, ctx.comm());
+    if (i > 0) t.push_back(worst);
+  }
+  return median_of(t);
+}
+
+/// The blocks a calibration measures collectives at (bytes of one rank's
+/// block): a thin operand's shard up to a square one's.
+inline const std::vector<double>& collective_blocks() {
+  static const std::vector<double> b{256 << 10, 4 << 20};
+  return b;
+}
+
+/// Open MPI's collectives on ctx as the bulk and the other-operands schedules
+/// call them (needs >= 2 ranks; the ring links `l` measured first), each
+/// converted to the rate the model prices it with. Collective.
+inline collective_rates measure_collectives(context& ctx, const link_rates& l) {
+  const int R = ctx.size();
+  const double hops = R - 1;
+  const std::vector<double>& blocks = collective_blocks();
+  const auto top = static_cast<size_t>(blocks.back());
+  // Every rank allocates the same: a failure is agreed before measuring.
+  engine::buffer<std::byte> send, recv;
+  failure local;
+  try {
+    send = engine::buffer<std::byte>(top * size_t(R)), recv = engine::buffer<std::byte>(top * size_t(R));
+    std::memset(send.data(), 0, send.size()), std::memset(recv.data(), 0, recv.size());
+  } catch (...) {
+    local = failure::capture(std::current_exception());
+  }
+  ctx.agree_on(local, "overlap: calibrating collectives");
+  // The model's forms: hops x (latency + block / rate), or (all-to-all)
+  // hops x latency + bytes / rate; each solved for the rate.
+  auto per_hop = [&](double block, double s) { return block / std::max(s / hops - l.latency_s, 1e-9); };
+  auto total = [&](double bytes, double s) { return bytes / std::max(s - hops * l.latency_s, 1e-9); };
+  collective_rates c;
+  c.ranks = R;
+  for (double block : blocks) {
+    const int floats = static_cast<int>(block) / 4;
+    std::vector<int> counts(static_cast<size_t>(R), floats), displs(static_cast<size_t>(R));
+    for (int p = 0; p < R; ++p) displs[static_cast<size_t>(p)] = p * floats;
+    const double ag = time_collective(ctx, [&] {
+      OVERLAP_MPI(MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), counts.data(), displs.data(),
+                  MPI_FLOAT, ctx.comm());
+    });
+    const double iag = time_collective(ctx, [&] {
+      MPI_Request r = MPI_REQUEST_NULL;
+      OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), counts.data(), displs.data(),
+                  MPI_FLOAT, ctx.comm(), &r);
+      OVERLAP_MPI(MPI_Wait, &r, MPI_STATUS_IGNORE);
+    });
+    const double rs = time_collective(ctx, [&] {
+      OVERLAP_MPI(MPI_Reduce_scatter, send.data(), recv.data(), counts.data(), MPI_FLOAT, MPI_SUM, ctx.comm());
+    });
+    // All-to-all: `block` bytes out of each rank in all, split over the others.
+    const int each = floats / (R - 1);
+    std::vector<int> a2a(static_cast<size_t>(R), each), a2a_displs(static_cast<size_t>(R));
+    a2a[static_cast<size_t>(ctx.rank())] = 0;
+    for (int p = 0; p < R; ++p) a2a_displs[static_cast<size_t>(p)] = p * each;
+    const double a2 = time_collective(ctx, [&] {
+      MPI_Request r = MPI_REQUEST_NULL;
+      OVERLAP_MPI(MPI_Ialltoallv, send.data(), a2a.data(), a2a_displs.data(), MPI_FLOAT, recv.data(), a2a.data(),
+                  a2a_displs.data(), MPI_FLOAT, ctx.comm(), &r);
+      OVERLAP_MPI(MPI_Wait, &r, MPI_STATUS_IGNORE);
+    });
+    for (collective_rate* r : {&c.allgather, &c.iallgather, &c.reduce_scatter, &c.alltoall})
+      r->block_bytes.push_back(block);
+    c.allgather.bytes_per_s.push_back(per_hop(block, ag));
+    c.iallgather.bytes_per_s.push_back(per_hop(block, iag));
+    c.reduce_scatter.bytes_per_s.push_back(per_hop(block, rs));
+    c.alltoall.bytes_per_s.push_back(total(4.0 * each * (R - 1), a2));
+  }
+  return c;
+}
+
 /// The grid a calibration measures GEMM rates on: pieces of a few hundred
 /// rows up to whole products of a few thousand (log-interpolated between).
 inline const std::vector<int64_t>& calibration_sizes() {
@@ -184,10 +271,11 @@ inline const std::vector<int64_t>& calibration_sizes() {
 }
 
 /// The ring links of ctx with the slowdown of a GEMM of t while they carry
-/// data (needs >= 2 ranks). Collective.
+/// data, and the collectives over them (needs >= 2 ranks). Collective.
 inline link_rates measure_link_class(context& ctx, dtype t) {
   link_rates l = measure_links(ctx);
   l.gemm_slowdown = measure_slowdown(ctx, t, l);
+  l.collectives = measure_collectives(ctx, l);
   return l;
 }
 

@@ -3,8 +3,8 @@
 /// The cost model: what one candidate schedule does on the busiest rank
 /// (work), and its predicted time from a calibration. Ring: the pieces'
 /// GEMMs (slowed by the transfers running meanwhile) against the transfers,
-/// plus the piece that nothing overlaps; bulk: the collectives and the GEMMs
-/// one after the other. docs/design.md ("Choosing a schedule") derives it.
+/// plus the piece that nothing overlaps; bulk: the collectives (at the rates
+/// measured for them) and the GEMMs one after the other. docs/design.md ("Choosing a schedule") derives it.
 
 #include <algorithm>
 #include <cstdint>
@@ -25,12 +25,15 @@ struct work {
   double allgather_block = 0;       ///< bytes of the largest block a rank contributes
   double reduce_scatter_block = 0;  ///< bytes of the largest block a rank gets
   double alltoall_bytes = 0;        ///< the most bytes one rank sends or receives
-  /// The other-operands algorithm: gemms[0] (this rank's own block) runs
-  /// while the input collectives move data, and when the all-to-all carries
-  /// the output blocks (alltoall_out) each leaves once computed, while the
-  /// next are computed.
+  /// The other-operands algorithm: the first own_gemms (this rank's own
+  /// block) run while the input collectives move data, and when the
+  /// all-to-all carries the output blocks (alltoall_out) each leaves once
+  /// computed, while the next are computed. The gathered operand may travel
+  /// in `pieces`, the products of each following its arrival.
   bool pipelined = false;
   bool alltoall_out = false;
+  int own_gemms = 1;
+  int pieces = 1;
   // Ring.
   bool ring = false;
   int steps = 0;           ///< ring steps (ranks x chunks)
@@ -98,23 +101,42 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
     return std::max(compute + moved * seconds_per_byte(l), comm + piece);
   }
   double own = 0, rest = 0;
-  for (size_t i = 0; i < w.gemms.size(); ++i) (i == 0 ? own : rest) += gemm_seconds(g, w.gemms[i]);
+  for (size_t i = 0; i < w.gemms.size(); ++i)
+    (i < static_cast<size_t>(w.own_gemms) ? own : rest) += gemm_seconds(g, w.gemms[i]);
+  // The collectives at their measured rates where the calibration has them for
+  // R ranks, else as R - 1 hops over one link.
+  const bool measured = l.collectives.ranks == R;
+  auto rate = [&](const collective_rate& c, double bytes) {
+    return measured && !c.empty() ? c.at(bytes) : l.bytes_per_s;
+  };
   double gather = 0, reduce = 0, alltoall = 0;
   if (R > 1) {
-    if (w.allgather_block > 0) gather = hops * (l.latency_s + w.allgather_block / l.bytes_per_s);
-    if (w.reduce_scatter_block > 0) reduce = hops * (l.latency_s + w.reduce_scatter_block / l.bytes_per_s);
-    if (w.alltoall_bytes > 0) alltoall = hops * l.latency_s + w.alltoall_bytes / l.bytes_per_s;
+    const collective_rate& ag = w.pipelined ? l.collectives.iallgather : l.collectives.allgather;
+    if (w.allgather_block > 0) gather = hops * (l.latency_s + w.allgather_block / rate(ag, w.allgather_block));
+    if (w.reduce_scatter_block > 0)
+      reduce =
+          hops * (l.latency_s + w.reduce_scatter_block / rate(l.collectives.reduce_scatter, w.reduce_scatter_block));
+    if (w.alltoall_bytes > 0)
+      alltoall = hops * l.latency_s + w.alltoall_bytes / rate(l.collectives.alltoall, w.alltoall_bytes);
   }
   if (!w.pipelined) return own + rest + gather + reduce + alltoall;
   // Bytes each phase moves to and from this rank, while products are computed.
   const double k = seconds_per_byte(l), gathered = 2.0 * hops * w.allgather_block, exchanged = 2.0 * w.alltoall_bytes;
   const double inputs = gather + (w.alltoall_out ? 0 : alltoall);
   const double in_bytes = gathered + (w.alltoall_out ? 0 : exchanged);
-  // Output blocks leave as they are computed: the first only after its own
-  // product (with 2 ranks the only one, so nothing hides its transfer).
-  const double first_block = w.gemms.size() > 1 ? rest / double(w.gemms.size() - 1) : 0;
-  const double after = w.alltoall_out ? std::max(rest + k * exchanged, first_block + alltoall) : rest;
-  return std::max(inputs, own + k * in_bytes) + after + reduce;
+  if (!w.alltoall_out) return std::max(inputs, own + k * in_bytes) + rest + reduce;
+  // The peers' products of a piece start once it arrived (the first after
+  // inputs / pieces), and output blocks leave as they are computed: each
+  // after its own product, the last after the last product (with 2 ranks
+  // and one piece the only block, so nothing hides its transfer). Both
+  // phases use the same links.
+  const double pieces = std::max(w.pieces, 1), blocks = std::max<double>(double(w.gemms.size()) - w.own_gemms, 1);
+  const double start = std::max(inputs / pieces, own + k * in_bytes / pieces);
+  const double slowed = k * (in_bytes * (1 - 1 / pieces) + exchanged * (1 - 1 / blocks));
+  const double first_block = rest / blocks, last_block = alltoall / blocks;
+  return std::max({start + rest + slowed + last_block, start + first_block + alltoall,
+                   inputs + rest / pieces + last_block, inputs + alltoall}) +
+         reduce;
 }
 
 }  // namespace overlap::detail

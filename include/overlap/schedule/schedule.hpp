@@ -19,7 +19,7 @@ namespace overlap {
 struct candidate {
   overlap::strategy strategy = overlap::strategy::bulk;
   overlap::algorithm algorithm = overlap::algorithm::named;
-  int chunks = 0;           ///< ring steps per shard and lane (0: bulk)
+  int chunks = 0;           ///< ring steps per shard and lane (0: bulk); others: pieces gathered
   double predicted_s = -1;  ///< seconds on the slowest rank; < 0: not predicted
 };
 
@@ -28,7 +28,7 @@ struct schedule {
   overlap::strategy strategy = overlap::strategy::bulk;
   overlap::algorithm algorithm = overlap::algorithm::named;
   int lanes = 1;   ///< 2: bidirectional
-  int chunks = 0;  ///< ring steps per shard and lane (0: bulk)
+  int chunks = 0;  ///< ring steps per shard and lane (0: bulk); others: pieces of the gathered operand
   /// The cost model chose among `candidates` (the call asked for automatic
   /// and the context has a model: see docs/design.md, "Choosing a schedule").
   bool by_model = false;
