@@ -219,9 +219,11 @@ TEST(cost_model, automatic_chooses_by_predicted_time) {
     }
     return;
   }
-  for (const auto& s : {square, thin, tiny}) {
+  // bulk, ring, bidirectional (3 ranks or more), and moving the other
+  // operands in each piece count with pieces of >= 32 columns.
+  for (const auto& [s, others] : {std::pair{square, 3u}, {thin, 1u}, {tiny, 1u}}) {
     EXPECT_TRUE(s.by_model) << overlap::to_string(s);
-    EXPECT_EQ(s.candidates.size(), R >= 3 ? 4u : 3u) << overlap::to_string(s);
+    EXPECT_EQ(s.candidates.size(), (R >= 3 ? 3u : 2u) + others) << overlap::to_string(s);
     for (const auto& c : s.candidates) EXPECT_GT(c.predicted_s, 0) << overlap::to_string(s);
   }
   // Compute about as long as the transfers: a ring hides them.
@@ -267,26 +269,49 @@ TEST(cost_model, forced_schedules_are_taken_as_asked) {
   EXPECT_TRUE(s.same_as(ag_schedule(ctx, 1024 / R, 1024, 1024, opt)));
 }
 
-// Moving the other operands gathers B in pieces of at least 32 columns of
-// the widest rank's, at most 4 (or as configured), so that products and
-// output blocks follow the transfer; an operand that is not gathered
-// (contracting layouts) has none.
+// Moving the other operands gathers B in 1, 2 or 4 pieces of at least 32
+// columns of the widest rank's: the count the model predicts fastest where
+// the context holds a calibration, else the most that keep 128 columns, or
+// as configured; an operand that is not gathered (contracting layouts) has
+// none.
 TEST(cost_model, other_operands_travel_in_pieces) {
-  overlap::config cfg = with_calibration(write_file(slow_network().to_json()));
-  overlap::context ctx(MPI_COMM_WORLD, cfg);
   overlap::ag_options opt;
   opt.algorithm = algorithm::others;
-  EXPECT_EQ(ag_schedule(ctx, 8, 64, 1024, opt).chunks, 4);
-  EXPECT_EQ(ag_schedule(ctx, 8, 64, 64, opt).chunks, 2);
-  EXPECT_EQ(ag_schedule(ctx, 8, 64, 40, opt).chunks, 1);
+  overlap::context plain(MPI_COMM_WORLD);  // no calibration: the rule
+  EXPECT_EQ(ag_schedule(plain, 8, 64, 1024, opt).chunks, 4);
+  EXPECT_EQ(ag_schedule(plain, 8, 64, 256, opt).chunks, 2);
+  EXPECT_EQ(ag_schedule(plain, 8, 64, 200, opt).chunks, 1);
   // Only rank 0 holds columns: its width decides for every rank.
-  EXPECT_EQ(ag_schedule(ctx, 8, 64, ctx.rank() == 0 ? 96 : 0, opt).chunks, 3);
+  EXPECT_EQ(ag_schedule(plain, 8, 64, plain.rank() == 0 ? 384 : 0, opt).chunks, 2);
+  overlap::config cfg = with_calibration(write_file(slow_network().to_json()));
   cfg.ag_chunks = 5;
   overlap::context configured(MPI_COMM_WORLD, cfg);
   EXPECT_EQ(ag_schedule(configured, 8, 64, 64, opt).chunks, 5);
+  cfg.ag_chunks = 0;
+  overlap::context modelled(MPI_COMM_WORLD, cfg);
+  for (int64_t n : {48, 256, 1024}) {
+    const overlap::schedule forced = ag_schedule(modelled, 256, 1024, n, opt);
+    overlap::ag_options automatic;
+    const overlap::schedule chosen = ag_schedule(modelled, 256, 1024, n, automatic);
+    if (modelled.size() == 1) {  // nothing travels, no model: the rule
+      EXPECT_EQ(forced.chunks, n == 48 ? 1 : n == 256 ? 2 : 4);
+      continue;
+    }
+    // The forced schedule's count is automatic's fastest others candidate's.
+    const overlap::candidate* best = nullptr;
+    size_t counts = 0;
+    for (const overlap::candidate& c : chosen.candidates)
+      if (c.algorithm == algorithm::others) {
+        ++counts;
+        if (best == nullptr || c.predicted_s < best->predicted_s) best = &c;
+      }
+    EXPECT_EQ(counts, n == 48 ? 1u : 3u) << overlap::to_string(chosen);
+    ASSERT_NE(best, nullptr);
+    EXPECT_EQ(forced.chunks, best->chunks) << overlap::to_string(chosen);
+  }
   opt.gathered = gathered::lhs_cols;
-  matrix<float> a(16, 8), b(8 * ctx.size(), 32), c(16, 32);
-  EXPECT_EQ(overlap::all_gather_matmul_schedule<float>(ctx, a.cview(), b.cview(), c.view(), opt).chunks, 0);
+  matrix<float> a(16, 8), b(8 * plain.size(), 32), c(16, 32);
+  EXPECT_EQ(overlap::all_gather_matmul_schedule<float>(plain, a.cview(), b.cview(), c.view(), opt).chunks, 0);
 }
 
 // Whatever the model picks, the result is right (automatic on uneven shards).

@@ -360,13 +360,27 @@ inline others_gemm ag_others_gather_gemm(const ag_geometry& geo, const ag_others
   return g;
 }
 
-/// Pieces the other-operands algorithm gathers the other operand in when it
-/// is not contracted: as configured (ag_chunks), else up to 4 of at least
-/// 32 columns (lhs) or rows (rhs) of the widest rank's, so that products and
-/// output blocks follow the transfer piece by piece (docs/design.md).
-inline int ag_others_pieces(int configured, int64_t widest) {
-  if (configured > 0) return configured;
-  return static_cast<int>(std::clamp<int64_t>(widest / 32, 1, 4));
+/// Piece counts the other-operands algorithm may gather the other operand
+/// in when it is not contracted, so that products and output blocks follow
+/// the transfer piece by piece (docs/design.md): as configured (ag_chunks),
+/// else 1, 2 or 4 pieces of at least 32 columns (lhs) or rows (rhs) of the
+/// widest rank's, for the cost model to choose from.
+inline std::vector<int> ag_others_pieces(int configured, int64_t widest) {
+  if (configured > 0) return {configured};
+  std::vector<int> out{1};
+  for (int p : {2, 4})
+    if (widest / p >= 32) out.push_back(p);
+  return out;
+}
+
+/// The piece count taken without a model: the most of ag_others_pieces'
+/// whose pieces keep at least 128 columns or rows (thinner ones cost the
+/// GEMMs more than they hide where the transfers are fast).
+inline int ag_others_rule(const std::vector<int>& pieces, int64_t widest) {
+  int best = pieces.front();
+  for (int p : pieces)
+    if (p == pieces.front() || widest / p >= 128) best = p;
+  return best;
 }
 
 /// Piece j of `pieces` of an extent (as even as can be).
@@ -769,9 +783,13 @@ schedule ag_choose(context& ctx, const ag_options& opt, const ag_global& g) {
   const int64_t elem = sizeof(T), acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;
   // The other operands may travel only where no rank wants the gathered
   // operand itself (gathered_out needs it gathered anyway).
-  schedule_request req{opt.strategy, opt.algorithm, !g.any_out, true};
-  if (!full.contracting)
-    req.others_chunks = ag_others_pieces(ctx.config().ag_chunks, *std::max_element(g.other.begin(), g.other.end()));
+  schedule_request req;
+  req.strategy = opt.strategy, req.algorithm = opt.algorithm, req.others_allowed = !g.any_out, req.hierarchical = true;
+  if (!full.contracting) {
+    const int64_t widest = *std::max_element(g.other.begin(), g.other.end());
+    req.others_pieces = ag_others_pieces(ctx.config().ag_chunks, widest);
+    req.others_rule = ag_others_rule(req.others_pieces, widest);
+  }
   return choose_schedule(ctx, req, dtype_of<T>(), chunks_for,
                          [&](const candidate& c) { return ag_work(full, g.other, R, c, elem, acc); });
 }

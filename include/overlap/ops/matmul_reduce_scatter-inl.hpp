@@ -558,7 +558,9 @@ schedule rs_choose(context& ctx, const rs_options& opt, const rs_global& g) {
   // Hierarchical: pieces of a shard go round the node one step behind each
   // other, so that each one's accumulator has a step to arrive (>= 2 pieces).
   const int configured = ctx.config().rs_chunks;
-  const schedule_request req{opt.strategy, opt.algorithm, true, true, configured > 0 ? configured : 2};
+  schedule_request req;
+  req.strategy = opt.strategy, req.algorithm = opt.algorithm, req.hierarchical = true;
+  req.hierarchical_chunks = configured > 0 ? configured : 2;
   return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) {
     return rs_work(g.rows, g.m, g.n, g.ks, g.layout, R, c, sizeof(T), size_of(rs_acc_type(t, opt, c.strategy)));
   });

@@ -8,6 +8,7 @@
 /// (the exchanged sizes and one calibration), so all ranks choose alike.
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "overlap/context.hpp"
@@ -25,7 +26,11 @@ struct schedule_request {
   bool others_allowed = true;   ///< false: the call wants the gathered operand (gathered_out)
   bool hierarchical = false;    ///< the op has a hierarchical schedule (else it runs ring)
   int hierarchical_chunks = 1;  ///< pieces per shard of the hierarchical schedule
-  int others_chunks = 0;        ///< pieces the other-operands algorithm gathers in (0: it gathers none)
+  /// Pieces the other-operands algorithm may gather its operand in, thinnest
+  /// last (empty: it gathers none); with more than one the cost model picks,
+  /// where the context has a calibration, else `others_rule` is taken.
+  std::vector<int> others_pieces;
+  int others_rule = 0;
 };
 
 /// A decomposed schedule must be predicted this much faster than bulk to be taken.
@@ -41,10 +46,36 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
     schedule x;
     x.strategy = s, x.algorithm = a;
     x.lanes = s == strategy::bidirectional ? 2 : 1;
-    x.chunks = a == algorithm::others ? req.others_chunks : s == strategy::bulk ? 0 : chunks_for(x.lanes);
+    x.chunks = a == algorithm::others ? req.others_rule : s == strategy::bulk ? 0 : chunks_for(x.lanes);
     return x;
   };
-  if (req.algorithm == algorithm::others && req.others_allowed) return fixed(strategy::bulk, algorithm::others);
+  // The other-operands schedules, one per piece count.
+  auto others = [&] {
+    std::vector<schedule> out;
+    for (int pieces : req.others_pieces) {
+      out.push_back(fixed(strategy::bulk, algorithm::others));
+      out.back().chunks = pieces;
+    }
+    if (out.empty()) out.push_back(fixed(strategy::bulk, algorithm::others));
+    return out;
+  };
+  auto predicted = [&](schedule& s, const link_rates& l, const gemm_rates& g) {
+    s.predicted_s = predict(l, g, R, work_of(candidate{s.strategy, s.algorithm, s.chunks}));
+  };
+  if (req.algorithm == algorithm::others && req.others_allowed) {
+    // Forced: the piece count the model predicts fastest where the context
+    // holds a calibration of its links (nothing is measured for it), else the rule.
+    const std::optional<calibration>& cal = ctx.calibration();
+    std::vector<schedule> options = others();
+    if (options.size() < 2 || R < 2 || !cal || !cal->has(ctx.links()) || !cal->has(t))
+      return fixed(strategy::bulk, algorithm::others);
+    for (schedule& s : options) predicted(s, cal->links.at(ctx.links()), cal->gemm.at(t));
+    schedule best = *std::min_element(options.begin(), options.end(), [](const schedule& x, const schedule& y) {
+      return x.predicted_s < y.predicted_s;
+    });
+    best.predicted_s = -1;  // not the model's choice of schedule, only of its pieces
+    return best;
+  }
   if (req.strategy == strategy::hierarchical) {
     if (!req.hierarchical || !ctx.two_levels()) return fixed(strategy::ring, algorithm::named);
     schedule x;  // lane 0 between nodes, lane 1 inside them
@@ -66,10 +97,10 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
   std::vector<schedule> options{fixed(strategy::bulk, algorithm::named), fixed(strategy::ring, algorithm::named)};
   if (R >= 3) options.push_back(fixed(strategy::bidirectional, algorithm::named));
   if (req.algorithm == algorithm::automatic && req.others_allowed)
-    options.push_back(fixed(strategy::bulk, algorithm::others));
+    for (const schedule& s : others()) options.push_back(s);
   std::vector<candidate> table;
   for (schedule& s : options) {
-    s.predicted_s = predict(l, g, R, work_of(candidate{s.strategy, s.algorithm, s.chunks}));
+    predicted(s, l, g);
     table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
   }
   const auto best = std::min_element(options.begin(), options.end(), [](const schedule& x, const schedule& y) {

@@ -263,10 +263,11 @@ inline collective_rates measure_collectives(context& ctx, const link_rates& l) {
   return c;
 }
 
-/// The grid a calibration measures GEMM rates on: pieces of a few hundred
-/// rows up to whole products of a few thousand (log-interpolated between).
+/// The grid a calibration measures GEMM rates on: thin pieces of a few
+/// dozen rows (their GEMMs reread the other operand per piece) up to whole
+/// products of a few thousand (log-interpolated between).
 inline const std::vector<int64_t>& calibration_sizes() {
-  static const std::vector<int64_t> s{128, 512, 2048};
+  static const std::vector<int64_t> s{32, 128, 512, 2048};
   return s;
 }
 
