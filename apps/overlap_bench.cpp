@@ -44,8 +44,9 @@ struct options {
   bool peers = true;
   int pipeline_chunks = 4;
   int iters = 5, warmup = 1;
-  int tp = 0;         ///< tensor-parallel group size; 0: one group of every rank
-  int64_t batch = 1;  ///< products per call (overlap::batch), members one after the other
+  long drain_bytes = 0;  ///< sent to each ring neighbour before every timed call (overlap::apps::link_drain)
+  int tp = 0;            ///< tensor-parallel group size; 0: one group of every rank
+  int64_t batch = 1;     ///< products per call (overlap::batch), members one after the other
   std::string json, transport;
 };
 
@@ -234,7 +235,8 @@ class bench_run {
         sl_(slice_for(o, R_, p_)),
         a_(members(make_slice<T>(sl_.a, 1))),
         b_(members(make_slice<T>(sl_.b, 2))),
-        c_(static_cast<size_t>(sl_.c.nr * sl_.c.nc * o.batch)) {}
+        c_(static_cast<size_t>(sl_.c.nr * sl_.c.nc * o.batch)),
+        drain_(MPI_COMM_WORLD, o.drain_bytes) {}
 
   /// Measures every row, prints the table (rank 0), appends the JSON; 0 when
   /// every result was right.
@@ -312,8 +314,8 @@ class bench_run {
     body();
     return result{name, name, 0, judge(name, check(c_, sl_.c, o_.k, o_.batch)), -1, -1, std::nullopt};
   }
-  double median(const std::function<void()>& body) const {
-    return overlap::apps::median_max_ms(MPI_COMM_WORLD, o_.warmup, o_.iters, body);
+  double median(const std::function<void()>& body) {
+    return overlap::apps::median_max_ms(MPI_COMM_WORLD, o_.warmup, o_.iters, body, std::ref(drain_));
   }
 
   /// The library's rows (bulk and every --strategies entry), checked, then
@@ -325,7 +327,7 @@ class bench_run {
     for (const auto& s : o_.strategies)
       if (s != "bulk") bodies.push_back(op(full_, s)), results_.push_back(checked(s, bodies.back()));
     const std::vector<double> rounds =
-        overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o_.warmup, o_.iters, bodies);
+        overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o_.warmup, o_.iters, bodies, std::ref(drain_));
     for (size_t i = 0; i < results_.size(); ++i) results_[i].time_ms = rounds[i];
   }
 
@@ -386,7 +388,7 @@ class bench_run {
       for (int nb : blocks) {
         auto sp = overlap::apps::make_scalapack_peer(m, n, k, {pr, q, nb, nb}, global_value);
         if (!sp) continue;
-        const double ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, 1, 3, sp->body);
+        const double ms = overlap::apps::median_max_ms(MPI_COMM_WORLD, 1, 3, sp->body, std::ref(drain_));
         searched.push_back({{"layout", sp->layout.text()}, {"ms", ms}});
         if (!best || ms < best_ms) best = std::move(sp), best_ms = ms;
       }
@@ -497,6 +499,7 @@ class bench_run {
   bool printer_;        ///< world rank 0 prints and writes the JSON
   slicing sl_;
   std::vector<T> a_, b_, c_;
+  overlap::apps::link_drain drain_;
   // One context per ring_phases setting: same schedule, halves switched off.
   overlap::context full_ = make_ctx(overlap::ring_phases::both);
   overlap::context compute_ctx_ = make_ctx(overlap::ring_phases::compute_only);
@@ -546,6 +549,12 @@ int main(int argc, char** argv) {
   app.add_option("--pipeline-chunks", o.pipeline_chunks, "chunks of the pipeline peer")->check(CLI::PositiveNumber);
   app.add_option("--iters", o.iters, "measured iterations (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "unmeasured iterations first")->check(CLI::NonNegativeNumber);
+  app.add_option("--drain-bytes", o.drain_bytes,
+                 "before every timed call (untimed), send this many bytes to each neighbour in rank order, so that "
+                 "rate-limited emulated links (tc tbf buckets) start every call empty alike; tools/vcluster run sets "
+                 "it to twice its bucket")
+      ->envname("OVERLAP_BENCH_DRAIN_BYTES")
+      ->check(CLI::Range(0L, long{1} << 30));
   app.add_option("--json", o.json, "append one JSON object per measured case to FILE (rank 0)");
   app.add_option("--tp", o.tp,
                  "tensor-parallel group size: the world becomes a dp x tp mesh (overlap::mesh, tp varying fastest) "
