@@ -179,11 +179,13 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
   return slowdown_from_seconds_per_byte(worst, l.bytes_per_s_both);
 }
 
-/// Seconds of a collective `run` runs, median of 3 after a warm-up, slowest rank.
-template <class F>
-double time_collective(context& ctx, F&& run) {
+/// Seconds of a collective `run` runs, median of 3 after a warm-up, slowest
+/// rank. Before each, `settle` (untimed).
+template <class F, class S>
+double time_collective(context& ctx, F&& run, S&& settle) {
   std::vector<double> t;
   for (int i = 0; i < 4; ++i) {
+    settle();
     OVERLAP_MPI(MPI_Barrier, ctx.comm());
     const double t0 = MPI_Wtime();
     run();
@@ -223,36 +225,55 @@ inline collective_rates measure_collectives(context& ctx, const link_rates& l) {
   // hops x latency + bytes / rate; each solved for the rate.
   auto per_hop = [&](double block, double s) { return block / std::max(s / hops - l.latency_s, 1e-9); };
   auto total = [&](double bytes, double s) { return bytes / std::max(s - hops * l.latency_s, 1e-9); };
+  // Each collective starts from links that just carried a ring exchange, as
+  // a call among others does (and rate-limited links' token buckets start
+  // empty rather than full after the previous collective's tail).
+  constexpr int settle_bytes = 512 << 10;
+  engine::buffer<std::byte> s_out(2 * size_t{settle_bytes}), s_in(2 * size_t{settle_bytes});
+  std::memset(s_out.data(), 1, s_out.size());
+  auto settle = [&] { time_exchange(ctx, s_out.data(), s_in.data(), settle_bytes, true, 1); };
   collective_rates c;
   c.ranks = R;
   for (double block : blocks) {
     const int floats = static_cast<int>(block) / 4;
     std::vector<int> counts(static_cast<size_t>(R), floats), displs(static_cast<size_t>(R));
     for (int p = 0; p < R; ++p) displs[static_cast<size_t>(p)] = p * floats;
-    const double ag = time_collective(ctx, [&] {
-      OVERLAP_MPI(MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), counts.data(), displs.data(),
-                  MPI_FLOAT, ctx.comm());
-    });
-    const double iag = time_collective(ctx, [&] {
-      MPI_Request r = MPI_REQUEST_NULL;
-      OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), counts.data(), displs.data(),
-                  MPI_FLOAT, ctx.comm(), &r);
-      OVERLAP_MPI(MPI_Wait, &r, MPI_STATUS_IGNORE);
-    });
-    const double rs = time_collective(ctx, [&] {
-      OVERLAP_MPI(MPI_Reduce_scatter, send.data(), recv.data(), counts.data(), MPI_FLOAT, MPI_SUM, ctx.comm());
-    });
+    const double ag = time_collective(
+        ctx,
+        [&] {
+          OVERLAP_MPI(MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), counts.data(), displs.data(),
+                      MPI_FLOAT, ctx.comm());
+        },
+        settle);
+    const double iag = time_collective(
+        ctx,
+        [&] {
+          MPI_Request r = MPI_REQUEST_NULL;
+          OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), counts.data(), displs.data(),
+                      MPI_FLOAT, ctx.comm(), &r);
+          OVERLAP_MPI(MPI_Wait, &r, MPI_STATUS_IGNORE);
+        },
+        settle);
+    const double rs = time_collective(
+        ctx,
+        [&] {
+          OVERLAP_MPI(MPI_Reduce_scatter, send.data(), recv.data(), counts.data(), MPI_FLOAT, MPI_SUM, ctx.comm());
+        },
+        settle);
     // All-to-all: `block` bytes out of each rank in all, split over the others.
     const int each = floats / (R - 1);
     std::vector<int> a2a(static_cast<size_t>(R), each), a2a_displs(static_cast<size_t>(R));
     a2a[static_cast<size_t>(ctx.rank())] = 0;
     for (int p = 0; p < R; ++p) a2a_displs[static_cast<size_t>(p)] = p * each;
-    const double a2 = time_collective(ctx, [&] {
-      MPI_Request r = MPI_REQUEST_NULL;
-      OVERLAP_MPI(MPI_Ialltoallv, send.data(), a2a.data(), a2a_displs.data(), MPI_FLOAT, recv.data(), a2a.data(),
-                  a2a_displs.data(), MPI_FLOAT, ctx.comm(), &r);
-      OVERLAP_MPI(MPI_Wait, &r, MPI_STATUS_IGNORE);
-    });
+    const double a2 = time_collective(
+        ctx,
+        [&] {
+          MPI_Request r = MPI_REQUEST_NULL;
+          OVERLAP_MPI(MPI_Ialltoallv, send.data(), a2a.data(), a2a_displs.data(), MPI_FLOAT, recv.data(), a2a.data(),
+                      a2a_displs.data(), MPI_FLOAT, ctx.comm(), &r);
+          OVERLAP_MPI(MPI_Wait, &r, MPI_STATUS_IGNORE);
+        },
+        settle);
     for (collective_rate* r : {&c.allgather, &c.iallgather, &c.reduce_scatter, &c.alltoall})
       r->block_bytes.push_back(block);
     c.allgather.bytes_per_s.push_back(per_hop(block, ag));
