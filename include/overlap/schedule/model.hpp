@@ -4,7 +4,8 @@
 /// (work), and its predicted time from a calibration. Ring: the pieces'
 /// GEMMs (slowed by the transfers running meanwhile) against the transfers,
 /// plus the piece that nothing overlaps; bulk: the collectives (at the rates
-/// measured for them) and the GEMMs one after the other. docs/design.md ("Choosing a schedule") derives it.
+/// measured for them) and the GEMMs one after the other. docs/design.md
+/// ("Choosing a schedule") derives it.
 
 #include <algorithm>
 #include <cstdint>
