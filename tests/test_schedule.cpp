@@ -136,6 +136,22 @@ TEST(model, output_blocks_leave_once_computed) {
   EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 5.5e-3, 1e-9);
 }
 
+// The GEMMs lose at most the transfers' own time to them, however large the
+// calibrated per-byte cost: a ring whose GEMMs take 1 ms and transfers 3 ms
+// takes no more than both one after the other.
+TEST(model, transfers_cost_the_gemms_at_most_their_own_time) {
+  overlap::link_rates l{0, 1e9, 1e9, 1, {}};
+  const overlap::gemm_rates g{{128, 2048}, std::vector<double>(8, 1e12)};
+  overlap::detail::work w;
+  w.ring = true, w.steps = 4, w.transfer_steps = 3, w.step_bytes = 1e6;  // 3 ms of transfers
+  w.piece = {500, 500, 500};                                             // 0.25 ms per step
+  EXPECT_NEAR(overlap::detail::predict(l, g, 4, w), 3.25e-3, 1e-9);      // transfers + the last piece
+  l.gemm_slowdown = overlap::detail::slowdown_from_seconds_per_byte(0.1e-9, l.bytes_per_s_both);
+  EXPECT_NEAR(overlap::detail::predict(l, g, 4, w), 3.25e-3, 1e-9);  // 0.6 ms lost: still bound by the link
+  l.gemm_slowdown = overlap::detail::slowdown_from_seconds_per_byte(10e-9, l.bytes_per_s_both);
+  EXPECT_NEAR(overlap::detail::predict(l, g, 4, w), 4e-3, 1e-9);  // 60 ms "lost": at most the 3 ms of transfers
+}
+
 TEST(calibration, malformed_files_are_rejected_with_the_reason) {
   auto reason = [](const std::string& text) {
     try {

@@ -95,11 +95,13 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
     const double compute = w.steps * piece;
     if (w.transfer_steps == 0) return compute;
     const double comm = w.transfer_steps * (l.latency_s + w.step_bytes / rate);
-    // GEMMs lose time for every byte the rank sends and receives meanwhile.
-    // One piece's product is never overlapped (all-gather: the last one after
-    // its transfer; reduce-scatter: the first one before any).
+    // GEMMs lose time for every byte the rank sends and receives meanwhile,
+    // at most the transfers' own time (the cores cannot spend longer moving
+    // the bytes than the transfers last). One piece's product is never
+    // overlapped (all-gather: the last one after its transfer;
+    // reduce-scatter: the first one before any).
     const double moved = 2.0 * w.transfer_steps * w.lanes * w.step_bytes;
-    return std::max(compute + moved * seconds_per_byte(l), comm + piece);
+    return std::max(compute + std::min(moved * seconds_per_byte(l), comm), comm + piece);
   }
   double own = 0, rest = 0;
   for (size_t i = 0; i < w.gemms.size(); ++i)
@@ -125,15 +127,17 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
   const double k = seconds_per_byte(l), gathered = 2.0 * hops * w.allgather_block, exchanged = 2.0 * w.alltoall_bytes;
   const double inputs = gather + (w.alltoall_out ? 0 : alltoall);
   const double in_bytes = gathered + (w.alltoall_out ? 0 : exchanged);
-  if (!w.alltoall_out) return std::max(inputs, own + k * in_bytes) + rest + reduce;
+  // What the GEMMs lose to the inputs and the outputs (at most their transfer time, as for a ring).
+  const double lost_in = std::min(k * in_bytes, inputs), lost_out = std::min(k * exchanged, alltoall);
+  if (!w.alltoall_out) return std::max(inputs, own + lost_in) + rest + reduce;
   // The peers' products of a piece start once it arrived (the first after
   // inputs / pieces), and output blocks leave as they are computed: each
   // after its own product, the last after the last product (with 2 ranks
   // and one piece the only block, so nothing hides its transfer). Both
   // phases use the same links.
   const double pieces = std::max(w.pieces, 1), blocks = std::max<double>(double(w.gemms.size()) - w.own_gemms, 1);
-  const double start = std::max(inputs / pieces, own + k * in_bytes / pieces);
-  const double slowed = k * (in_bytes * (1 - 1 / pieces) + exchanged * (1 - 1 / blocks));
+  const double start = std::max(inputs / pieces, own + lost_in / pieces);
+  const double slowed = lost_in * (1 - 1 / pieces) + lost_out * (1 - 1 / blocks);
   const double first_block = rest / blocks, last_block = alltoall / blocks;
   return std::max({start + rest + slowed + last_block, start + first_block + alltoall,
                    inputs + rest / pieces + last_block, inputs + alltoall}) +
