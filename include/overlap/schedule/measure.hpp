@@ -2,9 +2,9 @@
 /// @file
 /// Measuring a calibration on the ranks of a context (collective): the ring
 /// links, the collectives over them, the GEMM rate grid and the GEMM
-/// slowdown while transfers run. Every
-/// rank measures at the same time (every core busy, as users run), and the
-/// ranks agree on the slowest values, so they all hold one model.
+/// slowdown while transfers run. Every rank measures at the same time (every
+/// core busy, as users run), and the ranks agree on the slowest values, so
+/// they all hold one model.
 
 #include <mpi.h>
 
@@ -211,12 +211,21 @@ inline collective_rates measure_collectives(context& ctx, const link_rates& l) {
   const double hops = R - 1;
   const std::vector<double>& blocks = collective_blocks();
   const auto top = static_cast<size_t>(blocks.back());
+  // Each collective starts from links that just carried a ring exchange, as
+  // a call among others does: timed back to back after other collectives,
+  // MPI_Allgatherv of 4 MiB blocks on the emulated 4-node ring at 1 Gbit/s
+  // ran at 0.57-0.65 Gbit/s in the model's terms, settled at 0.82, and the
+  // same call in overlap-bench at 0.84.
+  constexpr int settle_bytes = 512 << 10;
   // Every rank allocates the same: a failure is agreed before measuring.
-  engine::buffer<std::byte> send, recv;
+  engine::buffer<std::byte> send, recv, s_out, s_in;
   failure local;
   try {
     send = engine::buffer<std::byte>(top * size_t(R)), recv = engine::buffer<std::byte>(top * size_t(R));
+    s_out = engine::buffer<std::byte>(2 * size_t{settle_bytes}),
+    s_in = engine::buffer<std::byte>(2 * size_t{settle_bytes});
     std::memset(send.data(), 0, send.size()), std::memset(recv.data(), 0, recv.size());
+    std::memset(s_out.data(), 1, s_out.size());
   } catch (...) {
     local = failure::capture(std::current_exception());
   }
@@ -225,12 +234,6 @@ inline collective_rates measure_collectives(context& ctx, const link_rates& l) {
   // hops x latency + bytes / rate; each solved for the rate.
   auto per_hop = [&](double block, double s) { return block / std::max(s / hops - l.latency_s, 1e-9); };
   auto total = [&](double bytes, double s) { return bytes / std::max(s - hops * l.latency_s, 1e-9); };
-  // Each collective starts from links that just carried a ring exchange, as
-  // a call among others does (and rate-limited links' token buckets start
-  // empty rather than full after the previous collective's tail).
-  constexpr int settle_bytes = 512 << 10;
-  engine::buffer<std::byte> s_out(2 * size_t{settle_bytes}), s_in(2 * size_t{settle_bytes});
-  std::memset(s_out.data(), 1, s_out.size());
   auto settle = [&] { time_exchange(ctx, s_out.data(), s_in.data(), settle_bytes, true, 1); };
   collective_rates c;
   c.ranks = R;
