@@ -389,6 +389,25 @@ inline range ag_others_piece(int64_t extent, int j, int pieces) {
   return {b, extent * (j + 1) / pieces - b};
 }
 
+/// The all-gathers of ag_others_gather: piece j of every rank's other
+/// operand (K x its piece), one after the other in the gathered buffer.
+template <class T>
+void ag_others_gathers(const ag_geometry& geo, others_plan<T>& o, const ag_others_ctx& c, int64_t k, int pieces) {
+  int64_t base = 0;
+  for (int j = 0; j < pieces; ++j) {
+    std::vector<int64_t> counts(static_cast<size_t>(c.R));
+    for (int q = 0; q < c.R; ++q) counts[static_cast<size_t>(q)] = k * ag_others_piece(c.o(q), j, pieces).len;
+    others_gather ga;
+    ga.at = others_counts(counts);
+    ga.base = base;
+    const range mine = ag_others_piece(c.o(c.p), j, pieces), all{0, k};
+    const int64_t to = base + ga.at.displs[static_cast<size_t>(c.p)];
+    ga.own = geo.lhs ? stored_block(c.o_src, c.to, all, mine, to) : stored_block(c.o_src, c.to, mine, all, to);
+    base += ga.at.total();
+    o.gathers.push_back(std::move(ga));
+  }
+}
+
 /// Not contracting (lhs_rows, rhs_cols): every rank's other operand is
 /// gathered, in `pieces` pieces of its free dimension (one all-gather each),
 /// this rank multiplies its shard of X by each piece as it arrives, and each
@@ -403,19 +422,7 @@ int64_t ag_others_gather(const ag_geometry& geo, others_plan<T>& o, const ag_arg
   const shard_layout& sh = geo.layout;
   const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows;
   auto piece = [&](int q, int j) { return ag_others_piece(c.o(q), j, pieces); };
-  int64_t base = 0;
-  for (int j = 0; j < pieces; ++j) {
-    std::vector<int64_t> counts;
-    for (int q = 0; q < c.R; ++q) counts.push_back(k * piece(q, j).len);
-    others_gather ga;
-    ga.at = others_counts(counts);
-    ga.base = base;
-    const range mine = piece(c.p, j), all{0, k};
-    const int64_t to = base + ga.at.displs[static_cast<size_t>(c.p)];
-    ga.own = geo.lhs ? stored_block(c.o_src, c.to, all, mine, to) : stored_block(c.o_src, c.to, mine, all, to);
-    base += ga.at.total();
-    o.gathers.push_back(std::move(ga));
-  }
+  ag_others_gathers(geo, o, c, k, pieces);
   o.output = others_output::owners;
   // The block of rank q's output that rank `from` computes from piece j, at element `at`.
   auto block_of = [&](int from, int q, int j, int64_t at) {

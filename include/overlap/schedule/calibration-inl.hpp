@@ -43,6 +43,32 @@ OVERLAP_FUNC std::string calibration::to_json() const {
   return j.dump(1);
 }
 
+namespace detail {
+
+/// The `collectives` of a link class (`where` names it in errors, `bad`
+/// makes the exception).
+template <class Bad>
+collective_rates collectives_from_json(const nlohmann::json& cj, const std::string& where, Bad&& bad) {
+  collective_rates r;
+  r.ranks = cj.at("ranks").get<int>();
+  if (r.ranks < 2) throw bad(where + " collectives need ranks >= 2");
+  for_each_collective(r, [&](const char* what, collective_rate& cr) {
+    const std::string which = where + " collective " + what;
+    cr.block_bytes = cj.at(what).at("block_bytes").get<std::vector<double>>();
+    for (double g : cj.at(what).at("gbit_per_s").get<std::vector<double>>()) cr.bytes_per_s.push_back(g / 8e-9);
+    if (cr.block_bytes.empty() || cr.block_bytes.size() != cr.bytes_per_s.size())
+      throw bad(which + " needs as many block_bytes as gbit_per_s values, at least one");
+    if (!std::is_sorted(cr.block_bytes.begin(), cr.block_bytes.end()) || !(cr.block_bytes.front() > 0) ||
+        std::adjacent_find(cr.block_bytes.begin(), cr.block_bytes.end()) != cr.block_bytes.end())
+      throw bad(which + " block_bytes must be positive and ascending");
+    for (double b : cr.bytes_per_s)
+      if (!(b > 0 && std::isfinite(b))) throw bad(which + " rates must be positive");
+  });
+  return r;
+}
+
+}  // namespace detail
+
 OVERLAP_FUNC calibration calibration::from_json(const std::string& text, const std::string& origin) {
   auto bad = [&](const std::string& why) {
     return std::invalid_argument("overlap: calibration " + origin + ": " + why);
@@ -65,23 +91,8 @@ OVERLAP_FUNC calibration calibration::from_json(const std::string& text, const s
         if (!(r.latency_s >= 0 && r.bytes_per_s > 0 && r.bytes_per_s_both > 0 && r.gemm_slowdown >= 1 &&
               std::isfinite(r.latency_s + r.bytes_per_s + r.bytes_per_s_both + r.gemm_slowdown)))
           throw bad("link class '" + name + "' needs latency >= 0, rates > 0 and gemm_slowdown >= 1");
-        if (l.contains("collectives")) {
-          const nlohmann::json& cj = l.at("collectives");
-          r.collectives.ranks = cj.at("ranks").get<int>();
-          if (r.collectives.ranks < 2) throw bad("link class '" + name + "' collectives need ranks >= 2");
-          detail::for_each_collective(r.collectives, [&](const char* what, collective_rate& cr) {
-            const std::string where = "link class '" + name + "' collective " + what;
-            cr.block_bytes = cj.at(what).at("block_bytes").get<std::vector<double>>();
-            for (double g : cj.at(what).at("gbit_per_s").get<std::vector<double>>()) cr.bytes_per_s.push_back(g / 8e-9);
-            if (cr.block_bytes.empty() || cr.block_bytes.size() != cr.bytes_per_s.size())
-              throw bad(where + " needs as many block_bytes as gbit_per_s values, at least one");
-            if (!std::is_sorted(cr.block_bytes.begin(), cr.block_bytes.end()) || !(cr.block_bytes.front() > 0) ||
-                std::adjacent_find(cr.block_bytes.begin(), cr.block_bytes.end()) != cr.block_bytes.end())
-              throw bad(where + " block_bytes must be positive and ascending");
-            for (double b : cr.bytes_per_s)
-              if (!(b > 0 && std::isfinite(b))) throw bad(where + " rates must be positive");
-          });
-        }
+        if (l.contains("collectives"))
+          r.collectives = detail::collectives_from_json(l.at("collectives"), "link class '" + name + "'", bad);
         c.links[cls] = r;
       }
     if (j.contains("gemm"))

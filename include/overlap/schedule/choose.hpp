@@ -36,6 +36,39 @@ struct schedule_request {
 /// A decomposed schedule must be predicted this much faster than bulk to be taken.
 inline constexpr double model_margin = 1.03;
 
+/// Moving the other operands, gathered in `pieces`.
+inline schedule others_schedule(int pieces) {
+  schedule x;
+  x.strategy = strategy::bulk, x.algorithm = algorithm::others, x.chunks = pieces;
+  return x;
+}
+
+/// The other-operands schedules a request allows, one per piece count.
+inline std::vector<schedule> others_options(const schedule_request& req) {
+  std::vector<schedule> out;
+  for (int pieces : req.others_pieces) out.push_back(others_schedule(pieces));
+  if (out.empty()) out.push_back(others_schedule(req.others_rule));
+  return out;
+}
+
+/// A forced algorithm::others: the piece count the model predicts fastest
+/// where the context holds a calibration of its links and element type
+/// (nothing is measured for it), else the rule's.
+template <class WorkOf>
+schedule forced_others(const context& ctx, const schedule_request& req, dtype t, WorkOf&& work_of) {
+  std::vector<schedule> options = others_options(req);
+  const std::optional<calibration>& cal = ctx.calibration();
+  if (options.size() < 2 || ctx.size() < 2 || !cal || !cal->has(ctx.links()) || !cal->has(t))
+    return others_schedule(req.others_rule);
+  for (schedule& s : options)
+    s.predicted_s = predict(cal->links.at(ctx.links()), cal->gemm.at(t), ctx.size(),
+                            work_of(candidate{s.strategy, s.algorithm, s.chunks}));
+  schedule best = *std::min_element(options.begin(), options.end(),
+                                    [](const schedule& x, const schedule& y) { return x.predicted_s < y.predicted_s; });
+  best.predicted_s = -1;  // not the model's choice of schedule, only of its pieces
+  return best;
+}
+
 /// Collective on a plan miss (every rank runs it with the same inputs).
 /// chunks_for(lanes): the chunk count of a ring with that many lanes;
 /// work_of(candidate): the candidate's work on the busiest rank.
@@ -46,36 +79,10 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
     schedule x;
     x.strategy = s, x.algorithm = a;
     x.lanes = s == strategy::bidirectional ? 2 : 1;
-    x.chunks = a == algorithm::others ? req.others_rule : s == strategy::bulk ? 0 : chunks_for(x.lanes);
+    x.chunks = s == strategy::bulk ? 0 : chunks_for(x.lanes);
     return x;
   };
-  // The other-operands schedules, one per piece count.
-  auto others = [&] {
-    std::vector<schedule> out;
-    for (int pieces : req.others_pieces) {
-      out.push_back(fixed(strategy::bulk, algorithm::others));
-      out.back().chunks = pieces;
-    }
-    if (out.empty()) out.push_back(fixed(strategy::bulk, algorithm::others));
-    return out;
-  };
-  auto predicted = [&](schedule& s, const link_rates& l, const gemm_rates& g) {
-    s.predicted_s = predict(l, g, R, work_of(candidate{s.strategy, s.algorithm, s.chunks}));
-  };
-  if (req.algorithm == algorithm::others && req.others_allowed) {
-    // Forced: the piece count the model predicts fastest where the context
-    // holds a calibration of its links (nothing is measured for it), else the rule.
-    const std::optional<calibration>& cal = ctx.calibration();
-    std::vector<schedule> options = others();
-    if (options.size() < 2 || R < 2 || !cal || !cal->has(ctx.links()) || !cal->has(t))
-      return fixed(strategy::bulk, algorithm::others);
-    for (schedule& s : options) predicted(s, cal->links.at(ctx.links()), cal->gemm.at(t));
-    schedule best = *std::min_element(options.begin(), options.end(), [](const schedule& x, const schedule& y) {
-      return x.predicted_s < y.predicted_s;
-    });
-    best.predicted_s = -1;  // not the model's choice of schedule, only of its pieces
-    return best;
-  }
+  if (req.algorithm == algorithm::others && req.others_allowed) return forced_others(ctx, req, t, work_of);
   if (req.strategy == strategy::hierarchical) {
     if (!req.hierarchical || !ctx.two_levels()) return fixed(strategy::ring, algorithm::named);
     schedule x;  // lane 0 between nodes, lane 1 inside them
@@ -97,10 +104,10 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
   std::vector<schedule> options{fixed(strategy::bulk, algorithm::named), fixed(strategy::ring, algorithm::named)};
   if (R >= 3) options.push_back(fixed(strategy::bidirectional, algorithm::named));
   if (req.algorithm == algorithm::automatic && req.others_allowed)
-    for (const schedule& s : others()) options.push_back(s);
+    for (const schedule& s : others_options(req)) options.push_back(s);
   std::vector<candidate> table;
   for (schedule& s : options) {
-    predicted(s, l, g);
+    s.predicted_s = predict(l, g, R, work_of(candidate{s.strategy, s.algorithm, s.chunks}));
     table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
   }
   const auto best = std::min_element(options.begin(), options.end(), [](const schedule& x, const schedule& y) {

@@ -203,6 +203,57 @@ inline const std::vector<double>& collective_blocks() {
   return b;
 }
 
+/// Seconds of each collective measure_collectives times, at one block size.
+struct collective_seconds {
+  double allgather = 0, iallgather = 0, reduce_scatter = 0, alltoall = 0;
+  double alltoall_bytes = 0;  ///< what one rank sent in the all-to-all
+};
+
+/// The collectives as the schedules call them, `block` bytes per rank (f32),
+/// on buffers of R blocks each. Collective.
+template <class S>
+collective_seconds time_collectives(context& ctx, double block, std::byte* send, std::byte* recv, S&& settle) {
+  const int R = ctx.size();
+  collective_seconds c;
+  const int floats = static_cast<int>(block) / 4;
+  std::vector<int> counts(static_cast<size_t>(R), floats), displs(static_cast<size_t>(R));
+  for (int p = 0; p < R; ++p) displs[static_cast<size_t>(p)] = p * floats;
+  c.allgather = time_collective(
+      ctx,
+      [&] {
+        OVERLAP_MPI(MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, counts.data(), displs.data(), MPI_FLOAT,
+                    ctx.comm());
+      },
+      settle);
+  c.iallgather = time_collective(
+      ctx,
+      [&] {
+        MPI_Request r = MPI_REQUEST_NULL;
+        OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, counts.data(), displs.data(), MPI_FLOAT,
+                    ctx.comm(), &r);
+        OVERLAP_MPI(MPI_Wait, &r, MPI_STATUS_IGNORE);
+      },
+      settle);
+  c.reduce_scatter = time_collective(
+      ctx, [&] { OVERLAP_MPI(MPI_Reduce_scatter, send, recv, counts.data(), MPI_FLOAT, MPI_SUM, ctx.comm()); }, settle);
+  // All-to-all: `block` bytes out of each rank in all, split over the others.
+  const int each = floats / (R - 1);
+  std::vector<int> a2a(static_cast<size_t>(R), each), a2a_displs(static_cast<size_t>(R));
+  a2a[static_cast<size_t>(ctx.rank())] = 0;
+  for (int p = 0; p < R; ++p) a2a_displs[static_cast<size_t>(p)] = p * each;
+  c.alltoall = time_collective(
+      ctx,
+      [&] {
+        MPI_Request r = MPI_REQUEST_NULL;
+        OVERLAP_MPI(MPI_Ialltoallv, send, a2a.data(), a2a_displs.data(), MPI_FLOAT, recv, a2a.data(), a2a_displs.data(),
+                    MPI_FLOAT, ctx.comm(), &r);
+        OVERLAP_MPI(MPI_Wait, &r, MPI_STATUS_IGNORE);
+      },
+      settle);
+  c.alltoall_bytes = 4.0 * each * (R - 1);
+  return c;
+}
+
 /// Open MPI's collectives on ctx as the bulk and the other-operands schedules
 /// call them (needs >= 2 ranks; the ring links `l` measured first), each
 /// converted to the rate the model prices it with. Collective.
@@ -238,51 +289,13 @@ inline collective_rates measure_collectives(context& ctx, const link_rates& l) {
   collective_rates c;
   c.ranks = R;
   for (double block : blocks) {
-    const int floats = static_cast<int>(block) / 4;
-    std::vector<int> counts(static_cast<size_t>(R), floats), displs(static_cast<size_t>(R));
-    for (int p = 0; p < R; ++p) displs[static_cast<size_t>(p)] = p * floats;
-    const double ag = time_collective(
-        ctx,
-        [&] {
-          OVERLAP_MPI(MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), counts.data(), displs.data(),
-                      MPI_FLOAT, ctx.comm());
-        },
-        settle);
-    const double iag = time_collective(
-        ctx,
-        [&] {
-          MPI_Request r = MPI_REQUEST_NULL;
-          OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), counts.data(), displs.data(),
-                      MPI_FLOAT, ctx.comm(), &r);
-          OVERLAP_MPI(MPI_Wait, &r, MPI_STATUS_IGNORE);
-        },
-        settle);
-    const double rs = time_collective(
-        ctx,
-        [&] {
-          OVERLAP_MPI(MPI_Reduce_scatter, send.data(), recv.data(), counts.data(), MPI_FLOAT, MPI_SUM, ctx.comm());
-        },
-        settle);
-    // All-to-all: `block` bytes out of each rank in all, split over the others.
-    const int each = floats / (R - 1);
-    std::vector<int> a2a(static_cast<size_t>(R), each), a2a_displs(static_cast<size_t>(R));
-    a2a[static_cast<size_t>(ctx.rank())] = 0;
-    for (int p = 0; p < R; ++p) a2a_displs[static_cast<size_t>(p)] = p * each;
-    const double a2 = time_collective(
-        ctx,
-        [&] {
-          MPI_Request r = MPI_REQUEST_NULL;
-          OVERLAP_MPI(MPI_Ialltoallv, send.data(), a2a.data(), a2a_displs.data(), MPI_FLOAT, recv.data(), a2a.data(),
-                      a2a_displs.data(), MPI_FLOAT, ctx.comm(), &r);
-          OVERLAP_MPI(MPI_Wait, &r, MPI_STATUS_IGNORE);
-        },
-        settle);
+    const collective_seconds s = time_collectives(ctx, block, send.data(), recv.data(), settle);
     for (collective_rate* r : {&c.allgather, &c.iallgather, &c.reduce_scatter, &c.alltoall})
       r->block_bytes.push_back(block);
-    c.allgather.bytes_per_s.push_back(per_hop(block, ag));
-    c.iallgather.bytes_per_s.push_back(per_hop(block, iag));
-    c.reduce_scatter.bytes_per_s.push_back(per_hop(block, rs));
-    c.alltoall.bytes_per_s.push_back(total(4.0 * each * (R - 1), a2));
+    c.allgather.bytes_per_s.push_back(per_hop(block, s.allgather));
+    c.iallgather.bytes_per_s.push_back(per_hop(block, s.iallgather));
+    c.reduce_scatter.bytes_per_s.push_back(per_hop(block, s.reduce_scatter));
+    c.alltoall.bytes_per_s.push_back(total(s.alltoall_bytes, s.alltoall));
   }
   return c;
 }

@@ -86,23 +86,26 @@ inline double slowdown_from_seconds_per_byte(double per_byte, double bytes_per_s
   return 1 + per_byte * 4 * slowdown_link_share * bytes_per_s_both;
 }
 
+/// Predicted seconds of a ring `w` (w.ring) over links `l` with GEMM rates `g`.
+inline double predict_ring(const link_rates& l, const gemm_rates& g, const work& w) {
+  const double piece = w.lanes * gemm_seconds(g, w.piece);
+  const double rate = w.lanes == 2 ? l.bytes_per_s_both : l.bytes_per_s;
+  const double compute = w.steps * piece;
+  if (w.transfer_steps == 0) return compute;
+  const double comm = w.transfer_steps * (l.latency_s + w.step_bytes / rate);
+  // GEMMs lose time for every byte the rank sends and receives meanwhile,
+  // at most the transfers' own time (the cores cannot spend longer moving
+  // the bytes than the transfers last). One piece's product is never
+  // overlapped (all-gather: the last one after its transfer;
+  // reduce-scatter: the first one before any).
+  const double moved = 2.0 * w.transfer_steps * w.lanes * w.step_bytes;
+  return std::max(compute + std::min(moved * seconds_per_byte(l), comm), comm + piece);
+}
+
 /// Predicted seconds of `w` on R ranks over links `l` with GEMM rates `g`.
 inline double predict(const link_rates& l, const gemm_rates& g, int R, const work& w) {
   const double hops = R - 1;
-  if (w.ring) {
-    const double piece = w.lanes * gemm_seconds(g, w.piece);
-    const double rate = w.lanes == 2 ? l.bytes_per_s_both : l.bytes_per_s;
-    const double compute = w.steps * piece;
-    if (w.transfer_steps == 0) return compute;
-    const double comm = w.transfer_steps * (l.latency_s + w.step_bytes / rate);
-    // GEMMs lose time for every byte the rank sends and receives meanwhile,
-    // at most the transfers' own time (the cores cannot spend longer moving
-    // the bytes than the transfers last). One piece's product is never
-    // overlapped (all-gather: the last one after its transfer;
-    // reduce-scatter: the first one before any).
-    const double moved = 2.0 * w.transfer_steps * w.lanes * w.step_bytes;
-    return std::max(compute + std::min(moved * seconds_per_byte(l), comm), comm + piece);
-  }
+  if (w.ring) return predict_ring(l, g, w);
   double own = 0, rest = 0;
   for (size_t i = 0; i < w.gemms.size(); ++i)
     (i < static_cast<size_t>(w.own_gemms) ? own : rest) += gemm_seconds(g, w.gemms[i]);
