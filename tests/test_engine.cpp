@@ -120,11 +120,18 @@ TEST(plan_chunks, rules) {
   EXPECT_EQ(plan_chunks(5, 1, 2, 2, 1, 1024, row, false), 5);
   EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, true), 1);
   EXPECT_EQ(plan_chunks(0, 2, 3, 2, 1, 1024, row, true), 2);
-  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, false), 6);   // 12 pieces of 170 rows
-  EXPECT_EQ(plan_chunks(0, 1, 2, 4, 1, 512, row, false), 3);    // 12 pieces of 170 rows
-  EXPECT_EQ(plan_chunks(0, 1, 2, 3, 2, 512, row, false), 2);    // two lanes: 12 pieces of 256 rows
-  EXPECT_EQ(plan_chunks(0, 1, 2, 16, 1, 128, row, false), 1);   // 128 rows cannot be halved
-  EXPECT_EQ(plan_chunks(0, 2, 3, 16, 1, 128, row, false), 2);   // reduce-scatter keeps 2
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, row, false), 6);  // 12 pieces of 170 rows
+  EXPECT_EQ(plan_chunks(0, 1, 2, 4, 1, 512, row, false), 3);   // 12 pieces of 170 rows
+  EXPECT_EQ(plan_chunks(0, 1, 2, 3, 2, 512, row, false), 2);   // two lanes: 12 pieces of 256 rows
+  // Below 128 rows or 512 KiB the window's preferred count still holds, down
+  // to 32 rows and 128 KiB per piece; only then the minimum.
+  EXPECT_EQ(plan_chunks(0, 1, 2, 16, 1, 128, row, false), 2);   // 2 pieces of 64 rows
+  EXPECT_EQ(plan_chunks(0, 2, 3, 16, 1, 128, row, false), 3);   // 3 of 42 rows, 341 KiB
+  EXPECT_EQ(plan_chunks(0, 2, 3, 4, 2, 256, 4096, false), 3);   // bidirectional: 85 rows of 4 KiB
+  EXPECT_EQ(plan_chunks(0, 2, 3, 4, 2, 64, row, false), 2);     // 21 rows: reduce-scatter keeps 2
+  EXPECT_EQ(plan_chunks(0, 1, 2, 16, 1, 48, row, false), 1);    // 24 rows cannot be halved
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 96, 1024, false), 1);    // 48 KiB pieces are too small
+  EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 256, 1024, false), 2);   // 128 KiB pieces are not
   EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 1024, 1024, false), 2);  // 1 KiB rows: 512 KiB needs 512 rows
   EXPECT_EQ(plan_chunks(0, 1, 2, 2, 1, 4096, 1024, false), 6);  // 682 rows of 1 KiB
   EXPECT_EQ(plan_chunks(0, 2, 3, 8, 1, 1024, row, false), 3);   // preferred above 12 / 8

@@ -44,31 +44,37 @@ struct chunk_request {
 /// when it is 0, the plan's choice. A ring exposes about one piece's product
 /// (all-gather: the last; reduce-scatter: the first) that nothing overlaps,
 /// 1 / (ranks * lanes * chunks) of the work, so the plan aims at 12 pieces or
-/// more in all, while keeping each piece's message >= 512 KiB (per-message
-/// latency; on TCP this size still streams at the link rate) and its product
-/// at least max(128, knee_units) wide along the split dimension: 128 rows for
-/// any kernel, and knee_units, the largest over ranks of context::piece_knee
-/// (below AVX-512 oneDNN's sgemm switches to slower kernels for thinner
-/// pieces); the measurements behind both are in docs/design.md ("Chunks",
-/// "Pieces: shapes from measured rates").
-/// It also starts from `preferred` chunks, which give the engine's window
-/// two messages in flight per lane (all-gather: 2, reduce-scatter: 3; one
-/// in flight stalls TCP links, see docs/design.md). min_chunks is 2 for
-/// reduce-scatter, whose accumulator of one chunk travels while the next is
-/// computed. Inputs must be global sizes (the same on every rank) so that
-/// all ranks choose alike. When all ranks share one node, MPI copies through
-/// shared memory with the cores that compute: there is nothing to overlap
-/// (docs/results.md measures comm only against compute there), so the plan takes
-/// min_chunks, the fewest and largest GEMMs.
+/// more in all. It starts from `preferred` chunks or more, which give the
+/// engine's window two messages in flight per lane (all-gather: 2,
+/// reduce-scatter: 3; with one in flight the link drains between steps: a
+/// bidirectional reduce-scatter on the emulated 4-node ring ran 2.1x slower
+/// with 2 chunks than with 3, docs/design.md "Chunks"). Then, in two stages:
+///   - above `preferred`, fewer chunks while a piece's message would fall
+///     below 512 KiB (per-message latency; on TCP this size still streams at
+///     the link rate) or its product below max(128, knee_units) wide along
+///     the split dimension;
+///   - below `preferred`, down to min_chunks, only while a piece would fall
+///     below the hard floors: 128 KiB, or max(32, knee_units) wide.
+/// knee_units is the largest over ranks of context::piece_knee (below
+/// AVX-512 oneDNN's sgemm switches to slower kernels for thinner pieces, 1.7x
+/// their rows' cost); the measurements behind the floors are in
+/// docs/design.md ("Chunks", "Pieces: shapes from measured rates").
+/// min_chunks is 2 for reduce-scatter, whose accumulator of one chunk travels
+/// while the next is computed. Inputs must be global sizes (the same on every
+/// rank) so that all ranks choose alike. When all ranks share one node, MPI
+/// copies through shared memory with the cores that compute: there is
+/// nothing to overlap (docs/results.md measures comm only against compute
+/// there), so the plan takes min_chunks, the fewest and largest GEMMs.
 inline int plan_chunks(const chunk_request& r) {
   if (r.configured > 0) return r.configured;
   if (r.one_node) return r.rule.min_chunks;
   const int pieces = r.ranks * r.lanes;
-  const int64_t min_units = std::max<int64_t>(128, r.knee_units);
+  auto below = [&](int c, int64_t units, int64_t bytes) {
+    return r.piece_units / c < std::max(units, r.knee_units) || r.piece_units / c * r.bytes_per_unit < bytes;
+  };
   int c = std::max({r.rule.min_chunks, r.rule.preferred, (12 + pieces - 1) / pieces});
-  while (c > r.rule.min_chunks &&
-         (r.piece_units / c < min_units || r.piece_units / c * r.bytes_per_unit < (int64_t{512} << 10)))
-    --c;
+  while (c > r.rule.preferred && below(c, 128, int64_t{512} << 10)) --c;
+  while (c > r.rule.min_chunks && below(c, 32, int64_t{128} << 10)) --c;
   return c;
 }
 
