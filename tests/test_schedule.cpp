@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "ag_cases.hpp"
+#include "overlap/schedule/choose.hpp"
 #include "overlap/schedule/measure.hpp"
 #include "rs_cases.hpp"
 
@@ -250,6 +251,20 @@ TEST(cost_model, automatic_chooses_by_predicted_time) {
   // Latency only: nothing to gain over one collective.
   EXPECT_EQ(tiny.strategy, strategy::bulk) << overlap::to_string(tiny);
   EXPECT_EQ(tiny.algorithm, algorithm::named) << overlap::to_string(tiny);
+}
+
+// Within the model's 3% band the simpler schedule wins.
+TEST(cost_model, the_simplest_schedule_within_the_margin_wins) {
+  auto pick = [](std::vector<double> ms) {
+    std::vector<overlap::schedule> options(ms.size());
+    for (size_t i = 0; i < ms.size(); ++i) options[i].predicted_s = ms[i] * 1e-3;
+    return overlap::detail::simplest_within_margin(options);
+  };
+  EXPECT_EQ(pick({100, 80, 78.5}), 1u);              // ring before bidirectional 1.9% faster
+  EXPECT_EQ(pick({100, 80, 77}), 2u);                // bidirectional 3.9% faster
+  EXPECT_EQ(pick({100, 98, 97.5}), 0u);              // bulk within 3% of the fastest
+  EXPECT_EQ(pick({100, 90, 91, 60, 59, 58.5}), 3u);  // others in one piece
+  EXPECT_EQ(pick({50}), 0u);
 }
 
 TEST(cost_model, thin_reduce_scatter_moves_the_inputs) {
