@@ -11,6 +11,7 @@
 set -uo pipefail
 bench=${1:?usage: hierarchical.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
 vc=${2:?usage: hierarchical.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
+trap '"$vc" down >/dev/null 2>&1' EXIT  # the cluster this script brings up, on every exit
 out=${3:?usage: hierarchical.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
 rounds=${4:-3}
 iters=${5:-5}

@@ -18,7 +18,7 @@ steps=${4:-5}
 layer="$(cd "$build" && pwd)/apps/overlap-layer"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # one thread per rank, as users run a full node
 traces=$(mktemp -d /tmp/overlap-layer-traces.XXXXXX)
-trap 'rm -rf "$traces"' EXIT
+trap 'rm -rf "$traces"; "$vc" down >/dev/null 2>&1' EXIT  # also the cluster this script brings up
 rm -f "$out/layer.jsonl" "$out/layer-traces.jsonl"
 for topo in star:2 ring:4; do
   kind=${topo%%:*} nodes=${topo#*:}

@@ -8,11 +8,12 @@
 # best grid and block size) side by side. JSON lines: docs/results/model-*.jsonl.
 #
 #   bench/model_sweep.sh BUILD_DIR VCLUSTER [--quick]
-# Needs a cluster the vcluster script can bring up; it leaves the cluster down.
+# Needs a cluster the vcluster script can bring up; it leaves the cluster down, also on failure.
 set -uo pipefail
 build=$(cd "${1:?usage: model_sweep.sh BUILD_DIR VCLUSTER [--quick]}" && pwd)
 vc=${2:?usage: model_sweep.sh BUILD_DIR VCLUSTER [--quick]}
 quick=${3:-}
+trap '"$vc" down >/dev/null 2>&1' EXIT  # the cluster this script brings up, on every exit
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/docs/results"
 bench="$build/apps/overlap-bench"
@@ -46,4 +47,3 @@ for cluster in "star 2 1gbit" "star 2 10gbit" "ring 4 1gbit" "ring 4 10gbit"; do
       --json "$out/$name.jsonl" > /dev/null || exit 1
   done
 done
-"$vc" down >&2

@@ -12,6 +12,7 @@
 set -uo pipefail
 bench=${1:?usage: ring_order.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
 vc=${2:?usage: ring_order.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
+trap '"$vc" down >/dev/null 2>&1' EXIT  # the cluster this script brings up, on every exit
 out=${3:?usage: ring_order.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
 rounds=${4:-3}
 iters=${5:-5}
