@@ -6,6 +6,10 @@
 # results), then overlap-bench measures bulk, ring, bidirectional (4 nodes),
 # the other-operands algorithm, automatic and the peers (ScaLAPACK with its
 # best grid and block size) side by side. JSON lines: docs/results/model-*.jsonl.
+# Then every shape runs a second time, right after and without the peers
+# (docs/results/noise-*.jsonl): the same schedules measured twice in one
+# session bound what any model can reach on this machine (the report's
+# "noise floor": an oracle that knows the second pass, judged on the first).
 #
 #   bench/model_sweep.sh BUILD_DIR VCLUSTER [--quick]
 # Needs a cluster the vcluster script can bring up; it leaves the cluster down, also on failure.
@@ -38,12 +42,17 @@ for cluster in "star 2 1gbit" "star 2 10gbit" "ring 4 1gbit" "ring 4 10gbit"; do
   "$vc" run -np "$nodes" "$calibrate" -o "$out/$name-calibration.json" >&2 || exit 1
   strategies=ring,others,automatic
   [ "$nodes" -ge 3 ] && strategies=ring,bidirectional,others,automatic
-  rm -f "$out/$name.jsonl"
-  for s in "${shapes[@]}"; do
-    read -r op variant m n k <<< "$s"
-    echo "[$name] $op $variant M=$m N=$n K=$k" >&2
-    OVERLAP_CALIBRATION="$out/$name-calibration.json" OVERLAP_TRANSPORT="$label" "$vc" run -np "$nodes" "$bench" \
-      --op "$op" --variant "$variant" -m "$m" -n "$n" -k "$k" --strategies "$strategies" --iters $iters \
-      --json "$out/$name.jsonl" > /dev/null || exit 1
+  noise="noise-${name#model-}"
+  rm -f "$out/$name.jsonl" "$out/$noise.jsonl"
+  for pass in "$name" "$noise"; do
+    peers=()
+    [ "$pass" = "$noise" ] && peers=(--no-peers)
+    for s in "${shapes[@]}"; do
+      read -r op variant m n k <<< "$s"
+      echo "[$pass] $op $variant M=$m N=$n K=$k" >&2
+      OVERLAP_CALIBRATION="$out/$name-calibration.json" OVERLAP_TRANSPORT="$label" "$vc" run -np "$nodes" "$bench" \
+        --op "$op" --variant "$variant" -m "$m" -n "$n" -k "$k" --strategies "$strategies" --iters $iters \
+        "${peers[@]}" --json "$out/$pass.jsonl" > /dev/null || exit 1
+    done
   done
 done
