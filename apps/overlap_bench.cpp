@@ -545,7 +545,8 @@ int main(int argc, char** argv) {
         return names;
       }()))
       ->delimiter(',');
-  app.add_flag("!--no-peers", o.peers, "skip the hand-written non-blocking-collective pipeline peer");
+  app.add_flag("!--no-peers", o.peers,
+               "skip the peers: the hand-written non-blocking-collective pipeline and ScaLAPACK");
   app.add_option("--pipeline-chunks", o.pipeline_chunks, "chunks of the pipeline peer")->check(CLI::PositiveNumber);
   app.add_option("--iters", o.iters, "measured iterations (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "unmeasured iterations first")->check(CLI::NonNegativeNumber);

@@ -137,6 +137,31 @@ TEST(model, output_blocks_leave_once_computed) {
   EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 5.5e-3, 1e-9);
 }
 
+// The reduce-scatter's other operands: every GEMM (one over all of K per
+// piece of the gathered operand) needs the exchanged blocks, so the first
+// waits for the exchange and the first piece, and the later pieces'
+// transfers hide behind the earlier products.
+TEST(model, reduce_scatter_inputs_arrive_before_one_gemm_per_piece) {
+  const overlap::link_rates l{0, 1e9, 1e9, 1, {}};
+  const overlap::gemm_rates g{{128, 2048}, std::vector<double>(8, 1e12)};
+  overlap::detail::work w;
+  w.pipelined = true;
+  w.own_gemms = 0;
+  w.alltoall_bytes = 1e6;                                           // 1 ms at 1 GB/s
+  w.allgather_block = 1e6;                                          // 1 ms with 2 ranks
+  w.gemms.assign(1, overlap::detail::gemm_work{1000, 1000, 1000});  // 2 ms
+  // One piece: both inputs, then the one product.
+  EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 4e-3, 1e-9);
+  // Four pieces of 0.5 ms: the exchange and the first piece (1.25 ms), then
+  // the products, which outlast the other pieces' transfers.
+  w.pieces = 4;
+  w.gemms.assign(4, overlap::detail::gemm_work{1000, 250, 1000});
+  EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 3.25e-3, 1e-9);
+  // Transfers longer than the products: the last piece, then its product.
+  w.allgather_block = 8e6;
+  EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 9.5e-3, 1e-9);
+}
+
 // The GEMMs lose at most the transfers' own time to them, however large the
 // calibrated per-byte cost: a ring whose GEMMs take 1 ms and transfers 3 ms
 // takes no more than both one after the other.
@@ -343,6 +368,36 @@ TEST(cost_model, other_operands_travel_in_pieces) {
   opt.gathered = gathered::lhs_cols;
   matrix<float> a(16, 8), b(8 * plain.size(), 32), c(16, 32);
   EXPECT_EQ(overlap::all_gather_matmul_schedule<float>(plain, a.cview(), b.cview(), c.view(), opt).chunks, 0);
+}
+
+// The reduce-scatter's other operands gather B (rows) or A (columns) in
+// pieces of N or M: as configured (rs_chunks), else the model's count, or
+// without a calibration the most that keep 128 columns or rows.
+TEST(cost_model, reduce_scatter_inputs_travel_in_pieces) {
+  overlap::rs_options opt;
+  opt.algorithm = algorithm::others;
+  auto rs_schedule = [&](overlap::context& ctx, int64_t m, int64_t n, const overlap::rs_options& o) {
+    const int R = ctx.size(), p = ctx.rank();
+    const int64_t rows = opt.scattered == scattered::rows ? m / R + (p < m % R ? 1 : 0) : m;
+    matrix<float> a(m, 4), b(4, n), c(rows, n);
+    return overlap::matmul_reduce_scatter_schedule<float>(ctx, a.cview(), b.cview(), c.view(), o);
+  };
+  overlap::context plain(MPI_COMM_WORLD);
+  EXPECT_EQ(rs_schedule(plain, 64, 1024, opt).chunks, 4);
+  EXPECT_EQ(rs_schedule(plain, 64, 256, opt).chunks, 2);
+  EXPECT_EQ(rs_schedule(plain, 64, 200, opt).chunks, 1);
+  overlap::config cfg = with_calibration(write_file(slow_network().to_json()));
+  cfg.rs_chunks = 3;
+  overlap::context configured(MPI_COMM_WORLD, cfg);
+  EXPECT_EQ(rs_schedule(configured, 64, 64, opt).chunks, 3);
+  cfg.rs_chunks = 0;
+  overlap::context modelled(MPI_COMM_WORLD, cfg);
+  if (modelled.size() == 1) return;  // nothing travels, no model
+  overlap::rs_options automatic;
+  const overlap::schedule chosen = rs_schedule(modelled, 64, 1024, automatic);
+  size_t counts = 0;
+  for (const overlap::candidate& c : chosen.candidates) counts += c.algorithm == algorithm::others;
+  EXPECT_EQ(counts, 3u) << overlap::to_string(chosen);
 }
 
 // Whatever the model picks, the result is right (automatic on uneven shards).

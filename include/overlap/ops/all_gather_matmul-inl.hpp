@@ -360,35 +360,6 @@ inline others_gemm ag_others_gather_gemm(const ag_geometry& geo, const ag_others
   return g;
 }
 
-/// Piece counts the other-operands algorithm may gather the other operand
-/// in when it is not contracted, so that products and output blocks follow
-/// the transfer piece by piece (docs/design.md): as configured (ag_chunks),
-/// else 1, 2 or 4 pieces of at least 32 columns (lhs) or rows (rhs) of the
-/// widest rank's, for the cost model to choose from.
-inline std::vector<int> ag_others_pieces(int configured, int64_t widest) {
-  if (configured > 0) return {configured};
-  std::vector<int> out{1};
-  for (int p : {2, 4})
-    if (widest / p >= 32) out.push_back(p);
-  return out;
-}
-
-/// The piece count taken without a model: the most of ag_others_pieces'
-/// whose pieces keep at least 128 columns or rows (thinner ones cost the
-/// GEMMs more than they hide where the transfers are fast).
-inline int ag_others_rule(const std::vector<int>& pieces, int64_t widest) {
-  int best = pieces.front();
-  for (int p : pieces)
-    if (p == pieces.front() || widest / p >= 128) best = p;
-  return best;
-}
-
-/// Piece j of `pieces` of an extent (as even as can be).
-inline range ag_others_piece(int64_t extent, int j, int pieces) {
-  const int64_t b = extent * j / pieces;
-  return {b, extent * (j + 1) / pieces - b};
-}
-
 /// The all-gathers of ag_others_gather: piece j of every rank's other
 /// operand (K x its piece), one after the other in the gathered buffer.
 template <class T>
@@ -396,11 +367,11 @@ void ag_others_gathers(const ag_geometry& geo, others_plan<T>& o, const ag_other
   int64_t base = 0;
   for (int j = 0; j < pieces; ++j) {
     std::vector<int64_t> counts(static_cast<size_t>(c.R));
-    for (int q = 0; q < c.R; ++q) counts[static_cast<size_t>(q)] = k * ag_others_piece(c.o(q), j, pieces).len;
+    for (int q = 0; q < c.R; ++q) counts[static_cast<size_t>(q)] = k * others_piece(c.o(q), j, pieces).len;
     others_gather ga;
     ga.at = others_counts(counts);
     ga.base = base;
-    const range mine = ag_others_piece(c.o(c.p), j, pieces), all{0, k};
+    const range mine = others_piece(c.o(c.p), j, pieces), all{0, k};
     const int64_t to = base + ga.at.displs[static_cast<size_t>(c.p)];
     ga.own = geo.lhs ? stored_block(c.o_src, c.to, all, mine, to) : stored_block(c.o_src, c.to, mine, all, to);
     base += ga.at.total();
@@ -421,7 +392,7 @@ int64_t ag_others_gather(const ag_geometry& geo, others_plan<T>& o, const ag_arg
                          const ag_others_ctx& c, int pieces) {
   const shard_layout& sh = geo.layout;
   const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows;
-  auto piece = [&](int q, int j) { return ag_others_piece(c.o(q), j, pieces); };
+  auto piece = [&](int q, int j) { return others_piece(c.o(q), j, pieces); };
   ag_others_gathers(geo, o, c, k, pieces);
   o.output = others_output::owners;
   // The block of rank q's output that rank `from` computes from piece j, at element `at`.
@@ -794,8 +765,8 @@ schedule ag_choose(context& ctx, const ag_options& opt, const ag_global& g) {
   req.strategy = opt.strategy, req.algorithm = opt.algorithm, req.others_allowed = !g.any_out, req.hierarchical = true;
   if (!full.contracting) {
     const int64_t widest = *std::max_element(g.other.begin(), g.other.end());
-    req.others_pieces = ag_others_pieces(ctx.config().ag_chunks, widest);
-    req.others_rule = ag_others_rule(req.others_pieces, widest);
+    req.others_pieces = others_piece_counts(ctx.config().ag_chunks, widest);
+    req.others_rule = others_piece_rule(req.others_pieces, widest);
   }
   return choose_schedule(ctx, req, dtype_of<T>(), chunks_for,
                          [&](const candidate& c) { return ag_work(full, g.other, R, c, elem, acc); });

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -301,90 +302,120 @@ void rs_build_hierarchical(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, 
   rs_finish_ring(plan, slots);
 }
 
-/// The inputs of rs_others_build: every peer's B (rows) or A (columns)
-/// gathered, and the blocks of the other operand each peer needs exchanged.
+/// The inputs of rs_others_build. Rows: the rows of every peer's A that meet
+/// this rank's output rows are exchanged (MPI_Ialltoallv), every peer's B is
+/// gathered in `pieces` column pieces (one MPI_Iallgatherv each); columns: B's
+/// columns exchanged, A gathered in row pieces.
 template <class T>
 void rs_others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_options& opt, const std::vector<int64_t>& ks,
-                      int p) {
+                      int p, int pieces) {
   const int R = static_cast<int>(ks.size());
   const bool ta = opt.transpose_a, tb = opt.transpose_b;
   const shard_layout& sh = plan.layout;
-  const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p);
-  std::vector<int64_t> gathered, sent, got;
-  for (int q = 0; q < R; ++q) {
-    const int64_t kq = ks[static_cast<size_t>(q)];
-    gathered.push_back(kq * (plan.rows ? plan.n : plan.m));
-    sent.push_back(sh.size(q) * kp);
-    got.push_back(own * kq);
-  }
+  const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p), free = plan.rows ? plan.n : plan.m;
+  std::vector<int64_t> sent, got;
+  for (int q = 0; q < R; ++q) sent.push_back(sh.size(q) * kp), got.push_back(own * ks[static_cast<size_t>(q)]);
   o.exchange = true;
-  others_gather ga;
-  ga.at = others_counts(gathered);
   o.sent_at = others_counts(sent);
   o.exchanged_at = others_counts(got);
-  const int64_t mine_at = ga.at.displs[static_cast<size_t>(p)];
-  // Rows: A travels in row blocks, B whole; columns: A whole, B in column blocks.
-  if (plan.rows)
-    ga.own = stored_block(others_src::caller_b, tb, {0, kp}, {0, plan.n}, mine_at);
-  else
-    ga.own = stored_block(others_src::caller_a, ta, {0, plan.m}, {0, kp}, mine_at);
-  o.gathers.push_back(std::move(ga));
   for (int q = 0; q < R; ++q) {
     const range block{sh.offset(q), sh.size(q)};
     const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
     o.exchange_out.push_back(plan.rows ? stored_block(others_src::caller_a, ta, block, {0, kp}, dst)
                                        : stored_block(others_src::caller_b, tb, {0, kp}, block, dst));
   }
+  int64_t base = 0;
+  for (int j = 0; j < pieces; ++j) {
+    const range pc = others_piece(free, j, pieces);
+    std::vector<int64_t> counts;
+    for (int64_t kq : ks) counts.push_back(kq * pc.len);
+    others_gather ga;
+    ga.at = others_counts(counts);
+    ga.base = base;
+    const int64_t to = base + ga.at.displs[static_cast<size_t>(p)];
+    ga.own = plan.rows ? stored_block(others_src::caller_b, tb, {0, kp}, pc, to)
+                       : stored_block(others_src::caller_a, ta, pc, {0, kp}, to);
+    base += ga.at.total();
+    o.gathers.push_back(std::move(ga));
+  }
+}
+
+/// Where a GEMM of rs_others_build reads an operand: source, element offset,
+/// leading dimension.
+struct rs_operand {
+  others_src src = others_src::exchanged;
+  int64_t off = 0, ld = 1;
+};
+
+/// One operand of all of K made of R received blocks (one per K_q of `ks`,
+/// in rank order, from element `at` of `from`, each `extent` x K_q in op's
+/// terms): where K runs down the stored blocks they already form one dense
+/// matrix; where it runs across (`k_across`) g assembles them side by side
+/// at element `to` of the assembled buffer before it runs.
+inline rs_operand rs_assemble(others_gemm& g, others_src from, int64_t at, const std::vector<int64_t>& ks,
+                              int64_t extent, bool k_across, int64_t to) {
+  if (!k_across) return {from, at, packed_ld(extent)};
+  const int64_t k = std::accumulate(ks.begin(), ks.end(), int64_t{0});
+  int64_t col = 0;
+  for (int64_t kq : ks) {
+    g.assemble.push_back({from, at, extent, kq, to + col, k});
+    at += extent * kq, col += kq;
+  }
+  return {others_src::assembled, to, packed_ld(k)};
 }
 
 /// algorithm::others for matmul_reduce_scatter: instead of partial sums of
-/// the whole output, the inputs travel. `ks[q]` is rank q's K_q. Rows: every
-/// rank gets the rows of every peer's A that meet its output rows
-/// (MPI_Alltoallv) and every peer's B (MPI_Allgatherv); columns: every
-/// peer's A (gathered) and the columns of every peer's B that meet its
-/// output columns (exchanged). Its output is then the sum of R local
-/// products, in c (bf16: in fp32, added while the last one writes c).
+/// the whole output, the inputs travel (rs_others_inputs), and this rank
+/// computes its block of c itself, one GEMM over all of K per piece of the
+/// gathered operand as it arrives: rows, c[:, piece] = op(A)[my rows, :] @
+/// op(B)[:, piece]; columns, c[piece, :] = op(A)[piece, :] @ op(B)[:, my
+/// cols]. One GEMM over K, not one per peer: the sum happens inside the GEMM
+/// (fp32 for bf16), and c is written once. `ks[q]` is rank q's K_q.
 template <class T>
 void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
-                     const std::vector<int64_t>& ks) {
+                     const std::vector<int64_t>& ks, int pieces) {
   others_plan<T>& o = plan.others;
-  const int R = ctx.size(), p = ctx.rank();
+  const int p = ctx.rank();
   const dtype t = dtype_of<T>();
   const bool ta = opt.transpose_a, tb = opt.transpose_b;
-  rs_others_inputs(plan, o, opt, ks, p);
-  // The sum of R products: in c, or (bf16) in fp32 products until the last.
-  const int64_t own = plan.layout.size(p), m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
-  const bool fp32_sum = t == dtype::bf16 && R > 1;
-  o.out = fp32_sum ? dtype::f32 : t;
-  // This rank's own term first (its inputs are local: its block is read
-  // where it was packed to be sent), while the input collectives run.
-  for (int i = 0; i < R; ++i) {
-    const int q = (p + i) % R;
-    const auto qi = static_cast<size_t>(q);
-    const bool last = i == R - 1;
-    others_gemm g;
-    g.peer = q;
-    g.inputs = q == p ? -1 : 0;  // the exchange and the gather
-    g.to_c = last || !fp32_sum;
-    g.addend = last && fp32_sum;
-    // Rows: op(A_q)[my rows] (M_p x K_q) @ op(B_q) (K_q x N); columns: op(A_q) (M x K_q) @ op(B_q)[:, my cols].
-    const others_src ex = q == p ? others_src::sent : others_src::exchanged;
-    const int64_t ex_at = (q == p ? o.sent_at : o.exchanged_at).displs[qi], ga_at = o.gathers[0].at.displs[qi];
-    g.a = plan.rows ? ex : others_src::gathered, g.a_off = plan.rows ? ex_at : ga_at;
-    g.b = plan.rows ? others_src::gathered : ex, g.b_off = plan.rows ? ga_at : ex_at;
-    const int64_t kq = ks[qi];
-    g.desc = gemm_desc::shape(m, n, kq)
-                 .strides(packed_ld(ta ? m : kq), packed_ld(tb ? kq : n), g.to_c ? x.c.ld : n)
+  pieces = std::max(pieces, 1);
+  rs_others_inputs(plan, o, opt, ks, p, pieces);
+  const int64_t own = plan.layout.size(p), free = plan.rows ? plan.n : plan.m;
+  const int64_t k = std::accumulate(ks.begin(), ks.end(), int64_t{0});
+  // K runs across a stored block of op(A) unless A is stored transposed, and
+  // across one of op(B) when B is.
+  const bool a_across = !ta, b_across = tb;
+  const bool ex_across = plan.rows ? a_across : b_across, ga_across = plan.rows ? b_across : a_across;
+  // The assembled buffer: the exchanged operand (own x K, assembled before
+  // the first GEMM), then each piece of the gathered one (len x K).
+  others_gemm first;
+  const rs_operand ex = rs_assemble(first, others_src::exchanged, 0, ks, own, ex_across, 0);
+  int64_t to = ex_across ? own * k : 0;
+  for (int j = 0; j < pieces; ++j) {
+    const range pc = others_piece(free, j, pieces);
+    others_gemm g = j == 0 ? std::move(first) : others_gemm{};
+    g.peer = p;
+    g.inputs = j;  // the exchange (with piece 0) and piece j
+    g.to_c = true;
+    const rs_operand ga =
+        rs_assemble(g, others_src::gathered, o.gathers[static_cast<size_t>(j)].base, ks, pc.len, ga_across, to);
+    if (ga_across) to += pc.len * k;
+    const rs_operand& a = plan.rows ? ex : ga;
+    const rs_operand& b = plan.rows ? ga : ex;
+    g.a = a.src, g.a_off = a.off, g.b = b.src, g.b_off = b.off;
+    g.out = plan.rows ? pc.begin : pc.begin * x.c.ld;
+    g.bias_off = plan.rows ? pc.begin : 0;
+    g.desc = gemm_desc::shape(plan.rows ? own : pc.len, plan.rows ? pc.len : own, k)
+                 .strides(a.ld, b.ld, x.c.ld)
                  .transposed(ta, tb)
-                 .types(t, g.to_c ? t : dtype::f32)
-                 .accumulating(i > 0 && !g.addend);
-    if (g.addend) g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
-    if (last) g.desc.bias = static_cast<bool>(opt.epilogue.bias), g.desc.act = opt.epilogue.activation;
+                 .types(t, t);
+    g.desc.bias = static_cast<bool>(opt.epilogue.bias), g.desc.act = opt.epilogue.activation;
     g.kernel = ctx.make_kernel(g.desc);
     o.gemms.push_back(std::move(g));
   }
+  o.out = t;
   o.output = others_output::local;
-  others_allocate(o, fp32_sum ? m * n : 0);
+  others_allocate(o, 0);
 }
 
 /// What a candidate schedule of matmul_reduce_scatter does on the busiest
@@ -396,11 +427,19 @@ inline work rs_work(bool rows, int64_t m, int64_t n, const std::vector<int64_t>&
   auto k = [&](int q) { return ks[static_cast<size_t>(q)]; };
   work w;
   if (c.algorithm == algorithm::others) {
+    // Rows: A's row blocks exchanged, B gathered in column pieces; columns: A
+    // gathered in row pieces, B's column blocks exchanged. One GEMM over all
+    // of K per piece, each once the exchange and its piece arrived.
     w.pipelined = true;
-    // Rows: A's row blocks exchanged, B gathered; columns: A gathered, B's column blocks exchanged.
-    w.allgather_block = double(kmax * (rows ? n : m) * elem);
+    w.own_gemms = 0;
+    w.pieces = std::max(c.chunks, 1);
+    const int64_t free = rows ? n : m, ktot = std::accumulate(ks.begin(), ks.end(), int64_t{0});
+    w.allgather_block = double(kmax * free * elem);
     w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return out.size(q) * k(p); });
-    for (int q = 0; q < R; ++q) w.gemms.push_back(rows ? gemm_work{shard, n, k(q)} : gemm_work{m, shard, k(q)});
+    for (int j = 0; j < w.pieces; ++j) {
+      const int64_t len = others_piece(free, j, w.pieces).len;
+      w.gemms.push_back(rows ? gemm_work{shard, len, ktot} : gemm_work{len, shard, ktot});
+    }
     return w;
   }
   if (c.strategy == strategy::bulk) {
@@ -560,6 +599,11 @@ schedule rs_choose(context& ctx, const rs_options& opt, const rs_global& g) {
   const int configured = ctx.config().rs_chunks;
   schedule_request req;
   req.strategy = opt.strategy, req.algorithm = opt.algorithm, req.hierarchical = true;
+  // The other-operands algorithm gathers B (rows) or A (columns) in pieces of
+  // its free dimension, N or M, the same on every rank.
+  const int64_t free = g.rows ? g.n : g.m;
+  req.others_pieces = others_piece_counts(configured, free);
+  req.others_rule = others_piece_rule(req.others_pieces, free);
   req.hierarchical_chunks = configured > 0 ? configured : 2;
   return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) {
     return rs_work(g.rows, g.m, g.n, g.ks, g.layout, R, c, sizeof(T), size_of(rs_acc_type(t, opt, c.strategy)));
@@ -592,7 +636,7 @@ std::unique_ptr<rs_plan<T>> rs_make_plan(context& ctx, const arg_checks& checks,
     plan->batch = opt.batch;
     plan->saved.prepare(opt.accumulate, x.c, opt.batch.count, opt.batch.c);
     if (plan->algorithm == algorithm::others)
-      rs_others_build<T>(ctx, *plan, x, opt, g.ks);
+      rs_others_build<T>(ctx, *plan, x, opt, g.ks, sched.chunks);
     else if (plan->strategy == strategy::bulk)
       rs_build_bulk<T>(ctx, *plan, x, opt);
     else if (plan->strategy == strategy::hierarchical)

@@ -13,6 +13,8 @@
 /// partial sums, and a pass for the epilogue. A gathered operand may travel
 /// in pieces (one MPI_Iallgatherv each): the products of a piece, and the
 /// output blocks they make, follow its arrival while the next piece moves.
+/// Received blocks may be assembled side by side into one operand of the
+/// whole contracted dimension, so that one GEMM replaces one per peer.
 
 #include <algorithm>
 #include <cstdint>
@@ -30,7 +32,7 @@ namespace overlap::detail {
 /// Where a GEMM operand or a packed block is read: the caller's operands,
 /// the gathered or exchanged blocks, or the blocks this rank sends (its own
 /// block is there before the exchange completes).
-enum class others_src { caller_a, caller_b, gathered, exchanged, sent };
+enum class others_src { caller_a, caller_b, gathered, exchanged, sent, assembled };
 
 /// A stored block of the caller's a or b, packed densely (ld = nc) at
 /// element `to` of a plan buffer, or, for placements, a dense block at
@@ -50,6 +52,43 @@ inline others_block stored_block(others_src from, bool trans, range lr, range lc
 /// The leading dimension of a densely packed block with `cols` stored columns.
 inline int64_t packed_ld(int64_t cols) { return std::max<int64_t>(1, cols); }
 
+/// Piece counts the other-operands algorithm may gather an operand in along
+/// its free dimension, so that products (and output blocks) follow the
+/// transfer piece by piece (docs/design.md): as configured, else 1, 2 or 4
+/// pieces of at least 32 columns or rows of the widest rank's, for the cost
+/// model to choose from.
+inline std::vector<int> others_piece_counts(int configured, int64_t widest) {
+  if (configured > 0) return {configured};
+  std::vector<int> out{1};
+  for (int p : {2, 4})
+    if (widest / p >= 32) out.push_back(p);
+  return out;
+}
+
+/// The piece count taken without a model: the most of others_piece_counts'
+/// whose pieces keep at least 128 columns or rows (thinner ones cost the
+/// GEMMs more than they hide where the transfers are fast).
+inline int others_piece_rule(const std::vector<int>& pieces, int64_t widest) {
+  int best = pieces.front();
+  for (int p : pieces)
+    if (p == pieces.front() || widest / p >= 128) best = p;
+  return best;
+}
+
+/// Piece j of `pieces` of an extent (as even as can be).
+inline range others_piece(int64_t extent, int j, int pieces) {
+  const int64_t b = extent * j / pieces;
+  return {b, extent * (j + 1) / pieces - b};
+}
+
+/// A dense rows x cols block at element `at` of a received buffer, copied to
+/// element `to` of the assembled buffer (leading dimension `ld`): blocks of
+/// K_q stored columns, side by side, make one operand of all of K.
+struct others_concat {
+  others_src from = others_src::exchanged;
+  int64_t at = 0, rows = 0, cols = 0, to = 0, ld = 0;
+};
+
 /// One GEMM of the plan: operands at element offsets of their sources; the
 /// product goes to the caller's c (to_c, element offset `out` of T) or to the
 /// products buffer (element offset `out` of the plan's out type). addend: the
@@ -60,6 +99,9 @@ struct others_gemm {
   int send = 0;     ///< output `owners`: elements of its block sent to `peer` (0: none)
   others_src a = others_src::caller_a, b = others_src::caller_b;
   int64_t a_off = 0, b_off = 0, out = 0;
+  int64_t bias_off = 0;  ///< the bias of its first output column
+  /// Received blocks to assemble once its inputs arrived, before it runs.
+  std::vector<others_concat> assemble;
   bool to_c = false;
   bool addend = false;
   gemm_desc desc;
@@ -117,6 +159,7 @@ struct others_plan {
   engine::buffer<T> send, exchanged;
   // The products.
   std::vector<others_gemm> gemms;
+  engine::buffer<T> assembled;  ///< operands assembled from received blocks (others_concat)
   engine::buffer<std::byte> products;
   // Output.
   others_output output = others_output::local;
@@ -180,6 +223,10 @@ class others_runner {
           int waited = -1;
           for (const others_gemm& gm : plan_.gemms) {
             if (comm_ && gm.inputs > waited) ctx_.requests().wait_due(waited = gm.inputs);
+            if (compute_)
+              for (const others_concat& k : gm.assemble)
+                copy_block<T>({source(k.from) + k.at, k.rows, k.cols},
+                              {plan_.assembled.data() + k.to, k.rows, k.cols, k.ld});
             multiply(gm);
           }
           if (comm_) ctx_.requests().wait_all();
@@ -197,6 +244,7 @@ class others_runner {
       case others_src::gathered: return plan_.gathered.data();
       case others_src::exchanged: return plan_.exchanged.data();
       case others_src::sent: return plan_.send.data();
+      case others_src::assembled: return plan_.assembled.data();
     }
     return nullptr;
   }
@@ -236,8 +284,8 @@ class others_runner {
     if (compute_) {
       void* dst = gm.to_c ? static_cast<void*>(c_.data + gm.out) : static_cast<void*>(products() + gm.out * out_size);
       engine::progress_scope scope(ctx_.progress(), ctx_.requests());
-      gm.kernel->run(source(gm.a) + gm.a_off, source(gm.b) + gm.b_off, dst, gm.desc.bias ? bias_ : nullptr,
-                     gm.addend ? products() : nullptr);
+      gm.kernel->run(source(gm.a) + gm.a_off, source(gm.b) + gm.b_off, dst,
+                     gm.desc.bias ? bias_ + gm.bias_off : nullptr, gm.addend ? products() : nullptr);
       scope.finish();
     }
     if (comm_ && owners_ && gm.peer != ctx_.rank() && gm.send > 0)
@@ -300,6 +348,11 @@ void others_allocate(others_plan<T>& plan, int64_t product_elems) {
     plan.send = engine::buffer<T>(static_cast<size_t>(plan.sent_at.total()));
     plan.exchanged = engine::buffer<T>(static_cast<size_t>(plan.exchanged_at.total()));
   }
+  int64_t assembled = 0;
+  for (const others_gemm& g : plan.gemms)
+    for (const others_concat& k : g.assemble)
+      if (k.rows > 0 && k.cols > 0) assembled = std::max(assembled, k.to + (k.rows - 1) * k.ld + k.cols);
+  if (assembled > 0) plan.assembled = engine::buffer<T>(static_cast<size_t>(assembled));
   plan.products = engine::buffer<std::byte>(static_cast<size_t>(product_elems) * size_of(plan.out));
   int64_t received = 0;
   for (const others_recv& r : plan.recvs) received = std::max(received, r.at + r.count);
