@@ -305,11 +305,13 @@ void rs_build_hierarchical(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, 
 /// The inputs of rs_others_build. Rows: the rows of every peer's A that meet
 /// this rank's output rows are exchanged (MPI_Ialltoallv), every peer's B is
 /// gathered in `pieces` column pieces (one MPI_Iallgatherv each); columns: B's
-/// columns exchanged, A gathered in row pieces.
+/// columns exchanged, A gathered in row pieces. Received blocks lie in ring
+/// order from rank p + 1 on, this rank's own last, so that the peers' blocks
+/// are one run.
 template <class T>
 void rs_others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_options& opt, const std::vector<int64_t>& ks,
                       int p, int pieces) {
-  const int R = static_cast<int>(ks.size());
+  const int R = static_cast<int>(ks.size()), next = (p + 1) % R;
   const bool ta = opt.transpose_a, tb = opt.transpose_b;
   const shard_layout& sh = plan.layout;
   const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p), free = plan.rows ? plan.n : plan.m;
@@ -317,7 +319,7 @@ void rs_others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_option
   for (int q = 0; q < R; ++q) sent.push_back(sh.size(q) * kp), got.push_back(own * ks[static_cast<size_t>(q)]);
   o.exchange = true;
   o.sent_at = others_counts(sent);
-  o.exchanged_at = others_counts(got);
+  o.exchanged_at = others_counts(got, next);
   for (int q = 0; q < R; ++q) {
     const range block{sh.offset(q), sh.size(q)};
     const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
@@ -330,7 +332,7 @@ void rs_others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_option
     std::vector<int64_t> counts;
     for (int64_t kq : ks) counts.push_back(kq * pc.len);
     others_gather ga;
-    ga.at = others_counts(counts);
+    ga.at = others_counts(counts, next);
     ga.base = base;
     const int64_t to = base + ga.at.displs[static_cast<size_t>(p)];
     ga.own = plan.rows ? stored_block(others_src::caller_b, tb, {0, kp}, pc, to)
@@ -347,11 +349,11 @@ struct rs_operand {
   int64_t off = 0, ld = 1;
 };
 
-/// One operand of all of K made of R received blocks (one per K_q of `ks`,
-/// in rank order, from element `at` of `from`, each `extent` x K_q in op's
-/// terms): where K runs down the stored blocks they already form one dense
-/// matrix; where it runs across (`k_across`) g assembles them side by side
-/// at element `to` of the assembled buffer before it runs.
+/// One operand of the peers' K made of their received blocks (one per K_q
+/// of `ks`, one after the other from element `at` of `from`, each `extent` x
+/// K_q in op's terms): where K runs down the stored blocks they already form
+/// one dense matrix; where it runs across (`k_across`) g assembles them side
+/// by side at element `to` of the assembled buffer before it runs.
 inline rs_operand rs_assemble(others_gemm& g, others_src from, int64_t at, const std::vector<int64_t>& ks,
                               int64_t extent, bool k_across, int64_t to) {
   if (!k_across) return {from, at, packed_ld(extent)};
@@ -366,39 +368,62 @@ inline rs_operand rs_assemble(others_gemm& g, others_src from, int64_t at, const
 
 /// algorithm::others for matmul_reduce_scatter: instead of partial sums of
 /// the whole output, the inputs travel (rs_others_inputs), and this rank
-/// computes its block of c itself, one GEMM over all of K per piece of the
-/// gathered operand as it arrives: rows, c[:, piece] = op(A)[my rows, :] @
-/// op(B)[:, piece]; columns, c[piece, :] = op(A)[piece, :] @ op(B)[:, my
-/// cols]. One GEMM over K, not one per peer: the sum happens inside the GEMM
-/// (fp32 for bf16), and c is written once. `ks[q]` is rank q's K_q.
+/// computes its block of c itself in two terms. First its own K_p, from its
+/// own operands, while the collectives move the peers' blocks; then the
+/// peers' K, one GEMM over all of it per piece of the gathered operand, once
+/// the piece arrived: rows, c[:, piece] += op(A)[my rows, peers' K] @
+/// op(B)[peers' K, piece]; columns, c[piece, :] += op(A)[piece, peers' K] @
+/// op(B)[peers' K, my cols]. Two passes over c, not one per peer (bf16: the
+/// first term in fp32, added while the second writes c). `ks[q]`: rank q's K_q.
 template <class T>
 void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
                      const std::vector<int64_t>& ks, int pieces) {
   others_plan<T>& o = plan.others;
-  const int p = ctx.rank();
+  const int R = ctx.size(), p = ctx.rank();
   const dtype t = dtype_of<T>();
   const bool ta = opt.transpose_a, tb = opt.transpose_b;
   pieces = std::max(pieces, 1);
   rs_others_inputs(plan, o, opt, ks, p, pieces);
-  const int64_t own = plan.layout.size(p), free = plan.rows ? plan.n : plan.m;
-  const int64_t k = std::accumulate(ks.begin(), ks.end(), int64_t{0});
-  // K runs across a stored block of op(A) unless A is stored transposed, and
-  // across one of op(B) when B is.
+  const int64_t own = plan.layout.size(p), at = plan.layout.offset(p), free = plan.rows ? plan.n : plan.m;
+  const int64_t kp = ks[static_cast<size_t>(p)], m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
+  std::vector<int64_t> peers;  // the peers' K_q in the order their blocks lie
+  for (int i = 1; i < R; ++i) peers.push_back(ks[static_cast<size_t>((p + i) % R)]);
+  const int64_t k = std::accumulate(peers.begin(), peers.end(), int64_t{0});
+  const bool fp32_sum = t == dtype::bf16 && R > 1;
+  o.out = fp32_sum ? dtype::f32 : t;
+  auto epilogue = [&](others_gemm& g) {
+    g.desc.bias = static_cast<bool>(opt.epilogue.bias), g.desc.act = opt.epilogue.activation;
+  };
+  // This rank's own term, from the caller's operands: its rows of op(A_p)
+  // and all of op(B_p), or all of op(A_p) and its columns of op(B_p).
+  others_gemm mine;
+  mine.peer = p;
+  mine.a = others_src::caller_a, mine.b = others_src::caller_b;
+  if (plan.rows) mine.a_off = ta ? at : at * x.a.ld;
+  if (!plan.rows) mine.b_off = tb ? at * x.b.ld : at;
+  mine.to_c = !fp32_sum;
+  mine.desc =
+      gemm_desc::shape(m, n, kp).strides(x.a.ld, x.b.ld, fp32_sum ? n : x.c.ld).transposed(ta, tb).types(t, o.out);
+  if (R == 1) epilogue(mine);
+  mine.kernel = ctx.make_kernel(mine.desc);
+  o.gemms.push_back(std::move(mine));
+  // The peers' term. K runs across a stored block of op(A) unless A is stored
+  // transposed, and across one of op(B) when B is. The assembled buffer: the
+  // exchanged operand (own x K, assembled before the first piece's GEMM),
+  // then each piece of the gathered one (len x K).
   const bool a_across = !ta, b_across = tb;
   const bool ex_across = plan.rows ? a_across : b_across, ga_across = plan.rows ? b_across : a_across;
-  // The assembled buffer: the exchanged operand (own x K, assembled before
-  // the first GEMM), then each piece of the gathered one (len x K).
   others_gemm first;
-  const rs_operand ex = rs_assemble(first, others_src::exchanged, 0, ks, own, ex_across, 0);
+  const rs_operand ex = rs_assemble(first, others_src::exchanged, 0, peers, own, ex_across, 0);
   int64_t to = ex_across ? own * k : 0;
-  for (int j = 0; j < pieces; ++j) {
+  for (int j = 0; j < pieces && R > 1; ++j) {
     const range pc = others_piece(free, j, pieces);
     others_gemm g = j == 0 ? std::move(first) : others_gemm{};
     g.peer = p;
     g.inputs = j;  // the exchange (with piece 0) and piece j
     g.to_c = true;
     const rs_operand ga =
-        rs_assemble(g, others_src::gathered, o.gathers[static_cast<size_t>(j)].base, ks, pc.len, ga_across, to);
+        rs_assemble(g, others_src::gathered, o.gathers[static_cast<size_t>(j)].base, peers, pc.len, ga_across, to);
     if (ga_across) to += pc.len * k;
     const rs_operand& a = plan.rows ? ex : ga;
     const rs_operand& b = plan.rows ? ga : ex;
@@ -408,14 +433,18 @@ void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const 
     g.desc = gemm_desc::shape(plan.rows ? own : pc.len, plan.rows ? pc.len : own, k)
                  .strides(a.ld, b.ld, x.c.ld)
                  .transposed(ta, tb)
-                 .types(t, t);
-    g.desc.bias = static_cast<bool>(opt.epilogue.bias), g.desc.act = opt.epilogue.activation;
+                 .types(t, t)
+                 .accumulating(!fp32_sum);
+    if (fp32_sum) {
+      g.addend = true, g.addend_off = plan.rows ? pc.begin : pc.begin * n;
+      g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
+    }
+    epilogue(g);
     g.kernel = ctx.make_kernel(g.desc);
     o.gemms.push_back(std::move(g));
   }
-  o.out = t;
   o.output = others_output::local;
-  others_allocate(o, 0);
+  others_allocate(o, fp32_sum ? m * n : 0);
 }
 
 /// What a candidate schedule of matmul_reduce_scatter does on the busiest
@@ -428,17 +457,17 @@ inline work rs_work(bool rows, int64_t m, int64_t n, const std::vector<int64_t>&
   work w;
   if (c.algorithm == algorithm::others) {
     // Rows: A's row blocks exchanged, B gathered in column pieces; columns: A
-    // gathered in row pieces, B's column blocks exchanged. One GEMM over all
-    // of K per piece, each once the exchange and its piece arrived.
+    // gathered in row pieces, B's column blocks exchanged. This rank's own
+    // K while they move, then one GEMM over the peers' K per piece.
     w.pipelined = true;
-    w.own_gemms = 0;
     w.pieces = std::max(c.chunks, 1);
-    const int64_t free = rows ? n : m, ktot = std::accumulate(ks.begin(), ks.end(), int64_t{0});
+    const int64_t free = rows ? n : m, peers = std::accumulate(ks.begin(), ks.end(), int64_t{0}) - kmax;
     w.allgather_block = double(kmax * free * elem);
     w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return out.size(q) * k(p); });
-    for (int j = 0; j < w.pieces; ++j) {
+    w.gemms.push_back(rows ? gemm_work{shard, n, kmax} : gemm_work{m, shard, kmax});
+    for (int j = 0; j < w.pieces && R > 1; ++j) {
       const int64_t len = others_piece(free, j, w.pieces).len;
-      w.gemms.push_back(rows ? gemm_work{shard, len, ktot} : gemm_work{len, shard, ktot});
+      w.gemms.push_back(rows ? gemm_work{shard, len, peers} : gemm_work{len, shard, peers});
     }
     return w;
   }
@@ -600,10 +629,12 @@ schedule rs_choose(context& ctx, const rs_options& opt, const rs_global& g) {
   schedule_request req;
   req.strategy = opt.strategy, req.algorithm = opt.algorithm, req.hierarchical = true;
   // The other-operands algorithm gathers B (rows) or A (columns) in pieces of
-  // its free dimension, N or M, the same on every rank.
+  // its free dimension, N or M, the same on every rank: as configured, else
+  // the model's count, else one (its collectives are posted at once, so a
+  // piece arrives no earlier than the whole: more pieces only cost GEMM rate).
   const int64_t free = g.rows ? g.n : g.m;
   req.others_pieces = others_piece_counts(configured, free);
-  req.others_rule = others_piece_rule(req.others_pieces, free);
+  req.others_rule = req.others_pieces.front();
   req.hierarchical_chunks = configured > 0 ? configured : 2;
   return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) {
     return rs_work(g.rows, g.m, g.n, g.ks, g.layout, R, c, sizeof(T), size_of(rs_acc_type(t, opt, c.strategy)));

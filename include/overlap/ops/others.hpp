@@ -99,7 +99,8 @@ struct others_gemm {
   int send = 0;     ///< output `owners`: elements of its block sent to `peer` (0: none)
   others_src a = others_src::caller_a, b = others_src::caller_b;
   int64_t a_off = 0, b_off = 0, out = 0;
-  int64_t bias_off = 0;  ///< the bias of its first output column
+  int64_t bias_off = 0;    ///< the bias of its first output column
+  int64_t addend_off = 0;  ///< where its addend starts in the products buffer (elements of the plan's out type)
   /// Received blocks to assemble once its inputs arrived, before it runs.
   std::vector<others_concat> assemble;
   bool to_c = false;
@@ -118,16 +119,25 @@ enum class others_output {
 /// MPI counts and displacements of one collective, in elements.
 struct others_counts {
   std::vector<int> counts, displs;
-  /// Counts from element counts; displacements are their prefix sums.
-  explicit others_counts(const std::vector<int64_t>& n = {}) {
+  /// Counts from element counts (one per rank); the blocks lie one after the
+  /// other in rank order starting from rank `first` and going round (0: rank
+  /// order).
+  explicit others_counts(const std::vector<int64_t>& n = {}, int first = 0) {
+    const size_t R = n.size();
+    counts.resize(R), displs.resize(R);
     int64_t at = 0;
-    for (int64_t c : n) {
-      counts.push_back(mpi::detail::to_count(c, "count of a collective"));
-      displs.push_back(mpi::detail::to_count(at, "displacement of a collective"));
-      at += c;
+    for (size_t i = 0; i < R; ++i) {
+      const size_t q = (static_cast<size_t>(first) + i) % R;
+      counts[q] = mpi::detail::to_count(n[q], "count of a collective");
+      displs[q] = mpi::detail::to_count(at, "displacement of a collective");
+      at += n[q];
     }
   }
-  [[nodiscard]] int64_t total() const { return counts.empty() ? 0 : int64_t{displs.back()} + counts.back(); }
+  [[nodiscard]] int64_t total() const {
+    int64_t sum = 0;
+    for (int c : counts) sum += c;
+    return sum;
+  }
 };
 
 /// One input all-gather: a piece of every rank's block, at element `base`
@@ -285,7 +295,8 @@ class others_runner {
       void* dst = gm.to_c ? static_cast<void*>(c_.data + gm.out) : static_cast<void*>(products() + gm.out * out_size);
       engine::progress_scope scope(ctx_.progress(), ctx_.requests());
       gm.kernel->run(source(gm.a) + gm.a_off, source(gm.b) + gm.b_off, dst,
-                     gm.desc.bias ? bias_ + gm.bias_off : nullptr, gm.addend ? products() : nullptr);
+                     gm.desc.bias ? bias_ + gm.bias_off : nullptr,
+                     gm.addend ? products() + gm.addend_off * out_size : nullptr);
       scope.finish();
     }
     if (comm_ && owners_ && gm.peer != ctx_.rank() && gm.send > 0)

@@ -30,9 +30,7 @@ struct work {
   /// block) run while the input collectives move data, and when the
   /// all-to-all carries the output blocks (alltoall_out) each leaves once
   /// computed, while the next are computed. The gathered operand may travel
-  /// in `pieces`, the products of each following its arrival. With no own
-  /// GEMMs and no output all-to-all, every GEMM needs the exchanged blocks
-  /// and its piece (matmul_reduce_scatter: one GEMM over K per piece).
+  /// in `pieces`, the products of each following its arrival.
   bool pipelined = false;
   bool alltoall_out = false;
   int own_gemms = 1;
@@ -134,10 +132,8 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
   const double in_bytes = gathered + (w.alltoall_out ? 0 : exchanged);
   // What the GEMMs lose to the inputs and the outputs (at most their transfer time, as for a ring).
   const double lost_in = std::min(k * in_bytes, inputs), lost_out = std::min(k * exchanged, alltoall);
-  if (!w.alltoall_out && w.own_gemms > 0) return std::max(inputs, own + lost_in) + rest + reduce;
+  if (!w.alltoall_out) return std::max(inputs, own + lost_in) + rest + reduce;
   const double pieces = std::max(w.pieces, 1);
-  if (!w.alltoall_out)  // the first product once the exchange and the first piece arrived, each next after its piece
-    return std::max(alltoall + gather / pieces + rest + lost_in * (1 - 1 / pieces), inputs + rest / pieces) + reduce;
   // The peers' products of a piece start once it arrived (the first after
   // inputs / pieces), and output blocks leave as they are computed: each
   // after its own product, the last after the last product (with 2 ranks
