@@ -329,8 +329,8 @@ void rs_others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_option
   int64_t base = 0;
   for (int j = 0; j < pieces; ++j) {
     const range pc = others_piece(free, j, pieces);
-    std::vector<int64_t> counts;
-    for (int64_t kq : ks) counts.push_back(kq * pc.len);
+    std::vector<int64_t> counts(ks.size());
+    for (size_t q = 0; q < ks.size(); ++q) counts[q] = ks[q] * pc.len;
     others_gather ga;
     ga.at = others_counts(counts, next);
     ga.base = base;
@@ -353,17 +353,95 @@ struct rs_operand {
 /// of `ks`, one after the other from element `at` of `from`, each `extent` x
 /// K_q in op's terms): where K runs down the stored blocks they already form
 /// one dense matrix; where it runs across (`k_across`) g assembles them side
-/// by side at element `to` of the assembled buffer before it runs.
-inline rs_operand rs_assemble(others_gemm& g, others_src from, int64_t at, const std::vector<int64_t>& ks,
-                              int64_t extent, bool k_across, int64_t to) {
+/// by side at element `to` of the assembled buffer (`blocks`, the copies
+/// its GEMM makes before it runs).
+inline rs_operand rs_assemble(std::vector<others_concat>& blocks, others_src from, int64_t at,
+                              const std::vector<int64_t>& ks, int64_t extent, bool k_across, int64_t to) {
   if (!k_across) return {from, at, packed_ld(extent)};
   const int64_t k = std::accumulate(ks.begin(), ks.end(), int64_t{0});
   int64_t col = 0;
   for (int64_t kq : ks) {
-    g.assemble.push_back({from, at, extent, kq, to + col, k});
+    blocks.push_back({from, at, extent, kq, to + col, k});
     at += extent * kq, col += kq;
   }
   return {others_src::assembled, to, packed_ld(k)};
+}
+
+/// The epilogue of the last GEMM of rs_others_build's sum.
+inline void rs_others_epilogue(others_gemm& g, const rs_options& opt) {
+  g.desc.bias = static_cast<bool>(opt.epilogue.bias), g.desc.act = opt.epilogue.activation;
+}
+
+/// rs_others_build's first term: this rank's own K_p from the caller's
+/// operands, its rows of op(A_p) and all of op(B_p), or all of op(A_p) and
+/// its columns of op(B_p); into c, or (bf16) into fp32 products.
+template <class T>
+void rs_others_own(context& ctx, const rs_plan<T>& plan, others_plan<T>& o, const rs_args<T>& x, const rs_options& opt,
+                   int64_t kp, bool last) {
+  const int p = ctx.rank();
+  const bool ta = opt.transpose_a, tb = opt.transpose_b, fp32_sum = o.out != dtype_of<T>();
+  const int64_t own = plan.layout.size(p), at = plan.layout.offset(p);
+  const int64_t m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
+  others_gemm g;
+  g.peer = p;
+  g.a = others_src::caller_a, g.b = others_src::caller_b;
+  if (plan.rows) g.a_off = ta ? at : at * x.a.ld;
+  if (!plan.rows) g.b_off = tb ? at * x.b.ld : at;
+  g.to_c = !fp32_sum;
+  g.desc = gemm_desc::shape(m, n, kp)
+               .strides(x.a.ld, x.b.ld, fp32_sum ? n : x.c.ld)
+               .transposed(ta, tb)
+               .types(dtype_of<T>(), o.out);
+  if (last) rs_others_epilogue(g, opt);
+  g.kernel = ctx.make_kernel(g.desc);
+  o.gemms.push_back(std::move(g));
+}
+
+/// rs_others_build's second term: the peers' K (`peers`: their K_q in the
+/// order their blocks lie), one GEMM per piece of the gathered operand,
+/// added to the first term. K runs across a stored block of op(A) unless A
+/// is stored transposed, and across one of op(B) when B is. The assembled
+/// buffer: the exchanged operand (own x K, assembled before the first
+/// piece's GEMM), then each piece of the gathered one (len x K).
+template <class T>
+void rs_others_peers(context& ctx, const rs_plan<T>& plan, others_plan<T>& o, const rs_args<T>& x,
+                     const rs_options& opt, const std::vector<int64_t>& peers, int pieces) {
+  const int p = ctx.rank();
+  const bool ta = opt.transpose_a, tb = opt.transpose_b, fp32_sum = o.out != dtype_of<T>();
+  const int64_t own = plan.layout.size(p), free = plan.rows ? plan.n : plan.m, n = plan.rows ? plan.n : own;
+  const int64_t k = std::accumulate(peers.begin(), peers.end(), int64_t{0});
+  const bool ex_across = plan.rows ? !ta : tb, ga_across = plan.rows ? tb : !ta;
+  std::vector<others_concat> exchanged;
+  const rs_operand ex = rs_assemble(exchanged, others_src::exchanged, 0, peers, own, ex_across, 0);
+  int64_t to = ex_across ? own * k : 0;
+  for (int j = 0; j < pieces; ++j) {
+    const range pc = others_piece(free, j, pieces);
+    others_gemm g;
+    if (j == 0) g.assemble = exchanged;
+    g.peer = p;
+    g.inputs = j;  // the exchange (with piece 0) and piece j
+    g.to_c = true;
+    const rs_operand ga = rs_assemble(g.assemble, others_src::gathered, o.gathers[static_cast<size_t>(j)].base, peers,
+                                      pc.len, ga_across, to);
+    if (ga_across) to += pc.len * k;
+    const rs_operand& a = plan.rows ? ex : ga;
+    const rs_operand& b = plan.rows ? ga : ex;
+    g.a = a.src, g.a_off = a.off, g.b = b.src, g.b_off = b.off;
+    g.out = plan.rows ? pc.begin : pc.begin * x.c.ld;
+    g.bias_off = plan.rows ? pc.begin : 0;
+    g.desc = gemm_desc::shape(plan.rows ? own : pc.len, plan.rows ? pc.len : own, k)
+                 .strides(a.ld, b.ld, x.c.ld)
+                 .transposed(ta, tb)
+                 .types(dtype_of<T>(), dtype_of<T>())
+                 .accumulating(!fp32_sum);
+    if (fp32_sum) {
+      g.addend = true, g.addend_off = plan.rows ? pc.begin : pc.begin * n;
+      g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
+    }
+    rs_others_epilogue(g, opt);
+    g.kernel = ctx.make_kernel(g.desc);
+    o.gemms.push_back(std::move(g));
+  }
 }
 
 /// algorithm::others for matmul_reduce_scatter: instead of partial sums of
@@ -380,71 +458,17 @@ void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const 
                      const std::vector<int64_t>& ks, int pieces) {
   others_plan<T>& o = plan.others;
   const int R = ctx.size(), p = ctx.rank();
-  const dtype t = dtype_of<T>();
-  const bool ta = opt.transpose_a, tb = opt.transpose_b;
   pieces = std::max(pieces, 1);
   rs_others_inputs(plan, o, opt, ks, p, pieces);
-  const int64_t own = plan.layout.size(p), at = plan.layout.offset(p), free = plan.rows ? plan.n : plan.m;
-  const int64_t kp = ks[static_cast<size_t>(p)], m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
-  std::vector<int64_t> peers;  // the peers' K_q in the order their blocks lie
-  for (int i = 1; i < R; ++i) peers.push_back(ks[static_cast<size_t>((p + i) % R)]);
-  const int64_t k = std::accumulate(peers.begin(), peers.end(), int64_t{0});
-  const bool fp32_sum = t == dtype::bf16 && R > 1;
-  o.out = fp32_sum ? dtype::f32 : t;
-  auto epilogue = [&](others_gemm& g) {
-    g.desc.bias = static_cast<bool>(opt.epilogue.bias), g.desc.act = opt.epilogue.activation;
-  };
-  // This rank's own term, from the caller's operands: its rows of op(A_p)
-  // and all of op(B_p), or all of op(A_p) and its columns of op(B_p).
-  others_gemm mine;
-  mine.peer = p;
-  mine.a = others_src::caller_a, mine.b = others_src::caller_b;
-  if (plan.rows) mine.a_off = ta ? at : at * x.a.ld;
-  if (!plan.rows) mine.b_off = tb ? at * x.b.ld : at;
-  mine.to_c = !fp32_sum;
-  mine.desc =
-      gemm_desc::shape(m, n, kp).strides(x.a.ld, x.b.ld, fp32_sum ? n : x.c.ld).transposed(ta, tb).types(t, o.out);
-  if (R == 1) epilogue(mine);
-  mine.kernel = ctx.make_kernel(mine.desc);
-  o.gemms.push_back(std::move(mine));
-  // The peers' term. K runs across a stored block of op(A) unless A is stored
-  // transposed, and across one of op(B) when B is. The assembled buffer: the
-  // exchanged operand (own x K, assembled before the first piece's GEMM),
-  // then each piece of the gathered one (len x K).
-  const bool a_across = !ta, b_across = tb;
-  const bool ex_across = plan.rows ? a_across : b_across, ga_across = plan.rows ? b_across : a_across;
-  others_gemm first;
-  const rs_operand ex = rs_assemble(first, others_src::exchanged, 0, peers, own, ex_across, 0);
-  int64_t to = ex_across ? own * k : 0;
-  for (int j = 0; j < pieces && R > 1; ++j) {
-    const range pc = others_piece(free, j, pieces);
-    others_gemm g = j == 0 ? std::move(first) : others_gemm{};
-    g.peer = p;
-    g.inputs = j;  // the exchange (with piece 0) and piece j
-    g.to_c = true;
-    const rs_operand ga =
-        rs_assemble(g, others_src::gathered, o.gathers[static_cast<size_t>(j)].base, peers, pc.len, ga_across, to);
-    if (ga_across) to += pc.len * k;
-    const rs_operand& a = plan.rows ? ex : ga;
-    const rs_operand& b = plan.rows ? ga : ex;
-    g.a = a.src, g.a_off = a.off, g.b = b.src, g.b_off = b.off;
-    g.out = plan.rows ? pc.begin : pc.begin * x.c.ld;
-    g.bias_off = plan.rows ? pc.begin : 0;
-    g.desc = gemm_desc::shape(plan.rows ? own : pc.len, plan.rows ? pc.len : own, k)
-                 .strides(a.ld, b.ld, x.c.ld)
-                 .transposed(ta, tb)
-                 .types(t, t)
-                 .accumulating(!fp32_sum);
-    if (fp32_sum) {
-      g.addend = true, g.addend_off = plan.rows ? pc.begin : pc.begin * n;
-      g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
-    }
-    epilogue(g);
-    g.kernel = ctx.make_kernel(g.desc);
-    o.gemms.push_back(std::move(g));
-  }
+  const bool fp32_sum = dtype_of<T>() == dtype::bf16 && R > 1;
+  o.out = fp32_sum ? dtype::f32 : dtype_of<T>();
+  rs_others_own(ctx, plan, o, x, opt, ks[static_cast<size_t>(p)], R == 1);
+  std::vector<int64_t> peers(static_cast<size_t>(R - 1));  // the peers' K_q in the order their blocks lie
+  for (int i = 1; i < R; ++i) peers[static_cast<size_t>(i - 1)] = ks[static_cast<size_t>((p + i) % R)];
+  if (R > 1) rs_others_peers(ctx, plan, o, x, opt, peers, pieces);
+  const int64_t own = plan.layout.size(p);
   o.output = others_output::local;
-  others_allocate(o, fp32_sum ? m * n : 0);
+  others_allocate(o, fp32_sum ? (plan.rows ? own * plan.n : plan.m * own) : 0);
 }
 
 /// What a candidate schedule of matmul_reduce_scatter does on the busiest
