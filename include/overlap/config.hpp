@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "overlap/enum_names.hpp"
+#include "overlap/mpi/simulator.hpp"
 
 namespace overlap {
 
@@ -94,6 +95,28 @@ struct enum_names<ring_phases> {
                                                                    {ring_phases::comm_only, "comm_only"}}};
 };
 
+/// Under SimGrid SMPI (mpi::simulated): how the simulated time of a GEMM is
+/// found. SMPI times every burst of computation on the real CPU, so its
+/// times carry the noise of the machine running the simulation; `steady`
+/// and `skipped` charge each GEMM shape one stable figure instead. Ignored
+/// on a real MPI.
+enum class sim_compute {
+  /// SMPI's own timing of every GEMM (each call's real time)
+  measured,
+  /// every GEMM runs (results are correct); each one is charged the median
+  /// of the first sim_samples real runs of its shape on this rank
+  steady,
+  /// as steady, but after those runs the GEMM is not computed at all: times
+  /// only, the results are wrong (runs at scale that only time)
+  skipped,
+};
+
+template <>
+struct enum_names<sim_compute> {
+  static constexpr std::array<enum_entry<sim_compute>, 3> entries{
+      {{sim_compute::measured, "measured"}, {sim_compute::steady, "steady"}, {sim_compute::skipped, "skipped"}}};
+};
+
 /// The order of the ranks on a context's ring (the ops' neighbours).
 enum class ring_order {
   /// the ranks of one node are neighbours (MPI_COMM_TYPE_SHARED): a ring
@@ -116,8 +139,11 @@ struct enum_names<ring_order> {
 struct config {
   /// GEMM library; automatic picks oneDNN for float and Eigen for double.
   overlap::backend_kind backend = overlap::backend_kind::automatic;
-  /// Progress policy of the ring engine.
-  overlap::progress_policy progress = overlap::progress_policy::thread;
+  /// Progress policy of the ring engine. Under SimGrid SMPI the default is
+  /// none: the simulator progresses transfers by itself, and a rank's second
+  /// thread must not call MPI there (thread is refused).
+  overlap::progress_policy progress =
+      mpi::simulated ? overlap::progress_policy::none : overlap::progress_policy::thread;
   /// Sleep of the progress thread between two MPI_Testall calls; zero makes it
   /// yield instead (a busy thread: only sensible with a spare core).
   std::chrono::microseconds progress_interval{100};
@@ -162,6 +188,11 @@ struct config {
   /// rank>.json, the Chrome trace format; see engine/trace.hpp and
   /// tools/trace/render.py). Empty: off, and nothing is recorded.
   std::string trace;
+  /// SimGrid SMPI only: how a GEMM's simulated time is found (sim_compute).
+  overlap::sim_compute sim = overlap::sim_compute::steady;
+  /// SimGrid SMPI only: real runs of each GEMM shape whose median is charged
+  /// under sim_compute::steady and skipped.
+  int sim_samples = 5;
 
   /// The defaults above, overridden by the environment variables listed in
   /// settings(). Throws std::invalid_argument on a malformed or out-of-range
@@ -321,6 +352,11 @@ setting make_setting(const char* variable, const char* field, const char* meanin
                                          "needed"),
       make_setting<&config::trace>("OVERLAP_TRACE", "trace",
                                    "directory of a Chrome trace per rank (rank<R>.json); empty: off"),
+      make_setting<&config::sim>("OVERLAP_SIM_COMPUTE", "sim",
+                                 "SimGrid SMPI only: a GEMM's simulated time (SMPI's timing of each call, or the "
+                                 "median of its shape's first runs; skipped: not computed after those)"),
+      make_setting<&config::sim_samples>("OVERLAP_SIM_SAMPLES", "sim_samples",
+                                         "SimGrid SMPI only: real runs per GEMM shape behind its steady time", 1, 1000),
       make_setting<&config::phases>(nullptr, "phases", "benchmarks only: which halves of a schedule run"),
   };
   return table;
@@ -343,6 +379,9 @@ namespace detail {
 [[nodiscard]] inline std::string config_problem(const config& c) {
   for (const setting& s : settings())
     if (std::string p = s.check(c); !p.empty()) return std::string("config.") + s.field + " " + p;
+  if (mpi::simulated && c.progress == progress_policy::thread)
+    return "config.progress is thread, but this program runs under SimGrid SMPI, where a rank's second thread must "
+           "not call MPI; the simulator progresses transfers by itself: use none (the default there) or poll";
   return {};
 }
 }  // namespace detail

@@ -13,6 +13,7 @@
 
 #include "overlap/backend/eigen.hpp"
 #include "overlap/backend/onednn.hpp"
+#include "overlap/backend/simulated.hpp"
 #include "overlap/context.hpp"
 #include "overlap/engine/trace.hpp"
 
@@ -151,10 +152,10 @@ OVERLAP_FUNC int64_t context::piece_knee(dtype t, int64_t other) const noexcept 
 OVERLAP_FUNC std::shared_ptr<const gemm_kernel> context::make_kernel(const gemm_desc& d) {
   if (backend_for(d.in) == backend_kind::eigen) {
     if (!eigen_) eigen_ = std::make_unique<backend::eigen_backend>();
-    return eigen_->make(d);
+    return backend::simulated(eigen_->make(d), d, sim_);
   }
   if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
-  return onednn_->make(d, widen_bf16_);
+  return backend::simulated(onednn_->make(d, widen_bf16_), d, sim_);
 }
 
 OVERLAP_FUNC void context::prepare_local() {
@@ -180,6 +181,7 @@ OVERLAP_FUNC void context::prepare_local() {
   }
   if (cfg_.progress == progress_policy::thread)
     progress_ = std::make_unique<engine::progress_thread>(cfg_.progress_interval);
+  if (mpi::simulated) sim_ = std::make_shared<backend::sim_timings>(cfg_.sim, cfg_.sim_samples);
 }
 
 }  // namespace overlap

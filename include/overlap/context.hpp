@@ -50,6 +50,7 @@ class trace_recorder;  // engine/trace.hpp
 namespace backend {
 class eigen_backend;   // backend/eigen.hpp
 class onednn_backend;  // backend/onednn.hpp
+class sim_timings;     // backend/simulated.hpp
 }  // namespace backend
 
 namespace detail {
@@ -307,13 +308,18 @@ class context {
   engine::worker& start_worker(const char* op) {
     detail::failure local;
     try {
+      // Under SMPI a rank's second thread must not call MPI: the op runs on
+      // the caller's thread inside start (its transfers still progress in
+      // simulated time; what the caller computes before wait() does not
+      // overlap the op's own GEMMs).
+      const auto where = mpi::simulated ? engine::worker::runs::on_caller_thread : engine::worker::runs::on_own_thread;
       int provided = MPI_THREAD_SINGLE;
       OVERLAP_MPI(MPI_Query_thread, &provided);
-      if (provided < MPI_THREAD_MULTIPLE)
+      if (where == engine::worker::runs::on_own_thread && provided < MPI_THREAD_MULTIPLE)
         throw std::invalid_argument(std::string(op) +
                                     ": a started op runs on a second thread, which needs MPI_THREAD_MULTIPLE; "
                                     "initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
-      if (!worker_) worker_ = std::make_unique<engine::worker>();
+      if (!worker_) worker_ = std::make_unique<engine::worker>(where);
     } catch (...) {
       local = detail::failure::capture(std::current_exception());
     }
@@ -455,6 +461,7 @@ class context {
   std::string failure_;                              ///< the fatal error that ended this context (throw policy)
   std::unique_ptr<backend::eigen_backend> eigen_;    ///< made on first use
   std::unique_ptr<backend::onednn_backend> onednn_;  ///< made on first use
+  std::shared_ptr<backend::sim_timings> sim_;        ///< SimGrid SMPI only: the GEMMs' simulated times
   std::unique_ptr<engine::progress_thread> progress_;
   /// The plan cache: most recently used first, and an index into it.
   std::list<std::pair<detail::plan_key, std::unique_ptr<detail::plan_base>>> plans_;

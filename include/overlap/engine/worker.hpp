@@ -15,9 +15,15 @@ namespace overlap::engine {
 
 /// One job at a time: post() hands it over, wait() blocks until it ended and
 /// rethrows what it threw. The thread starts with the worker and ends with it.
+/// runs::on_caller_thread has no thread: post() runs the job before it
+/// returns and keeps what it threw for wait() (for MPI libraries where a
+/// second thread must not call MPI, such as SimGrid SMPI).
 class worker {
  public:
-  worker() : thread_([this] { loop(); }) {}
+  enum class runs { on_own_thread, on_caller_thread };
+  explicit worker(runs where = runs::on_own_thread) {
+    if (where == runs::on_own_thread) thread_ = std::thread([this] { loop(); });
+  }
   worker(const worker&) = delete;
   worker& operator=(const worker&) = delete;
   ~worker() {
@@ -26,11 +32,15 @@ class worker {
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();  // after the job in hand, if any
+    if (thread_.joinable()) thread_.join();  // after the job in hand, if any
   }
 
   /// Starts job on the worker's thread; the worker must be idle.
   void post(std::function<void()> job) {
+    if (!thread_.joinable()) {
+      run_here(job);
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job_ = std::move(job);
@@ -58,6 +68,23 @@ class worker {
   }
 
  private:
+  void run_here(const std::function<void()>& job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_ = true;
+      claimed_ = false;
+      failure_ = nullptr;
+    }
+    std::exception_ptr failure;
+    try {
+      job();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    failure_ = failure;
+    running_ = false;
+  }
   void loop() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
@@ -86,7 +113,7 @@ class worker {
   bool running_ = false;  ///< a job is in hand
   bool claimed_ = true;   ///< wait() returned since the last post()
   bool stop_ = false;
-  std::thread thread_;  // last: starts after the members it uses exist
+  std::thread thread_;  // last: starts (in the constructor's body) after the members it uses exist
 };
 
 }  // namespace overlap::engine

@@ -16,6 +16,14 @@
 
 namespace overlap::mpi {
 
+/// `p`, or a valid address when p is null: for the buffer of a zero count.
+/// The standard allows any pointer there, but SimGrid SMPI rejects a null
+/// one (MPI_ERR_BUFFER), as a rank with an empty shard passes.
+[[nodiscard]] inline void* any_buffer(void* p) noexcept {
+  static char none = 0;
+  return p != nullptr ? p : &none;
+}
+
 /// An owned, committed derived datatype (freed by the destructor); move-only.
 class datatype {
  public:

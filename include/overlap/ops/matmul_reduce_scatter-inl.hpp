@@ -15,6 +15,7 @@
 #include "overlap/engine/buffer.hpp"
 #include "overlap/engine/ring.hpp"
 #include "overlap/matrix.hpp"
+#include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/accumulate.hpp"
 #include "overlap/ops/agreement.hpp"
 #include "overlap/ops/block_types.hpp"
@@ -830,7 +831,7 @@ void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_optio
     }
   });
   const bool via_ws = plan.finish.addend;
-  void* dst = via_ws ? static_cast<void*>(plan.result_ws.data()) : static_cast<void*>(x.c.data);
+  void* dst = mpi::any_buffer(via_ws ? static_cast<void*>(plan.result_ws.data()) : static_cast<void*>(x.c.data));
   const MPI_Datatype type = mpi_type_of(plan.acc);
   run_collective(
       ctx, plan, "MPI_Reduce_scatter",

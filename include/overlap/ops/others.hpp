@@ -24,6 +24,7 @@
 #include "overlap/context.hpp"
 #include "overlap/engine/buffer.hpp"
 #include "overlap/matrix.hpp"
+#include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/run.hpp"
 
@@ -319,9 +320,12 @@ class others_runner {
     const others_counts& r = plan_.reduce_at;
     run_collective(
         ctx_, info_, "MPI_Reduce_scatter",
-        [&] { return MPI_Reduce_scatter(products(), result(), r.counts.data(), acc, MPI_SUM, ctx_.comm()); },
+        [&] {
+          return MPI_Reduce_scatter(products(), mpi::any_buffer(result()), r.counts.data(), acc, MPI_SUM, ctx_.comm());
+        },
         [&](MPI_Request* q) {
-          return MPI_Ireduce_scatter(products(), result(), r.counts.data(), acc, MPI_SUM, ctx_.comm(), q);
+          return MPI_Ireduce_scatter(products(), mpi::any_buffer(result()), r.counts.data(), acc, MPI_SUM, ctx_.comm(),
+                                     q);
         });
   }
 
