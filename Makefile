@@ -14,7 +14,8 @@ DEPS := cmake make g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps bench-deps lint-deps configure build test test-isa asan tsan lint format demo bench install clean
+.PHONY: all deps bench-deps lint-deps smpi-deps configure build test test-isa asan tsan lint format demo bench install clean \
+        smpi test-smpi
 
 all: build
 
@@ -89,6 +90,23 @@ lint: lint-deps configure
 
 format: lint-deps
 	clang-format -i $(CXX_SOURCES)
+
+# SimGrid SMPI: the library, overlap-bench, overlap-layer and the MPI suites
+# built with smpicxx into $(BUILD)-smpi (build-smpi/); `make test-smpi` runs
+# the suites under smpirun on a simulated 8-node cluster (tools/smpi/).
+SMPI_BUILD ?= $(BUILD)-smpi
+SMPI_DEPS := libsimgrid-dev
+
+smpi-deps:
+	@$(MAKE) --no-print-directory deps DEPS="$(DEPS) $(SMPI_DEPS)"
+
+smpi: smpi-deps
+	cmake -S . -B $(SMPI_BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_CXX_COMPILER=smpicxx -DOVERLAP_SMPI=ON \
+	  -DOVERLAP_BUILD_BENCH=OFF
+	cmake --build $(SMPI_BUILD) -j $(JOBS)
+
+test-smpi: smpi
+	cd $(SMPI_BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # On an emulated 2-node cluster when the machine allows it, else on shared memory.
 demo: build

@@ -14,8 +14,8 @@
 //   rs rows:     a = A[:, K_r],  b = B[K_r, :], c = C[M_r, :]
 //   rs cols:     a = A[:, K_r],  b = B[K_r, :], c = C[:, N_r]
 #include <fmt/format.h>
-#include <CLI/CLI.hpp>
 #include <algorithm>
+#include "common/cli11.hpp"
 
 #include <Eigen/Core>
 #include <cmath>
@@ -122,7 +122,8 @@ double check(const std::vector<T>& c, range2 cr, int64_t K, int64_t members) {
 
 /// The exact product of the given global rows and columns of C = A @ B
 /// (row-major, double, Eigen).
-std::vector<double> reference_block(const std::vector<int64_t>& rows, const std::vector<int64_t>& cols, int64_t K) {
+[[maybe_unused]] std::vector<double> reference_block(const std::vector<int64_t>& rows, const std::vector<int64_t>& cols,
+                                                     int64_t K) {
   const auto nr = static_cast<Eigen::Index>(rows.size()), nc = static_cast<Eigen::Index>(cols.size());
   Eigen::MatrixXd a(nr, K), b(K, nc);
   for (Eigen::Index i = 0; i < nr; ++i)

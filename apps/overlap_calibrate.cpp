@@ -6,7 +6,7 @@
 // (network); --update adds them to an existing file, so one file can hold
 // both classes.
 #include <fmt/format.h>
-#include <CLI/CLI.hpp>
+#include "common/cli11.hpp"
 
 #include <fstream>
 #include <sstream>

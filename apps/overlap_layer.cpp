@@ -5,7 +5,6 @@
 // error against the same block in double precision.
 #include <mpi.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include "common/cli11.hpp"
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>

@@ -8,12 +8,12 @@
 //   mpirun -np R overlap-link-probe [--bytes N] [--iters N] [--transport TEXT]
 #include <mpi.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+#include "../apps/common/cli11.hpp"
 
 #include "../apps/common/measure.hpp"
 #include "overlap/error.hpp"
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return p == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+    return p == 0 ? (app.exit)(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
   bytes -= bytes % 2;
   const int count = static_cast<int>(bytes), half = count / 2;

@@ -6,8 +6,8 @@
 // every candidate's predicted time; bench/scaling.sh turns them into
 // docs/scaling.md. No MPI communication: it evaluates the same model the
 // library chooses with.
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include "../apps/common/cli11.hpp"
 
 #include <iostream>
 #include <string>

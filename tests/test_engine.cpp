@@ -4,6 +4,8 @@
 // that throws leaves no request behind.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <stdexcept>
 #include <vector>
 
@@ -85,13 +87,16 @@ TEST(ring_engine, requests_complete_by_their_deadline_only) {
 TEST(ring_engine, a_throwing_step_leaves_no_pending_request) {
   auto comm = overlap::mpi::communicator::borrow(MPI_COMM_SELF).dup();
   overlap::mpi::request_group requests;
-  overlap::engine::progress_thread progress(std::chrono::microseconds(50));
+  // Under SimGrid SMPI no second thread may call MPI: the ring runs without one there.
+  std::optional<overlap::engine::progress_thread> thread;
+  if (!overlap::mpi::simulated) thread.emplace(std::chrono::microseconds(50));
+  overlap::engine::progress_thread* progress = thread ? &*thread : nullptr;
   toy_pattern bad;
   bad.throw_at = 3;
-  EXPECT_THROW(overlap::engine::run_ring(self_links(comm.get(), 1), bad, requests, &progress), std::runtime_error);
+  EXPECT_THROW(overlap::engine::run_ring(self_links(comm.get(), 1), bad, requests, progress), std::runtime_error);
   EXPECT_TRUE(requests.empty());
   toy_pattern good;  // the same group and thread work afterwards
-  overlap::engine::run_ring(self_links(comm.get(), 1), good, requests, &progress);
+  overlap::engine::run_ring(self_links(comm.get(), 1), good, requests, progress);
   EXPECT_EQ(good.checked, good.n - good.lead);
 }
 

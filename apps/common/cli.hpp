@@ -2,12 +2,14 @@
 // Command-line handling shared by the apps (CLI11): the library settings'
 // footer, parsing on every rank with one rank printing, and the transport
 // label of a report.
-#include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <optional>
 #include <string>
 
 #include <overlap/config.hpp>
+#include <overlap/mpi/simulator.hpp>
+
+#include "cli11.hpp"
 
 namespace overlap::apps {
 
@@ -24,16 +26,23 @@ inline std::optional<int> parse(CLI::App& app, int argc, char** argv, int rank) 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+    return rank == 0 ? (app.exit)(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
   return std::nullopt;
 }
 
-/// The transport a report names: --transport, else $OVERLAP_TRANSPORT, else `fallback`.
+/// The transport a report names: --transport, else $OVERLAP_TRANSPORT, else
+/// `fallback`. Under SimGrid SMPI it starts with "smpi" (the platform's
+/// description follows, or "simulated platform"), so a simulated figure is
+/// never mistaken for a measured one.
 inline std::string transport_label(const std::string& given, const char* fallback) {
-  if (!given.empty()) return given;
   const char* env = std::getenv("OVERLAP_TRANSPORT");
-  return env != nullptr ? env : fallback;
+  std::string label = !given.empty() ? given : (env != nullptr ? env : "");
+  if (overlap::mpi::simulated) {
+    if (label.empty()) return "smpi (SimGrid, simulated platform)";
+    return label.rfind("smpi", 0) == 0 ? label : "smpi, " + label;
+  }
+  return label.empty() ? fallback : label;
 }
 
 }  // namespace overlap::apps
