@@ -37,17 +37,16 @@ class worker {
 
   /// Starts job on the worker's thread; the worker must be idle.
   void post(std::function<void()> job) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    job_ = std::move(job);
+    running_ = true;
+    claimed_ = false;
+    failure_ = nullptr;
     if (!thread_.joinable()) {
-      run_here(job);
+      run_job(lock);  // runs::on_caller_thread
       return;
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      job_ = std::move(job);
-      running_ = true;
-      claimed_ = false;
-      failure_ = nullptr;
-    }
+    lock.unlock();
     cv_.notify_all();
   }
   /// True from post() until wait() returned (the job may have ended).
@@ -68,41 +67,29 @@ class worker {
   }
 
  private:
-  void run_here(const std::function<void()>& job) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      running_ = true;
-      claimed_ = false;
-      failure_ = nullptr;
-    }
+  /// Runs the job in hand on the calling thread (the lock held on entry and
+  /// on return, released while the job runs) and records how it ended.
+  void run_job(std::unique_lock<std::mutex>& lock) {
+    std::function<void()> job = std::move(job_);
+    job_ = nullptr;
+    lock.unlock();
     std::exception_ptr failure;
     try {
       job();
     } catch (...) {
       failure = std::current_exception();
     }
-    std::lock_guard<std::mutex> lock(mutex_);
+    lock.lock();
     failure_ = failure;
     running_ = false;
+    cv_.notify_all();
   }
   void loop() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       cv_.wait(lock, [this] { return stop_ || static_cast<bool>(job_); });
       if (!job_) return;  // stopping, nothing in hand
-      std::function<void()> job = std::move(job_);
-      job_ = nullptr;
-      lock.unlock();
-      std::exception_ptr failure;
-      try {
-        job();
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      lock.lock();
-      failure_ = failure;
-      running_ = false;
-      cv_.notify_all();
+      run_job(lock);
     }
   }
 
