@@ -107,7 +107,10 @@ enum class sim_compute {
   /// of the first sim_samples real runs of its shape on this rank
   steady,
   /// as steady, but after those runs the GEMM is not computed at all: times
-  /// only, the results are wrong (runs at scale that only time)
+  /// only, the results are wrong (runs at scale that only time). From the
+  /// first such context on, the rank's workspaces are also shared by every
+  /// simulated rank (mpi::shared_workspaces), so memory and copies do not
+  /// grow with the ranks
   skipped,
 };
 

@@ -182,6 +182,10 @@ OVERLAP_FUNC void context::prepare_local() {
   if (cfg_.progress == progress_policy::thread)
     progress_ = std::make_unique<engine::progress_thread>(cfg_.progress_interval);
   if (mpi::simulated) sim_ = std::make_shared<backend::sim_timings>(cfg_.sim, cfg_.sim_samples);
+  // Timing only: results are wrong anyway, so this rank's workspaces from
+  // now on are shared by the simulated ranks (memory and copies that do not
+  // grow with the ranks; docs/smpi.md).
+  if (mpi::simulated && cfg_.sim == sim_compute::skipped) mpi::shared_workspaces() = true;
 }
 
 }  // namespace overlap

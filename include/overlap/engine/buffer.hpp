@@ -1,11 +1,15 @@
 #pragma once
 /// @file
 /// Workspace owned by a plan: 64-byte aligned, allocated once when the plan is built.
+/// Under SimGrid SMPI's timing-only runs it may be shared by the simulated
+/// ranks (mpi::shared_workspaces).
 
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
 #include <new>
+
+#include "overlap/mpi/simulator.hpp"
 
 namespace overlap::engine {
 
@@ -16,7 +20,9 @@ class buffer {
   explicit buffer(size_t elements) : size_(elements) {
     if (elements == 0) return;
     const size_t bytes = (elements * sizeof(T) + alignment - 1) / alignment * alignment;
-    data_.reset(static_cast<T*>(std::aligned_alloc(alignment, bytes)));
+    bool shared = false;
+    T* p = static_cast<T*>(mpi::allocate_workspace(alignment, bytes, shared));  // sets `shared` before the deleter
+    data_ = std::unique_ptr<T, free_deleter>(p, free_deleter{shared});
     if (!data_) throw std::bad_alloc();
   }
   [[nodiscard]] T* data() const noexcept { return data_.get(); }
@@ -25,7 +31,8 @@ class buffer {
  private:
   static constexpr size_t alignment = 64;
   struct free_deleter {
-    void operator()(T* p) const noexcept { std::free(p); }
+    bool shared = false;  ///< allocated by mpi::allocate_workspace as shared
+    void operator()(T* p) const noexcept { mpi::free_workspace(p, shared); }
   };
   std::unique_ptr<T, free_deleter> data_;
   size_t size_ = 0;

@@ -11,6 +11,9 @@
 
 #if defined(SMPI_H)
 #include <smpi/smpi.h>
+#include <string>
+#include <xbt/config.hpp>
+#include <xbt/parse_units.hpp>
 #endif
 
 namespace overlap::mpi {
@@ -43,11 +46,57 @@ class untimed_scope {
 
 /// Inside an untimed_scope: charges `seconds` of this machine's computation
 /// to this rank's simulated clock (scaled by the platform's host speed
-/// against smpi/host-speed). Does nothing on a real MPI.
+/// against smpi/host-speed). Charged as flops, not through smpi_execute,
+/// whose smpi/cpu-threshold (1 us by default) would drop a small GEMM's
+/// time altogether. Does nothing on a real MPI.
 inline void charge_compute([[maybe_unused]] double seconds) {
 #if defined(SMPI_H)
-  if (seconds > 0) smpi_execute(seconds);
+  // smpi/host-speed is a string with units ("100Gf"); read once per rank.
+  static const double reference_flops = xbt_parse_get_speed(
+      "smpi/host-speed", 0, simgrid::config::get_value<std::string>("smpi/host-speed"), "configuration option");
+  if (seconds > 0) smpi_execute_flops(seconds * reference_flops);
 #endif
+}
+
+/// Whether this rank's new workspaces are shared by every simulated rank
+/// (SMPI_SHARED_MALLOC): their contents are then garbage, and neither their
+/// memory nor their transfers' copies grow with the ranks. Set for timing-
+/// only runs (sim_compute::skipped) and, for their payloads, by the
+/// calibration. Per rank: SMPI loads one copy of the program per rank.
+/// Always false on a real MPI.
+inline bool& shared_workspaces() noexcept {
+  static bool shared = false;
+  return shared;
+}
+
+/// Sets shared_workspaces() for a scope (the calibration's payload buffers,
+/// whose contents do not matter), then restores it.
+class shared_workspaces_scope {
+ public:
+  shared_workspaces_scope() : before_(shared_workspaces()) { shared_workspaces() = simulated; }
+  shared_workspaces_scope(const shared_workspaces_scope&) = delete;
+  shared_workspaces_scope& operator=(const shared_workspaces_scope&) = delete;
+  ~shared_workspaces_scope() { shared_workspaces() = before_; }
+
+ private:
+  bool before_;
+};
+
+/// `bytes` (a multiple of `alignment`, > 0) aligned to `alignment` (<= a page),
+/// shared by the simulated ranks when shared_workspaces(); nullptr on failure.
+/// `shared` says how to free it (free_workspace).
+inline void* allocate_workspace(size_t alignment, size_t bytes, bool& shared) {
+  shared = simulated && shared_workspaces();
+#if defined(SMPI_H)
+  if (shared) return smpi_shared_malloc(bytes, __FILE__, __LINE__);  // page-aligned mappings
+#endif
+  return std::aligned_alloc(alignment, bytes);
+}
+inline void free_workspace(void* p, [[maybe_unused]] bool shared) noexcept {
+#if defined(SMPI_H)
+  if (shared) return smpi_shared_free(p);
+#endif
+  std::free(p);
 }
 
 }  // namespace overlap::mpi

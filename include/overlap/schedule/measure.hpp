@@ -17,6 +17,7 @@
 #include "overlap/engine/progress.hpp"
 #include "overlap/error.hpp"
 #include "overlap/failure.hpp"
+#include "overlap/mpi/simulator.hpp"
 #include "overlap/schedule/calibration.hpp"
 #include "overlap/schedule/model.hpp"
 
@@ -55,6 +56,7 @@ inline double time_exchange(context& ctx, std::byte* out, std::byte* in, int byt
 
 /// The ring links of ctx (needs >= 2 ranks).
 inline link_rates measure_links(context& ctx) {
+  const mpi::shared_workspaces_scope payload;  // under SMPI: one copy for every rank, never copied
   constexpr int big = 4 << 20;
   constexpr size_t two_big = size_t{2} * big;
   engine::buffer<std::byte> out(two_big), in(two_big);
@@ -76,16 +78,28 @@ inline link_rates measure_links(context& ctx) {
 /// runs. A throughput, not the median of single runs: where ranks share cores
 /// (more ranks than cores), single short runs often get a core to themselves
 /// and would report a rate the ranks cannot all have at once.
-inline double time_gemm(const gemm_kernel& k, const void* a, const void* b, void* c) {
+///
+/// Under SimGrid SMPI, `settle` runs first: the samples after which a
+/// simulated kernel charges every run its steady figure (backend/simulated.hpp).
+/// Then two runs measure that figure; filling 50 ms of simulated time would
+/// cost 32 times as many real runs on a node 32 times this core.
+inline double time_gemm(const gemm_kernel& k, const void* a, const void* b, void* c, int settle = 0) {
+  for (int i = 0; i < settle; ++i) k.run(a, b, c);
   // MPI_Wtime: under SimGrid SMPI the simulated clock, which is what the
   // model predicts there (a real clock would miss the platform's speed).
   const double w0 = MPI_Wtime();
   k.run(a, b, c);
   const double first = MPI_Wtime() - w0;
-  const int runs = std::clamp(static_cast<int>(0.05 / std::max(first, 1e-6)), 2, 5000);
+  const int runs = settle > 0 ? 2 : std::clamp(static_cast<int>(0.05 / std::max(first, 1e-6)), 2, 5000);
   const double t0 = MPI_Wtime();
   for (int i = 0; i < runs; ++i) k.run(a, b, c);
   return (MPI_Wtime() - t0) / runs;
+}
+
+/// The runs a simulated kernel of ctx samples before its time is steady
+/// (0 on a real MPI, or where every run is timed: sim_compute::measured).
+inline int settling_runs(const context& ctx) {
+  return mpi::simulated && ctx.config().sim != sim_compute::measured ? ctx.config().sim_samples : 0;
 }
 
 /// The GEMM rates of t on the grid sizes^3, every rank at once; the slowest
@@ -93,6 +107,7 @@ inline double time_gemm(const gemm_kernel& k, const void* a, const void* b, void
 inline gemm_rates measure_gemm(context& ctx, dtype t, const std::vector<int64_t>& sizes) {
   const int64_t top = sizes.back();
   const size_t bytes = static_cast<size_t>(top * top) * size_of(t);
+  const mpi::shared_workspaces_scope zeros;  // under SMPI: one copy for every rank
   // Buffers and primitives may fail on one rank only: agreed before measuring.
   engine::buffer<std::byte> a, b, c;
   std::vector<std::shared_ptr<const gemm_kernel>> kernels;
@@ -118,7 +133,7 @@ inline gemm_rates measure_gemm(context& ctx, dtype t, const std::vector<int64_t>
     for (int64_t n : sizes)
       for (int64_t k : sizes) {
         OVERLAP_MPI(MPI_Barrier, ctx.comm());
-        const double s = time_gemm(*kernels[i++], a.data(), b.data(), c.data());
+        const double s = time_gemm(*kernels[i++], a.data(), b.data(), c.data(), settling_runs(ctx));
         double rate = 2.0 * double(m) * double(n) * double(k) / std::max(s, 1e-9), low = 0;
         OVERLAP_MPI(MPI_Allreduce, &rate, &low, 1, MPI_DOUBLE, MPI_MIN, ctx.comm());
         g.flops_per_s.push_back(low);
@@ -134,6 +149,7 @@ inline gemm_rates measure_gemm(context& ctx, dtype t, const std::vector<int64_t>
 inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
   constexpr int64_t n = 1024;
   const size_t bytes = static_cast<size_t>(n * n) * size_of(t);
+  const mpi::shared_workspaces_scope payload;  // under SMPI: one copy for every rank, never copied
   engine::buffer<std::byte> a(bytes), b(bytes), c(bytes);
   std::memset(a.data(), 0, bytes), std::memset(b.data(), 0, bytes), std::memset(c.data(), 0, bytes);
   gemm_desc d;
@@ -146,7 +162,7 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
     local = failure::capture(std::current_exception());
   }
   ctx.agree_on(local, "overlap: calibrating the GEMM slowdown");
-  const double alone = time_gemm(*kernel, a.data(), b.data(), c.data());
+  const double alone = time_gemm(*kernel, a.data(), b.data(), c.data(), settling_runs(ctx));
   // Half the slowest rank's GEMM time's worth of data each way, 64 KiB to
   // 64 MiB; the same size on every rank (the messages must match).
   double slowest = 0;
@@ -268,6 +284,9 @@ inline collective_rates measure_collectives(context& ctx, const link_rates& l) {
   // ran at 0.57-0.65 Gbit/s in the model's terms, settled at 0.82, and the
   // same call in overlap-bench at 0.84.
   constexpr int settle_bytes = 512 << 10;
+  // Under SMPI one copy for every rank, never copied: R blocks of 4 MiB per
+  // rank would not fit at 64 ranks.
+  const mpi::shared_workspaces_scope payload;
   // Every rank allocates the same: a failure is agreed before measuring.
   engine::buffer<std::byte> send, recv, s_out, s_in;
   failure local;
