@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   std::string output = "overlap-calibration.json";
   std::vector<std::string> types{"f32", "bf16"};
   std::vector<int64_t> sizes = overlap::detail::calibration_sizes();
-  bool update = false;
+  bool update = false, links_only = false;
   CLI::App app{"overlap-calibrate: measure link and GEMM rates for the cost model and write a calibration file"};
   app.add_option("-o,--output", output, "the calibration file to write (rank 0)");
   app.add_option("--dtypes", types, "element types whose GEMM rates to measure")
@@ -43,11 +43,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
       ->delimiter(',');
   app.add_flag("--update", update, "keep what the existing file holds and replace only what this run measures");
+  app.add_flag("--links-only", links_only,
+               "measure the ring links only, no GEMM rates (with --update: a file's GEMM rates, measured once, "
+               "serve several networks)");
   app.footer("Library settings come from the environment:\n" + overlap::env_help());
   if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
   try {
     if (!std::is_sorted(sizes.begin(), sizes.end()) || std::adjacent_find(sizes.begin(), sizes.end()) != sizes.end())
       throw std::invalid_argument("--sizes must be ascending and distinct");
+    if (links_only) types.clear();
     overlap::config cfg = overlap::config::from_env();
     cfg.calibration.clear();  // measure, do not read
     overlap::context ctx(MPI_COMM_WORLD, cfg);
