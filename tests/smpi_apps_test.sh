@@ -11,11 +11,7 @@ layer=${3:?usage: smpi_apps_test.sh SOURCE_DIR OVERLAP_BENCH OVERLAP_LAYER}
 json=$(mktemp /tmp/overlap-smpi-apps.XXXXXX.json)
 trap 'rm -f "$json"' EXIT
 export OMP_NUM_THREADS=1
-smpi() {  # smpi PLATFORM NP PROGRAM ARGS...
-  local p=$src/tools/smpi/$1
-  smpirun -np "$2" -platform "$p.xml" -hostfile "$p.hosts" --cfg=smpi/host-speed:100Gf \
-    --log=xbt_cfg.thres:warning --log=smpi_config.thres:warning "${@:3}"
-}
+smpi() { "$src/tools/smpi/run" "$@"; }  # smpi PLATFORM NP PROGRAM ARGS...
 # smpirun passes the program's arguments on unquoted: a label with spaces goes by the environment.
 OVERLAP_TRANSPORT="smpi, star2-1gbit mirror" smpi star2-1gbit 2 "$bench" --op ag --variant lhs_rows -m 64 -n 48 \
   -k 32 --iters 2 --warmup 0 --json "$json"
