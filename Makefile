@@ -15,7 +15,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
 .PHONY: all deps bench-deps lint-deps smpi-deps configure build test test-isa asan tsan lint format demo bench install clean \
-        smpi test-smpi
+        smpi test-smpi bench-smpi
 
 all: build
 
@@ -37,18 +37,23 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# ctest -j: each MPI test declares its ranks as PROCESSORS, so ctest never
+# runs more ranks at once than the machine has cores.
 test: build
-	cd $(BUILD) && ctest --output-on-failure
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The MPI suites again with oneDNN capped at AVX2 and at SSE4.1
 # (ONEDNN_MAX_CPU_ISA), so a machine with AVX-512 proves the paths of smaller
 # CPUs (bf16 then runs widened to f32). Capping cannot raise the ISA: on an
-# AVX2 machine the AVX2 run is the native one.
+# AVX2 machine the AVX2 run is the native one. ISA_TESTS (a ctest -R regex)
+# narrows the suites, e.g. ISA_TESTS='[.]3ranks$$' for one odd rank count.
 ISAS ?= AVX2 SSE41
+ISA_TESTS ?=
 test-isa: build
 	@for isa in $(ISAS); do \
-	  echo "== MPI suites with ONEDNN_MAX_CPU_ISA=$$isa"; \
-	  (cd $(BUILD) && ONEDNN_MAX_CPU_ISA=$$isa ctest -L mpi --output-on-failure -j $(JOBS)) || exit 1; \
+	  echo "== MPI suites with ONEDNN_MAX_CPU_ISA=$$isa $(if $(ISA_TESTS),(tests matching $(ISA_TESTS)))"; \
+	  (cd $(BUILD) && ONEDNN_MAX_CPU_ISA=$$isa ctest -L mpi $(if $(ISA_TESTS),-R '$(ISA_TESTS)') --output-on-failure \
+	    -j $(JOBS)) || exit 1; \
 	done
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the MPI suites at 1-3
@@ -119,8 +124,14 @@ BENCH_DEPS := gnuplot-nox python3 pkg-config libscalapack-openmpi-dev libopenbla
 bench-deps:
 	@$(MAKE) --no-print-directory deps DEPS="$(BENCH_DEPS)"
 
-bench: bench-deps build
+bench: bench-deps build smpi
 	bash bench/sweep.sh $(BUILD)
+	bash bench/smpi_sweep.sh $(SMPI_BUILD)
+
+# The SMPI part alone (bench/smpi_sweep.sh): the mirrors of the emulated
+# clusters and the cost model on simulated fat trees, into docs/results.md.
+bench-smpi: smpi
+	bash bench/smpi_sweep.sh $(SMPI_BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
