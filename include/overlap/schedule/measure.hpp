@@ -219,6 +219,21 @@ inline const std::vector<double>& collective_blocks() {
   return b;
 }
 
+/// The blocks measure_collectives measures at on R ranks: collective_blocks(),
+/// except under SimGrid SMPI, where a rank's R blocks are capped at 64 MiB.
+/// SMPI's collective algorithms allocate temporaries of that size for every
+/// simulated rank, all in this one process: at 64 ranks the 4 MiB block took
+/// 24 GiB and was killed for memory. Larger blocks are then priced at the
+/// largest rate measured.
+inline std::vector<double> measured_collective_blocks(int R) {
+  std::vector<double> b = collective_blocks();
+  if (!mpi::simulated) return b;
+  constexpr double cap = double(64 << 20);
+  for (double& x : b) x = std::min(x, cap / R);
+  b.erase(std::unique(b.begin(), b.end()), b.end());
+  return b;
+}
+
 /// Seconds of each collective measure_collectives times, at one block size.
 struct collective_seconds {
   double allgather = 0, iallgather = 0, reduce_scatter = 0, alltoall = 0;
@@ -276,7 +291,7 @@ collective_seconds time_collectives(context& ctx, double block, std::byte* send,
 inline collective_rates measure_collectives(context& ctx, const link_rates& l) {
   const int R = ctx.size();
   const double hops = R - 1;
-  const std::vector<double>& blocks = collective_blocks();
+  const std::vector<double> blocks = measured_collective_blocks(R);
   const auto top = static_cast<size_t>(blocks.back());
   // Each collective starts from links that just carried a ring exchange, as
   // a call among others does: timed back to back after other collectives,
