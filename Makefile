@@ -126,12 +126,14 @@ bench-deps:
 
 bench: bench-deps build smpi
 	bash bench/sweep.sh $(BUILD)
-	bash bench/smpi_sweep.sh $(SMPI_BUILD)
+	PROJECTION=$(BUILD)/bench/overlap-projection bash bench/smpi_sweep.sh $(SMPI_BUILD)
 
 # The SMPI part alone (bench/smpi_sweep.sh): the mirrors of the emulated
-# clusters and the cost model on simulated fat trees, into docs/results.md.
+# clusters and the cost model on simulated fat trees into docs/results.md,
+# the scale runs into docs/scaling.md (beside the projection when $(BUILD)
+# has bench/overlap-projection).
 bench-smpi: smpi
-	bash bench/smpi_sweep.sh $(SMPI_BUILD)
+	PROJECTION=$(BUILD)/bench/overlap-projection bash bench/smpi_sweep.sh $(SMPI_BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

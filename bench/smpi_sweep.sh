@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Issue 28's runs (the SMPI part of `make bench`): the real programs, built
+# with smpicxx (make smpi), under smpirun on the platforms of tools/smpi/.
+#   validation  bench/model_sweep.sh's 8 shapes on the SMPI mirrors of the
+#               emulated 2-node star and 4-node ring (1 and 10 Gbit/s), GEMMs
+#               computed and every result checked; the emulated side is
+#               docs/results/model-*.jsonl.
+#   model       the cost model where noise no longer hides it: both ops,
+#               2-64 ranks of the fat trees at 25, 100 and 200 Gbit/s, 4
+#               shapes each (2 at 64 ranks; 78 cases); timing only
+#               (OVERLAP_SIM_COMPUTE=skipped).
+# Each platform and rank count gets its calibration from overlap-calibrate
+# run there (GEMM rates measured once per node speed, the links per run).
+# JSON lines and calibrations go to docs/results/smpi/; bench/smpi_report.py
+# turns them into docs/results.md's and docs/scaling.md's SMPI sections.
+#
+#   scale       the MLP block's two products (tokens 4096, hidden 4096, ffn
+#               16384) on one tensor group of 8-64 ranks at 25 and 100
+#               Gbit/s, and on dp x tp meshes of 8-rank groups (8-256 ranks,
+#               the groups at once on one fat tree), timing only, beside the
+#               cost model's projection of the same platform
+#               (bench/projection.cpp, $PROJECTION) in docs/scaling.md.
+# SMPI_SWEEP_PARTS (default "validation model scale") runs some parts only; the
+# report is written from whatever JSON lines are there. The simulations are
+# single-threaded; at 64 ranks the collectives' calibration holds about
+# 20 GiB: run nothing else big beside it on a 24 GiB machine.
+#
+#   bench/smpi_sweep.sh BUILD_SMPI_DIR [--quick]
+set -euo pipefail
+build=$(cd "${1:?usage: smpi_sweep.sh BUILD_SMPI_DIR [--quick]}" && pwd)
+quick=${2:-}
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/docs/results/smpi"
+plat="$root/tools/smpi"
+bench="$build/apps/overlap-bench"
+calibrate="$build/apps/overlap-calibrate"
+mkdir -p "$out"
+export OMP_NUM_THREADS=1
+t_start=$SECONDS
+
+# smpi PLATFORM NP PROGRAM ARGS...: PROGRAM on tools/smpi/PLATFORM.xml.
+smpi() { "$plat/run" "$@"; }
+# gemm_rates PLATFORM FILE: the node's GEMM rates (f32), measured once at 2 ranks.
+gemm_rates() {
+  [ -f "$2" ] && [ "$quick" != --quick ] && return 0
+  echo "[smpi] GEMM rates of $1's nodes" >&2
+  smpi "$1" 2 "$calibrate" --dtypes f32 -o "$2" > /dev/null
+}
+# calibration PLATFORM NP GEMM_FILE OUT: GEMM_FILE's rates plus the links of NP ranks there.
+calibration() {
+  cp "$3" "$4"
+  smpi "$1" "$2" "$calibrate" --links-only --update -o "$4" > /dev/null
+}
+# case PLATFORM NP CALIBRATION JSON LABEL BENCH_ARGS...
+case_run() {
+  OVERLAP_CALIBRATION="$3" OVERLAP_TRANSPORT="smpi, $5" smpi "$1" "$2" "$bench" "${@:6}" --json "$4" > /dev/null
+}
+
+parts=${SMPI_SWEEP_PARTS:-validation model scale}
+mirror_gemm="$out/gemm-1core.json" fat_gemm="$out/gemm-32core.json"  # GEMM rates of the two node speeds
+# --- validation: the emulated clusters' mirrors, model_sweep.sh's shapes ---
+if [[ " $parts " == *" validation "* ]]; then
+gemm_rates star2-10gbit "$mirror_gemm"
+shapes=(
+  "ag lhs_rows 2048 128 2048" "ag lhs_rows 2048 512 2048" "ag lhs_rows 2048 2048 2048"
+  "ag rhs_cols 256 2048 2048" "ag rhs_cols 2048 2048 2048"
+  "rs rows 2048 2048 128" "rs rows 2048 2048 512" "rs rows 2048 2048 2048"
+)
+[ "$quick" = --quick ] && shapes=("ag lhs_rows 2048 128 2048" "rs rows 2048 2048 2048")
+for mirror in star2-1gbit star2-10gbit ring4-1gbit ring4-10gbit; do
+  np=${mirror:4:1}
+  cal="$out/mirror-$mirror-calibration.json"
+  calibration "$mirror" "$np" "$mirror_gemm" "$cal"
+  strategies=ring,others,automatic
+  [ "$np" -ge 3 ] && strategies=ring,bidirectional,others,automatic
+  rm -f "$out/mirror-$mirror.jsonl"
+  for s in "${shapes[@]}"; do
+    read -r op variant m n k <<< "$s"
+    echo "[smpi mirror $mirror] $op $variant M=$m N=$n K=$k" >&2
+    case_run "$mirror" "$np" "$cal" "$out/mirror-$mirror.jsonl" "$mirror mirror" --op "$op" --variant "$variant" \
+      -m "$m" -n "$n" -k "$k" --strategies "$strategies" --iters 5
+  done
+done
+echo "[smpi] validation done at $((SECONDS - t_start)) s" >&2
+fi
+
+# --- model: 2-64 ranks, three link rates, timing only ---
+# Shapes scale with the ranks so that every rank holds the same shard: per
+# rank a 4096 x 2048 (ag) or 4096 x 2048 output (rs) product over N or K =
+# 512 (square-ish) or 128 (thin) per rank. At 3.2 Tf a rank's GEMM takes
+# about 2.7 or 0.7 ms; the 32 MiB its collective moves take 10.7 ms at
+# 25 Gbit/s and 1.3 ms at 200: comm-bound to compute-bound across the rates.
+# At 64 ranks only the square-ish shapes, and no forced `others` row: SMPI
+# solves an all-to-all's 4032 flows at once, minutes per call (automatic
+# still weighs others, and would run it if it chose it).
+if [[ " $parts " == *" model "* ]]; then
+gemm_rates fattree1024-100gbit "$fat_gemm"
+ranks=(2 3 4 8 16 32 64)
+[ "$quick" = --quick ] && ranks=(2 3)
+for rate in 25 100 200; do
+  p="fattree1024-${rate}gbit"
+  rm -f "$out/model-$p.jsonl"
+  for np in "${ranks[@]}"; do
+    cal="$out/model-$p-${np}ranks-calibration.json"
+    calibration "$p" "$np" "$fat_gemm" "$cal"
+    strategies=ring,others,automatic pers="512 128"
+    [ "$np" -ge 3 ] && strategies=ring,bidirectional,others,automatic
+    [ "$np" -ge 64 ] && strategies=ring,bidirectional,automatic pers=512
+    for per in $pers; do
+      echo "[smpi model $p] $np ranks, $per per rank ($((SECONDS - t_start)) s)" >&2
+      for op in ag rs; do
+        dims=(-m 4096 -k 2048 -n $((per * np)))
+        [ $op = rs ] && dims=(-m 4096 -n 2048 -k $((per * np)))
+        OVERLAP_SIM_COMPUTE=skipped case_run "$p" "$np" "$cal" "$out/model-$p.jsonl" "$p, $np ranks" --op $op \
+          "${dims[@]}" --strategies "$strategies" --iters 2 --warmup 1 --no-peers --no-check
+      done
+    done
+  done
+done
+fi
+echo "[smpi] model sweep done at $((SECONDS - t_start)) s" >&2
+
+# --- scale: the MLP block's products, one tensor group and dp x tp meshes ---
+if [[ " $parts " == *" scale "* ]]; then
+mlp() {  # mlp PLATFORM NP CALIBRATION TP: both products of the block, timing only
+  local common=(--strategies ring,bidirectional,automatic --iters 1 --warmup 1 --no-peers --no-check --tp "$4")
+  for op in "ag -m 4096 -k 4096 -n 16384" "rs -m 4096 -n 4096 -k 16384"; do
+    # shellcheck disable=SC2086
+    OVERLAP_SIM_COMPUTE=skipped OVERLAP_SIM_SAMPLES=2 case_run "$1" "$2" "$3" "$out/scale-$1.jsonl" \
+      "$1, $2 ranks" --op $op "${common[@]}"
+  done
+}
+for rate in 25 100; do
+  p="fattree1024-${rate}gbit"
+  gemm_rates fattree1024-100gbit "$fat_gemm"
+  rm -f "$out/scale-$p.jsonl"
+  for np in 8 16 32 64; do
+    echo "[smpi scale $p] one group of $np ranks ($((SECONDS - t_start)) s)" >&2
+    cal="$out/model-$p-${np}ranks-calibration.json"
+    [ -f "$cal" ] || calibration "$p" "$np" "$fat_gemm" "$cal"
+    mlp "$p" "$np" "$cal" 0
+  done
+  [ "$rate" = 100 ] || continue
+  for dp in 4 32; do  # 8-rank groups, the 8-rank calibration (a group's own links)
+    echo "[smpi scale $p] $dp groups of 8 ($((SECONDS - t_start)) s)" >&2
+    mlp "$p" $((8 * dp)) "$out/model-$p-8ranks-calibration.json" 8
+  done
+done
+if [ -n "${PROJECTION:-}" ] && [ -x "$PROJECTION" ]; then
+  gemm_rates star2-10gbit "$mirror_gemm"
+  "$PROJECTION" "$out/gemm-1core.json" --cores 32 --efficiency 1 --gbit 25,100 --latency-us 4 --slowdown 1 \
+    --tokens 4096 --hidden 4096 > "$out/scale-projection.jsonl"
+fi
+echo "[smpi] scale done at $((SECONDS - t_start)) s" >&2
+fi
+python3 "$root/bench/smpi_report.py" "$out" "$root/docs/results.md" "$root/docs/scaling.md"
