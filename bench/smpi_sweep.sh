@@ -130,18 +130,19 @@ mlp() {  # mlp PLATFORM NP CALIBRATION TP: both products of the block, timing on
       "$1, $2 ranks" --op $op "${common[@]}"
   done
 }
-for rate in 25 100; do
+# SMPI_SCALE_RATES, SMPI_SCALE_RANKS and SMPI_SCALE_DP narrow the scale runs.
+for rate in ${SMPI_SCALE_RATES:-25 100}; do
   p="fattree1024-${rate}gbit"
   gemm_rates fattree1024-100gbit "$fat_gemm"
   rm -f "$out/scale-$p.jsonl"
-  for np in 8 16 32 64; do
+  for np in ${SMPI_SCALE_RANKS:-8 16 32 64}; do
     echo "[smpi scale $p] one group of $np ranks ($((SECONDS - t_start)) s)" >&2
     cal="$out/model-$p-${np}ranks-calibration.json"
     [ -f "$cal" ] || calibration "$p" "$np" "$fat_gemm" "$cal"
     mlp "$p" "$np" "$cal" 0
   done
   [ "$rate" = 100 ] || continue
-  for dp in 4 32; do  # 8-rank groups, the 8-rank calibration (a group's own links)
+  for dp in ${SMPI_SCALE_DP:-4 32}; do  # 8-rank groups, the 8-rank calibration (a group's own links)
     echo "[smpi scale $p] $dp groups of 8 ($((SECONDS - t_start)) s)" >&2
     mlp "$p" $((8 * dp)) "$out/model-$p-8ranks-calibration.json" 8
   done
