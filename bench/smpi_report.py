@@ -215,12 +215,15 @@ def scale(smpi_dir):
             lines.append(f"| {gbit} Gbit/s | {R * groups} | {groups} x {R} | {key} | {cell('bulk')} | {cell('ring')} | "
                          f"{cell('bidirectional')} | {t['automatic']:.2f} ({chose}) | {t['bulk'] / t['automatic']:.2f} | "
                          f"{lim:.3f} | {pc} |")
-            blk = block.setdefault((gbit, R * groups, groups, R), {"bulk": 0, "auto": 0, "proj": p})
+            blk = block.setdefault((gbit, R * groups, groups, R), {"bulk": 0, "auto": 0, "proj": p, "ops": 0})
             blk["bulk"] += t["bulk"]
             blk["auto"] += t["automatic"]
+            blk["ops"] += 1
     lines += ["", "The block (up + down), simulated speedup of automatic over bulk beside the projection's:", "",
               "| platform | ranks | groups x tp | simulated | projected |", "|---|---|---|---|---|"]
     for (gbit, n, groups, R), b in sorted(block.items(), key=lambda x: (x[0][2], x[0][0], x[0][1])):
+        if b["ops"] != 2:  # a block needs both products
+            continue
         pr = "-"
         if b["proj"]:
             p = b["proj"]
