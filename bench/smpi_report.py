@@ -246,11 +246,12 @@ def replace_section(path, body):
 def main(smpi_dir, results_md, scaling_md=None):
     results_dir = os.path.dirname(os.path.abspath(smpi_dir.rstrip("/")))
     body = ["## Simulated clusters: SimGrid SMPI (issue 28)", "",
-            "Simulated, not measured: the real programs (make smpi) under smpirun of SimGrid 3.32 with Open MPI",
-            "4.1.4's headers replaced by SMPI's, on the platforms of tools/smpi/ (CM02 network model, the stated",
-            "bandwidths and latencies). A rank's computation is timed on this machine's core (AMD EPYC, AVX-512,",
-            "oneDNN 2.6.3) and charged to simulated time; transfers progress on their own as beside an RDMA NIC.",
-            "Times are simulated ms. docs/smpi.md says what differs from a real run.", ""]
+            "Simulated, not measured: the real programs built with smpicxx (make smpi) against SimGrid 3.32's",
+            "SMPI, its own MPI, under tools/smpi/run on the platforms of tools/smpi/ (CM02 network model: the",
+            "stated bandwidths and latencies; collectives chosen as Open MPI's tuned component chooses them). A",
+            "rank's computation is timed on this machine's core (AMD EPYC, AVX-512, oneDNN 2.6.3) and charged",
+            "to simulated time; transfers progress on their own as beside an RDMA NIC. Times are simulated ms.",
+            "docs/smpi.md says what differs from a real run and why the two sides below differ.", ""]
     body += validation(smpi_dir, results_dir) + model(smpi_dir)
     replace_section(results_md, body)
     if scaling_md:
