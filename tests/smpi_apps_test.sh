@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The apps under SimGrid SMPI (make smpi): overlap-bench and overlap-layer on
 # the simulated mirror of the emulated 2-node star at 1 Gbit/s
-# (tools/smpi/star2-1gbit.xml), and at 4 ranks on the 4-node ring. Each must
+# (tools/smpi/star2-1gbit.xml), and at 4 ranks on the 4-node ring, and
+# overlap-calibrate's link probe on a fat tree whose latency is known. Each must
 # verify its own results (exit 0) and write JSON lines whose transport says
 # "smpi", so a simulated figure is never taken for a measured one.
 set -euo pipefail
-src=${1:?usage: smpi_apps_test.sh SOURCE_DIR OVERLAP_BENCH OVERLAP_LAYER}
-bench=${2:?usage: smpi_apps_test.sh SOURCE_DIR OVERLAP_BENCH OVERLAP_LAYER}
-layer=${3:?usage: smpi_apps_test.sh SOURCE_DIR OVERLAP_BENCH OVERLAP_LAYER}
+usage="usage: smpi_apps_test.sh SOURCE_DIR OVERLAP_BENCH OVERLAP_LAYER OVERLAP_CALIBRATE"
+src=${1:?$usage}
+bench=${2:?$usage}
+layer=${3:?$usage}
+calibrate=${4:?$usage}
 json=$(mktemp /tmp/overlap-smpi-apps.XXXXXX.json)
 trap 'rm -f "$json"' EXIT
 export OMP_NUM_THREADS=1
@@ -17,6 +20,21 @@ OVERLAP_TRANSPORT="smpi, star2-1gbit mirror" smpi star2-1gbit 2 "$bench" --op ag
   -k 32 --iters 2 --warmup 0 --json "$json"
 smpi ring4-1gbit 4 "$bench" --op rs --variant rows -m 64 -n 48 -k 32 --iters 2 --warmup 0 --json "$json"
 smpi star2-1gbit 2 "$layer" --seq 32 --hidden 32 --heads 2 --steps 1 --warmup 0 --json "$json"
+# The calibration's latency probe reads the platform's own latency: on the
+# fat tree, 3 ranks on one leaf, a message crosses 2 links of 1 us. (A probe
+# timed from a barrier read 4.0 us here, and 14 us at 64 ranks: the ranks'
+# skew on leaving the barrier.)
+calibration=$(mktemp /tmp/overlap-smpi-calibration.XXXXXX.json)
+trap 'rm -f "$json" "$calibration"' EXIT
+"$src/tools/smpi/run" fattree1024-200gbit 3 "$calibrate" --links-only -o "$calibration" \
+  > /dev/null
+python3 - "$calibration" <<'PY'
+import json, sys
+links = json.load(open(sys.argv[1]))["links"]["network"]
+assert 1.9 <= links["latency_us"] <= 2.3, f"latency probe read {links['latency_us']} us, the platform has 2 us"
+assert 190 <= links["gbit_per_s"] <= 201, links["gbit_per_s"]
+print(f"smpi calibration: latency {links['latency_us']:.2f} us, {links['gbit_per_s']:.1f} Gbit/s (platform: 2 us, 200)")
+PY
 python3 - "$json" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
@@ -27,5 +45,6 @@ for r in rows:
     assert r["transport"].startswith("smpi"), r["transport"]
     assert r["max_rel_err"] < 1e-3, r
     assert r.get("time_ms", r.get("step_ms", 1)) > 0, r
+    assert r["cpu"] and "SimGrid" in r["mpi"] and r["onednn"] and len(r["date"]) == 10, r
 print(f"smpi apps: {len(rows)} JSON lines, every transport smpi, every result checked")
 PY

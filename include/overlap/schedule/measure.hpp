@@ -54,6 +54,35 @@ inline double time_exchange(context& ctx, std::byte* out, std::byte* in, int byt
   return median_of(t);
 }
 
+/// Seconds per message of a ring of small messages in a chain: every rank
+/// sends `bytes` to ring_at(-1) and waits for ring_at(1)'s, over and over, as
+/// a ring's steps do. The ranks leave a barrier at different times (under
+/// SMPI at 64 ranks up to 12 us apart on links of 2-4 us), and a single
+/// exchange timed from the barrier, slowest rank, read that skew as latency.
+/// Here the first R exchanges let the chain absorb it (a rank's exchange
+/// ends after its neighbour's earlier one); each rank then times `reps`
+/// more, one at a time, and the median of the slowest rank's is the latency.
+inline double time_latency(context& ctx, std::byte* out, std::byte* in, int bytes, int reps) {
+  const int to = ctx.ring_at(-1), from = ctx.ring_at(1);
+  auto exchange = [&] {
+    MPI_Request r[2];
+    OVERLAP_MPI(MPI_Irecv, in, bytes, MPI_BYTE, from, 905, ctx.comm(), &r[0]);
+    OVERLAP_MPI(MPI_Isend, out, bytes, MPI_BYTE, to, 905, ctx.comm(), &r[1]);
+    OVERLAP_MPI(MPI_Waitall, 2, r, MPI_STATUSES_IGNORE);
+  };
+  OVERLAP_MPI(MPI_Barrier, ctx.comm());
+  for (int i = 0; i < ctx.size(); ++i) exchange();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = MPI_Wtime();
+    exchange();
+    t.push_back(MPI_Wtime() - t0);
+  }
+  double mine = median_of(t), worst = 0;
+  OVERLAP_MPI(MPI_Allreduce, &mine, &worst, 1, MPI_DOUBLE, MPI_MAX, ctx.comm());
+  return worst;
+}
+
 /// The ring links of ctx (needs >= 2 ranks).
 inline link_rates measure_links(context& ctx) {
   const mpi::shared_workspaces_scope payload;  // under SMPI: one copy for every rank, never copied
@@ -63,7 +92,7 @@ inline link_rates measure_links(context& ctx) {
   std::memset(out.data(), 1, out.size());
   link_rates l;
   time_exchange(ctx, out.data(), in.data(), big, true, 1);  // connections up, pages touched
-  l.latency_s = time_exchange(ctx, out.data(), in.data(), 8, false, 21);
+  l.latency_s = time_latency(ctx, out.data(), in.data(), 8, 21);
   // Medians of 7: on 10 Gbit/s links the cores run TCP, and single
   // exchanges vary by 20% where ranks share cores.
   const double one = time_exchange(ctx, out.data(), in.data(), big, false, 7);
