@@ -32,6 +32,7 @@
 #include "common/cli.hpp"
 #include "common/measure.hpp"
 #include "common/pipeline_peer.hpp"
+#include "common/provenance.hpp"
 #ifdef OVERLAP_HAVE_SCALAPACK
 #include "common/scalapack_peer.hpp"
 #endif
@@ -463,7 +464,7 @@ class bench_run {
     const limit_sides& l = sides_;
     const double bulk_ms = results_.front().time_ms;
     auto optional_ms = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
-    return {{"op", o_.op == "ag" ? "all_gather_matmul" : "matmul_reduce_scatter"},
+    nlohmann::json row{{"op", o_.op == "ag" ? "all_gather_matmul" : "matmul_reduce_scatter"},
             {"variant", o_.variant},
             {"strategy", r.strategy},
             {"dtype", o_.dtype},
@@ -501,6 +502,8 @@ class bench_run {
             {"nodes", full_.nodes()},
             {"threads", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "default"},
             {"iterations", o_.iters}};
+    row.update(provenance_);
+    return row;
   }
   void append_json() {
     std::ofstream out(o_.json, std::ios::app);
@@ -508,6 +511,7 @@ class bench_run {
   }
 
   const options& o_;
+  const nlohmann::json provenance_ = overlap::apps::provenance();
   overlap::mesh mesh_;  ///< dp x tp; the ops run on comm("tp")
   int R_, p_;           ///< the tensor group's size and this rank's place in it
   bool printer_;        ///< world rank 0 prints and writes the JSON

@@ -23,6 +23,7 @@
 #include <overlap/overlap.hpp>
 
 #include "common/cli.hpp"
+#include "common/provenance.hpp"
 #include "common/measure.hpp"
 
 namespace {
@@ -191,6 +192,7 @@ int run(const options& o) {
              "compute only", compute_ms, bulk_ms > 0 ? bulk_ms / compute_ms : 0.0);
   if (o.json.empty()) return 0;
   std::ofstream out(o.json, std::ios::app);
+  const nlohmann::json provenance = overlap::apps::provenance();
   for (const row& r : rows) {
     nlohmann::json j{{"mode", r.mode},
                      {"step_ms", r.step_ms},
@@ -208,6 +210,7 @@ int run(const options& o) {
                      {"tensor_groups", mesh.size("dp")},
                      {"steps", o.steps},
                      {"transport", o.transport}};
+    j.update(provenance);
     out << j.dump() << "\n";
   }
   if (!out) {

@@ -24,7 +24,7 @@ OVERLAP_CALIBRATION=$cal run 2 --op ag --variant lhs_cols --strategies ring,othe
 run 4 --op rs --variant cols --tp 2 --strategies ring
 if run 3 --op rs --tp 2 2> /dev/null; then echo "--tp 2 on 3 ranks was accepted"; exit 1; fi
 python3 - "$json" <<'PY'
-import json, sys
+import json, re, sys
 fields = ["op", "variant", "strategy", "dtype", "ranks", "m", "n", "k", "time_ms", "compute_only_ms",
           "comm_only_ms", "bulk_ms", "speedup_vs_bulk", "max_rel_err", "limit_ms", "ratio_to_limit", "transport",
           "gemm_path", "one_gemm_ms", "bulk_comm_only_ms", "stable_limit_ms", "ratio_to_stable_limit",
@@ -45,6 +45,9 @@ for r in rows:
     missing = [f for f in fields if f not in r]
     assert not missing, f"missing {missing} in {r}"
     assert r["time_ms"] > 0 and r["limit_ms"] > 0 and r["m"] == 33 and r["n"] == 20 and r["k"] == 17
+    # Where it was measured: the tools write it themselves.
+    assert r["cpu"] and r["cpu"] != "unknown" and r["mpi"] and r["onednn"].count(".") == 2, r
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", r["date"]), r
     # Ranks per tensor group, groups: 2 x 2 for the mesh run, one group otherwise.
     mesh = r["op"] == "matmul_reduce_scatter" and r["variant"] == "cols" and r["dtype"] == "f32"
     assert (r["ranks"], r["tensor_groups"]) == ((2, 2) if mesh else (r["ranks"], 1)), r

@@ -24,6 +24,7 @@ for r in rows:
     assert r["step_ms"] > 0 and r["comm_ms"] > 0 and r["compute_ms"] > 0, r
     assert r["max_rel_err"] is not None and r["max_rel_err"] < 1e-5, r
     assert r["speedup_vs_bulk"] > 0, r
+    assert r["cpu"] and r["mpi"] and r["onednn"] and len(r["date"]) == 10, r
 assert rows[0]["speedup_vs_bulk"] == 1.0
 print("layer json ok at", sys.argv[2], "ranks")
 PY

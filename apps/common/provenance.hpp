@@ -1,0 +1,63 @@
+#pragma once
+// Where a figure was measured, as the apps record it beside every JSON line:
+// the CPU, the MPI library, oneDNN and the date. A result file carried to
+// another machine (or read a year later) says what produced it; the SMPI
+// sweep once reused GEMM rates measured on another CPU without anything in
+// its files showing it.
+
+#include <mpi.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <ctime>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace overlap::apps {
+
+/// The CPU's model name from /proc/cpuinfo ("unknown" elsewhere).
+inline std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  return "unknown";
+}
+
+/// The first line of MPI_Get_library_version ("Open MPI v4.1.4, ...", "MPICH
+/// Version: ...", SimGrid's under SMPI).
+inline std::string mpi_library() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return "unknown";
+  std::string s(text, static_cast<size_t>(len));
+  s = s.substr(0, s.find('\n'));
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\0' || s.back() == ',')) s.pop_back();
+  return s;
+}
+
+/// The oneDNN library the program runs with (not the headers it was built with).
+inline std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+}
+
+/// Today's date, UTC, as YYYY-MM-DD.
+inline std::string utc_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char buf[16];
+  return std::strftime(buf, sizeof buf, "%Y-%m-%d", &utc) > 0 ? buf : "unknown";
+}
+
+/// The fields every JSON line of the apps carries: cpu, mpi, onednn, date.
+inline nlohmann::json provenance() {
+  return {{"cpu", cpu_model()}, {"mpi", mpi_library()}, {"onednn", onednn_version()}, {"date", utc_date()}};
+}
+
+}  // namespace overlap::apps
