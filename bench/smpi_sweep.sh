@@ -40,11 +40,17 @@ t_start=$SECONDS
 
 # smpi PLATFORM NP PROGRAM ARGS...: PROGRAM on tools/smpi/PLATFORM.xml.
 smpi() { "$plat/run" "$@"; }
-# gemm_rates PLATFORM FILE: the node's GEMM rates (f32), measured once at 2 ranks.
+# gemm_rates PLATFORM FILE: the node's GEMM rates (f32), measured at 2 ranks,
+# once per run of this script (5 s). The simulation charges GEMMs as timed
+# on the machine that runs it, so rates from an earlier run, maybe on
+# another CPU, would not be the rates the simulated GEMMs run at (the
+# files of an AMD EPYC were once about to be reused on an Intel Xeon).
+measured_gemm=" "
 gemm_rates() {
-  [ -f "$2" ] && [ "$quick" != --quick ] && return 0
+  [[ $measured_gemm == *" $2 "* ]] && return 0
   echo "[smpi] GEMM rates of $1's nodes" >&2
   smpi "$1" 2 "$calibrate" --dtypes f32 -o "$2" > /dev/null
+  measured_gemm+="$2 "
 }
 # calibration PLATFORM NP GEMM_FILE OUT: GEMM_FILE's rates plus the links of NP ranks there.
 calibration() {
@@ -138,7 +144,8 @@ for rate in ${SMPI_SCALE_RATES:-25 100}; do
   for np in ${SMPI_SCALE_RANKS:-8 16 32 64}; do
     echo "[smpi scale $p] one group of $np ranks ($((SECONDS - t_start)) s)" >&2
     cal="$out/model-$p-${np}ranks-calibration.json"
-    [ -f "$cal" ] || calibration "$p" "$np" "$fat_gemm" "$cal"
+    # The model part of this run measured it; else it may hold another machine's GEMM rates.
+    [[ " $parts " == *" model "* ]] || calibration "$p" "$np" "$fat_gemm" "$cal"
     mlp "$p" "$np" "$cal" 0
   done
   [ "$rate" = 100 ] || continue

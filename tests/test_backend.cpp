@@ -4,6 +4,7 @@
 
 #include "overlap/backend/eigen.hpp"
 #include "overlap/backend/onednn.hpp"
+#include "overlap/backend/simulated.hpp"
 #include "overlap/matrix.hpp"
 #include "reference.hpp"
 
@@ -195,3 +196,54 @@ TEST(shard_layout, offsets_and_balanced) {
 }
 
 }  // namespace
+
+// The simulated-time decorator (SimGrid SMPI): a GEMM that overwrites c
+// takes all its samples on its first call, so that shapes run once per op
+// call are charged warm runs; one that adds to c, or writes an operand, is
+// run once per call and sampled call by call, so its result stays right.
+// (Its charges go to simulated time under SMPI; elsewhere they do nothing,
+// and the sampling is the same.)
+namespace {
+class counting_kernel final : public overlap::gemm_kernel {
+ public:
+  mutable int runs = 0;
+  void run(const void*, const void*, void*, const void*, const void*) const override { ++runs; }
+};
+
+struct sampled {
+  int runs_first_call, runs_after_three_calls, samples_taken;
+  double charge;
+};
+
+sampled sample(bool accumulate, bool c_is_operand) {
+  auto timings = std::make_shared<overlap::backend::sim_timings>(overlap::sim_compute::steady, 5);
+  overlap::gemm_desc d = overlap::gemm_desc::shape(8, 8, 8);
+  d.accumulate = accumulate;
+  auto inner = std::make_shared<counting_kernel>();
+  overlap::backend::simulated_kernel k(inner, timings, timings->of(d), accumulate);
+  float a = 0, b = 0, c = 0;
+  k.run(&a, c_is_operand ? &c : &b, &c, nullptr, nullptr);
+  const int first = inner->runs;
+  k.run(&a, c_is_operand ? &c : &b, &c, nullptr, nullptr);
+  k.run(&a, c_is_operand ? &c : &b, &c, nullptr, nullptr);
+  const overlap::backend::sim_timings::entry& e = timings->of(d);
+  return {first, inner->runs, static_cast<int>(e.runs.size()), e.charge};
+}
+}  // namespace
+
+TEST(simulated_kernel, overwriting_gemm_takes_its_samples_on_the_first_call) {
+  const sampled s = sample(false, false);
+  EXPECT_EQ(s.runs_first_call, 5);
+  EXPECT_EQ(s.samples_taken, 5);
+  EXPECT_GT(s.charge, 0);
+  EXPECT_EQ(s.runs_after_three_calls, 7);  // steady mode: every later call still computes, once
+}
+
+TEST(simulated_kernel, accumulating_or_aliased_gemm_runs_once_per_call) {
+  for (const sampled& s : {sample(true, false), sample(false, true)}) {
+    EXPECT_EQ(s.runs_first_call, 1);
+    EXPECT_EQ(s.runs_after_three_calls, 3);
+    EXPECT_EQ(s.samples_taken, 3);
+    EXPECT_EQ(s.charge, 0);  // not sampled enough yet
+  }
+}
