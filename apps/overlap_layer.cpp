@@ -23,8 +23,8 @@
 #include <overlap/overlap.hpp>
 
 #include "common/cli.hpp"
-#include "common/provenance.hpp"
 #include "common/measure.hpp"
+#include "common/provenance.hpp"
 
 namespace {
 
