@@ -5,6 +5,9 @@
 #               emulated 2-node star and 4-node ring (1 and 10 Gbit/s), GEMMs
 #               computed and every result checked; the emulated side is
 #               docs/results/model-*.jsonl.
+#   layer       overlap-layer's training steps on the 1 Gbit/s mirrors, bulk
+#               against decomposed: the share of the block's communication
+#               hidden when the cores compute alone.
 #   model       the cost model where noise no longer hides it: both ops,
 #               2-64 ranks of the fat trees at 25, 100 and 200 Gbit/s, 4
 #               shapes each (2 at 64 ranks; 78 cases); timing only
@@ -20,7 +23,7 @@
 #               the groups at once on one fat tree), timing only, beside the
 #               cost model's projection of the same platform
 #               (bench/projection.cpp, $PROJECTION) in docs/scaling.md.
-# SMPI_SWEEP_PARTS (default "validation model scale") runs some parts only; the
+# SMPI_SWEEP_PARTS (default "validation layer model scale") runs some parts only; the
 # report is written from whatever JSON lines are there. The simulations are
 # single-threaded; at 64 ranks the collectives' calibration holds about
 # 20 GiB: run nothing else big beside it on a 24 GiB machine.
@@ -62,7 +65,7 @@ case_run() {
   OVERLAP_CALIBRATION="$3" OVERLAP_TRANSPORT="smpi, $5" smpi "$1" "$2" "$bench" "${@:6}" --json "$4" > /dev/null
 }
 
-parts=${SMPI_SWEEP_PARTS:-validation model scale}
+parts=${SMPI_SWEEP_PARTS:-validation layer model scale}
 mirror_gemm="$out/gemm-1core.json" fat_gemm="$out/gemm-32core.json"  # GEMM rates of the two node speeds
 # --- validation: the emulated clusters' mirrors, model_sweep.sh's shapes ---
 if [[ " $parts " == *" validation "* ]]; then
@@ -123,8 +126,30 @@ for rate in 25 100 200; do
     done
   done
 done
-fi
 echo "[smpi] model sweep done at $((SECONDS - t_start)) s" >&2
+fi
+
+# --- layer: the transformer block's training steps on the 1 Gbit/s mirrors ---
+# overlap-layer's defaults (seq 2048, hidden 1024, 16 heads, ffn 4096), f32,
+# bulk against ring and automatic, GEMMs computed and the block checked in
+# double precision; automatic reads the mirror's calibration (validation).
+if [[ " $parts " == *" layer "* ]]; then
+layer="$build/apps/overlap-layer"
+for mirror in star2-1gbit ring4-1gbit; do
+  np=${mirror:4:1}
+  cal="$out/mirror-$mirror-calibration.json"
+  # The validation part of this run measured it; else it may hold another machine's GEMM rates.
+  if [[ " $parts " != *" validation "* ]]; then
+    gemm_rates star2-10gbit "$mirror_gemm"
+    calibration "$mirror" "$np" "$mirror_gemm" "$cal"
+  fi
+  rm -f "$out/layer-$mirror.jsonl"
+  echo "[smpi layer $mirror] overlap-layer f32: bulk, ring, automatic ($((SECONDS - t_start)) s)" >&2
+  OVERLAP_CALIBRATION="$cal" OVERLAP_TRANSPORT="smpi, $mirror mirror" smpi "$mirror" "$np" "$layer" \
+    --modes ring,automatic --steps 3 --json "$out/layer-$mirror.jsonl" > /dev/null
+done
+echo "[smpi] layer done at $((SECONDS - t_start)) s" >&2
+fi
 
 # --- scale: the MLP block's products, one tensor group and dp x tp meshes ---
 if [[ " $parts " == *" scale "* ]]; then
