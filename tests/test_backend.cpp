@@ -220,7 +220,7 @@ sampled sample(bool accumulate, bool c_is_operand) {
   overlap::gemm_desc d = overlap::gemm_desc::shape(8, 8, 8);
   d.accumulate = accumulate;
   auto inner = std::make_shared<counting_kernel>();
-  overlap::backend::simulated_kernel k(inner, timings, timings->of(d), accumulate);
+  overlap::backend::simulated_kernel k(inner, timings, d);
   float a = 0, b = 0, c = 0;
   k.run(&a, c_is_operand ? &c : &b, &c, nullptr, nullptr);
   const int first = inner->runs;
@@ -245,5 +245,38 @@ TEST(simulated_kernel, accumulating_or_aliased_gemm_runs_once_per_call) {
     EXPECT_EQ(s.runs_after_three_calls, 3);
     EXPECT_EQ(s.samples_taken, 3);
     EXPECT_EQ(s.charge, 0);  // not sampled enough yet
+  }
+}
+
+// OVERLAP_SIM_COMPUTE=calibrated: the GEMM never runs, and every call is
+// charged its flops over the calibration's rate for the shape (here a
+// one-point grid of 2 GFLOP/s: 2 * 64 * 32 * 16 flops take 32.768 us). Under
+// SMPI the charge is simulated time; a type without rates is refused.
+TEST(simulated_kernel, calibrated_mode_charges_flops_over_the_calibrated_rate) {
+  auto timings = std::make_shared<overlap::backend::sim_timings>(overlap::sim_compute::calibrated, 5);
+  overlap::gemm_rates f32;
+  f32.sizes = {64};
+  f32.flops_per_s = {2e9};
+  timings->set_rates({{overlap::dtype::f32, f32}}, "a test's grid");
+  const overlap::gemm_desc d = overlap::gemm_desc::shape(64, 32, 16);
+  auto inner = std::make_shared<counting_kernel>();
+  overlap::backend::simulated_kernel k(inner, timings, d);
+  float a = 0, b = 0, c = 0;
+  const double t0 = overlap::mpi::simulated ? MPI_Wtime() : 0;
+  for (int i = 0; i < 3; ++i) k.run(&a, &b, &c, nullptr, nullptr);
+  const double t1 = overlap::mpi::simulated ? MPI_Wtime() : 0;
+  EXPECT_EQ(inner->runs, 0);
+  EXPECT_NEAR(timings->of(d).charge, 32.768e-6, 1e-15);  // the grid interpolates in log space
+  if (overlap::mpi::simulated) {
+    EXPECT_NEAR(t1 - t0, 3 * 32.768e-6, 1e-6);
+  }
+
+  overlap::gemm_desc f64 = d;
+  f64.in = f64.out = overlap::dtype::f64;
+  try {
+    overlap::backend::simulated_kernel refused(inner, timings, f64);
+    ADD_FAILURE() << "a type without calibrated rates was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no GEMM rates for f64"), std::string::npos) << e.what();
   }
 }

@@ -113,12 +113,21 @@ enum class sim_compute {
   /// simulated rank (mpi::shared_workspaces), so memory and copies do not
   /// grow with the ranks
   skipped,
+  /// no GEMM is computed or timed: each is charged its flops over the rate
+  /// the calibration (config::calibration, required) gives its shape, the
+  /// figure the cost model reads. Times only, as skipped, with the
+  /// workspaces shared; it checks the model's schedules and network apart
+  /// from the accuracy of its GEMM rate grid, and runs at scale without a
+  /// real GEMM
+  calibrated,
 };
 
 template <>
 struct enum_names<sim_compute> {
-  static constexpr std::array<enum_entry<sim_compute>, 3> entries{
-      {{sim_compute::measured, "measured"}, {sim_compute::steady, "steady"}, {sim_compute::skipped, "skipped"}}};
+  static constexpr std::array<enum_entry<sim_compute>, 4> entries{{{sim_compute::measured, "measured"},
+                                                                   {sim_compute::steady, "steady"},
+                                                                   {sim_compute::skipped, "skipped"},
+                                                                   {sim_compute::calibrated, "calibrated"}}};
 };
 
 /// The order of the ranks on a context's ring (the ops' neighbours).
@@ -356,9 +365,11 @@ setting make_setting(const char* variable, const char* field, const char* meanin
                                          "needed"),
       make_setting<&config::trace>("OVERLAP_TRACE", "trace",
                                    "directory of a Chrome trace per rank (rank<R>.json); empty: off"),
-      make_setting<&config::sim>("OVERLAP_SIM_COMPUTE", "sim",
-                                 "SimGrid SMPI only: a GEMM's simulated time (SMPI's timing of each call, or the "
-                                 "median of its shape's first runs; skipped: not computed after those)"),
+      make_setting<&config::sim>(
+          "OVERLAP_SIM_COMPUTE", "sim",
+          "SimGrid SMPI only: a GEMM's simulated time (SMPI's timing of each call, or the "
+          "median of its shape's first runs; skipped: not computed after those; calibrated: flops over the "
+          "calibration's rate, never run)"),
       make_setting<&config::sim_samples>("OVERLAP_SIM_SAMPLES", "sim_samples",
                                          "SimGrid SMPI only: real runs per GEMM shape behind its steady time", 1, 1000),
       make_setting<&config::phases>(nullptr, "phases", "benchmarks only: which halves of a schedule run"),

@@ -51,6 +51,7 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
   }
   agree_on(local, who);
   share_calibration();
+  if (sim_ && cfg_.sim == sim_compute::calibrated) sim_->set_rates(model_->gemm, cfg_.calibration);
   requests_->set_timeout(cfg_.timeout_s);
   place_ranks();
   // Right after place_ranks' collectives: the ranks' trace clocks start together.
@@ -182,10 +183,18 @@ OVERLAP_FUNC void context::prepare_local() {
   if (cfg_.progress == progress_policy::thread)
     progress_ = std::make_unique<engine::progress_thread>(cfg_.progress_interval);
   if (mpi::simulated) sim_ = std::make_shared<backend::sim_timings>(cfg_.sim, cfg_.sim_samples);
+  const bool times_only = cfg_.sim == sim_compute::skipped || cfg_.sim == sim_compute::calibrated;
+  if (mpi::simulated && cfg_.sim == sim_compute::calibrated &&
+      (cfg_.calibration.empty() || (rank_ == 0 && model_->gemm.empty())))
+    throw std::invalid_argument(
+        cfg_.calibration.empty()
+            ? "OVERLAP_SIM_COMPUTE=calibrated charges GEMMs from a calibration; set OVERLAP_CALIBRATION to a file "
+              "of overlap-calibrate's"
+            : "OVERLAP_SIM_COMPUTE=calibrated: the calibration " + cfg_.calibration + " has no GEMM rates");
   // Timing only: results are wrong anyway, so this rank's workspaces from
   // now on are shared by the simulated ranks (memory and copies that do not
   // grow with the ranks; docs/smpi.md).
-  if (mpi::simulated && cfg_.sim == sim_compute::skipped) mpi::shared_workspaces() = true;
+  if (mpi::simulated && times_only) mpi::shared_workspaces() = true;
 }
 
 }  // namespace overlap

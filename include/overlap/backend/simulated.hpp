@@ -2,13 +2,15 @@
 /// @file
 /// GEMMs under SimGrid SMPI (mpi::simulated): a kernel decorator that puts a
 /// stable figure per GEMM shape into simulated time (sim_compute::steady and
-/// skipped) instead of SMPI's timing of every call, which carries the noise
-/// of the machine that runs the simulation.
+/// skipped), or the calibration's figure for it (sim_compute::calibrated),
+/// instead of SMPI's timing of every call, which carries the noise of the
+/// machine that runs the simulation.
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "overlap/backend/gemm.hpp"
 #include "overlap/config.hpp"
 #include "overlap/mpi/simulator.hpp"
+#include "overlap/schedule/calibration.hpp"
 
 namespace overlap::backend {
 
@@ -35,15 +38,37 @@ class sim_timings {
   /// The entry of a shape; its address is stable (std::map nodes).
   entry& of(const gemm_desc& d) { return table_[d]; }
 
+  /// sim_compute::calibrated: the GEMM rates to charge from (the context's
+  /// calibration, the same on every rank), and where they came from.
+  void set_rates(std::map<dtype, gemm_rates> rates, std::string origin) {
+    rates_ = std::move(rates), origin_ = std::move(origin);
+  }
+  /// sim_compute::calibrated: d's flops over the calibrated rate of its
+  /// shape, the figure the cost model reads (detail::gemm_seconds). Throws
+  /// std::invalid_argument where the calibration has no rates for d's
+  /// element type.
+  [[nodiscard]] double calibrated_seconds(const gemm_desc& d) const {
+    const auto it = rates_.find(d.in);
+    if (it == rates_.end() || it->second.empty())
+      throw std::invalid_argument("OVERLAP_SIM_COMPUTE=calibrated: the calibration (" + origin_ +
+                                  ") has no GEMM rates for " + std::string(to_string(d.in)) +
+                                  "; measure them with overlap-calibrate --dtypes " + std::string(to_string(d.in)));
+    if (d.m <= 0 || d.n <= 0 || d.k <= 0) return 0;
+    return 2.0 * double(d.m) * double(d.n) * double(d.k) / it->second.at(d.m, d.n, d.k);
+  }
+
  private:
   sim_compute mode_;
   int samples_;
   std::map<gemm_desc, entry> table_;
+  std::map<dtype, gemm_rates> rates_;
+  std::string origin_;
 };
 
 /// Runs `inner` and charges simulated time as sim_timings says: while the
 /// shape is sampled, its real time; then the median of the samples, with
-/// the GEMM computed (steady) or not (skipped). A GEMM that may run again on
+/// the GEMM computed (steady) or not (skipped). Under calibrated it never
+/// runs `inner` and charges the calibration's figure from the first call. A GEMM that may run again on
 /// the same operands (it overwrites c, reading nothing of it) takes all its
 /// samples on its first call, back to back, and is charged their median from
 /// that call on. Otherwise a shape that runs once per call of an op (bulk's
@@ -52,13 +77,20 @@ class sim_timings {
 /// model reads times warm runs. Not thread-safe, like every kernel.
 class simulated_kernel final : public gemm_kernel {
  public:
-  simulated_kernel(std::shared_ptr<const gemm_kernel> inner, std::shared_ptr<sim_timings> timings,
-                   sim_timings::entry& entry, bool accumulates)
-      : inner_(std::move(inner)), timings_(std::move(timings)), entry_(&entry), accumulates_(accumulates) {}
+  /// Throws std::invalid_argument under sim_compute::calibrated where the
+  /// timings have no rates for d's element type.
+  simulated_kernel(std::shared_ptr<const gemm_kernel> inner, std::shared_ptr<sim_timings> timings, const gemm_desc& d)
+      : inner_(std::move(inner)), timings_(std::move(timings)), entry_(&timings_->of(d)), accumulates_(d.accumulate) {
+    if (timings_->mode() == sim_compute::calibrated) entry_->charge = timings_->calibrated_seconds(d);
+  }
 
   void run(const void* a, const void* b, void* c, const void* bias, const void* addend) const override {
     mpi::untimed_scope untimed;
     sim_timings::entry& e = *entry_;
+    if (timings_->mode() == sim_compute::calibrated) {
+      mpi::charge_simulated(e.charge);  // the calibration timed its GEMMs on the simulated clock
+      return;
+    }
     if (e.runs.size() >= timings_->samples()) {
       if (timings_->mode() != sim_compute::skipped) inner_->run(a, b, c, bias, addend);
       mpi::charge_compute(e.charge);
@@ -98,7 +130,7 @@ class simulated_kernel final : public gemm_kernel {
                                                                   const gemm_desc& d,
                                                                   const std::shared_ptr<sim_timings>& timings) {
   if (!mpi::simulated || !timings || timings->mode() == sim_compute::measured) return k;
-  return std::make_shared<simulated_kernel>(std::move(k), timings, timings->of(d), d.accumulate);
+  return std::make_shared<simulated_kernel>(std::move(k), timings, d);
 }
 
 }  // namespace overlap::backend
