@@ -35,6 +35,47 @@ assert 1.9 <= links["latency_us"] <= 2.3, f"latency probe read {links['latency_u
 assert 190 <= links["gbit_per_s"] <= 201, links["gbit_per_s"]
 print(f"smpi calibration: latency {links['latency_us']:.2f} us, {links['gbit_per_s']:.1f} Gbit/s (platform: 2 us, 200)")
 PY
+# OVERLAP_SIM_COMPUTE=calibrated: refused on every rank without a
+# calibration, or with one that has no GEMM rates. With GEMM rates, a GEMM's
+# simulated time is its flops over the grid's rate: halving every rate adds
+# exactly that figure to overlap-bench's "one GEMM" row (at 1 rank, the
+# whole 512^3 product, a grid point; the rest of that row stays the same).
+# On the fat tree, whose nodes are 32 of this machine's cores: the grid was
+# timed in simulated time there, and is charged as such.
+cal_json=$(mktemp /tmp/overlap-smpi-calibrated.XXXXXX.json)
+half=$(mktemp /tmp/overlap-smpi-half.XXXXXX.json)
+trap 'rm -f "$json" "$calibration" "$cal_json" "$half"' EXIT
+refused() {  # refused EXPECTED_MESSAGE ENV...: overlap-bench under ENV fails, saying it on both ranks
+  local out
+  if out=$(env "${@:2}" "$src/tools/smpi/run" star2-1gbit 2 "$bench" --op ag -m 64 -n 64 -k 64 --iters 1 \
+    --warmup 0 --no-check 2>&1); then
+    echo "calibrated mode ran with $*" >&2
+    exit 1
+  fi
+  [ "$(grep -c "$1" <<< "$out")" -ge 2 ] || { echo "expected '$1' from both ranks, got:"; echo "$out"; exit 1; } >&2
+}
+refused "set OVERLAP_CALIBRATION" OVERLAP_SIM_COMPUTE=calibrated
+refused "has no GEMM rates" OVERLAP_SIM_COMPUTE=calibrated OVERLAP_CALIBRATION="$calibration"
+smpi fattree1024-200gbit 2 "$calibrate" --dtypes f32 --sizes 64 512 -o "$calibration" > /dev/null
+python3 - "$calibration" "$half" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["gemm"]["f32"]["gflops"] = [r / 2 for r in c["gemm"]["f32"]["gflops"]]
+json.dump(c, open(sys.argv[2], "w"))
+PY
+for file in "$calibration" "$half"; do
+  OVERLAP_SIM_COMPUTE=calibrated OVERLAP_CALIBRATION="$file" smpi fattree1024-200gbit 1 "$bench" --op ag -m 512 -n 512 \
+    -k 512 --iters 1 --warmup 1 --no-check --no-peers --strategies ring --json "$cal_json" > /dev/null
+done
+python3 - "$calibration" "$cal_json" <<'PY'
+import json, sys
+rate = json.load(open(sys.argv[1]))["gemm"]["f32"]["gflops"][-1] * 1e9  # (512, 512, 512): the grid's last point
+full, half = (r["one_gemm_ms"] for r in map(json.loads, open(sys.argv[2])) if r["strategy"] == "ring")
+want = 2 * 512**3 / rate * 1e3
+assert abs((half - full) / want - 1) < 0.05, (full, half, want)  # 2% seen: a unit or node-speed slip is 2x or more
+print(f"smpi calibrated: halving the grid's rates added {(half - full) * 1e3:.3f} simulated us to a 512^3 GEMM, "
+      f"its calibrated figure {want * 1e3:.3f}")
+PY
 python3 - "$json" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
