@@ -10,8 +10,14 @@
 #               hidden when the cores compute alone.
 #   model       the cost model where noise no longer hides it: both ops,
 #               2-64 ranks of the fat trees at 25, 100 and 200 Gbit/s, 4
-#               shapes each (2 at 64 ranks; 78 cases); timing only
-#               (OVERLAP_SIM_COMPUTE=skipped).
+#               shapes each (2 at 64 ranks; 78 cases); timing only, every
+#               GEMM charged the calibration's figure for its shape
+#               (OVERLAP_SIM_COMPUTE=calibrated): the model's schedules and
+#               network, checked apart from its GEMM rate grid.
+#   model-measured  (not run by default: 35 minutes on 2 cores) the same
+#               cases with GEMMs charged the median of real runs of their
+#               shapes (OVERLAP_SIM_COMPUTE=skipped): the model end to end,
+#               the grid's interpolation and this machine's noise included.
 # Each platform and rank count gets its calibration from overlap-calibrate
 # run there (GEMM rates measured once per node speed, the links per run).
 # JSON lines and calibrations go to docs/results/smpi/; bench/smpi_report.py
@@ -23,7 +29,7 @@
 #               the groups at once on one fat tree), timing only, beside the
 #               cost model's projection of the same platform
 #               (bench/projection.cpp, $PROJECTION) in docs/scaling.md.
-# SMPI_SWEEP_PARTS (default "validation layer model scale") runs some parts only; the
+# SMPI_SWEEP_PARTS (default "validation layer model scale"; add model-measured) runs some parts; the
 # report is written from whatever JSON lines are there. The simulations are
 # single-threaded; at 64 ranks the collectives' calibration holds about
 # 20 GiB: run nothing else big beside it on a 24 GiB machine.
@@ -102,32 +108,40 @@ fi
 # At 64 ranks only the square-ish shapes, and no forced `others` row: SMPI
 # solves an all-to-all's 4032 flows at once, minutes per call (automatic
 # still weighs others, and would run it if it chose it).
-if [[ " $parts " == *" model "* ]]; then
+# model_cases MODE PREFIX: the sweep with GEMMs charged by OVERLAP_SIM_COMPUTE=MODE,
+# into $out/PREFIX-PLATFORM.jsonl.
+calibrated_ranks=" "  # "PLATFORM:NP " whose calibration this run measured
+model_cases() {
 gemm_rates fattree1024-100gbit "$fat_gemm"
 ranks=(2 3 4 8 16 32 64)
 [ "$quick" = --quick ] && ranks=(2 3)
 for rate in 25 100 200; do
   p="fattree1024-${rate}gbit"
-  rm -f "$out/model-$p.jsonl"
+  rm -f "$out/$2-$p.jsonl"
   for np in "${ranks[@]}"; do
     cal="$out/model-$p-${np}ranks-calibration.json"
-    calibration "$p" "$np" "$fat_gemm" "$cal"
+    if [[ $calibrated_ranks != *" $p:$np "* ]]; then
+      calibration "$p" "$np" "$fat_gemm" "$cal"
+      calibrated_ranks+="$p:$np "
+    fi
     strategies=ring,others,automatic pers="512 128"
     [ "$np" -ge 3 ] && strategies=ring,bidirectional,others,automatic
     [ "$np" -ge 64 ] && strategies=ring,bidirectional,automatic pers=512
     for per in $pers; do
-      echo "[smpi model $p] $np ranks, $per per rank ($((SECONDS - t_start)) s)" >&2
+      echo "[smpi $2 $p] $np ranks, $per per rank ($((SECONDS - t_start)) s)" >&2
       for op in ag rs; do
         dims=(-m 4096 -k 2048 -n $((per * np)))
         [ $op = rs ] && dims=(-m 4096 -n 2048 -k $((per * np)))
-        OVERLAP_SIM_COMPUTE=skipped case_run "$p" "$np" "$cal" "$out/model-$p.jsonl" "$p, $np ranks" --op $op \
+        OVERLAP_SIM_COMPUTE=$1 case_run "$p" "$np" "$cal" "$out/$2-$p.jsonl" "$p, $np ranks" --op $op \
           "${dims[@]}" --strategies "$strategies" --iters 2 --warmup 1 --no-peers --no-check
       done
     done
   done
 done
-echo "[smpi] model sweep done at $((SECONDS - t_start)) s" >&2
-fi
+echo "[smpi] $2 sweep done at $((SECONDS - t_start)) s" >&2
+}
+if [[ " $parts " == *" model "* ]]; then model_cases calibrated model; fi
+if [[ " $parts " == *" model-measured "* ]]; then model_cases skipped model-measured; fi
 
 # --- layer: the transformer block's training steps on the 1 Gbit/s mirrors ---
 # overlap-layer's defaults (seq 2048, hidden 1024, 16 heads, ffn 4096), f32,
@@ -169,8 +183,8 @@ for rate in ${SMPI_SCALE_RATES:-25 100}; do
   for np in ${SMPI_SCALE_RANKS:-8 16 32 64}; do
     echo "[smpi scale $p] one group of $np ranks ($((SECONDS - t_start)) s)" >&2
     cal="$out/model-$p-${np}ranks-calibration.json"
-    # The model part of this run measured it; else it may hold another machine's GEMM rates.
-    [[ " $parts " == *" model "* ]] || calibration "$p" "$np" "$fat_gemm" "$cal"
+    # The model parts of this run measured it; else it may hold another machine's GEMM rates.
+    [[ $calibrated_ranks == *" $p:$np "* ]] || calibration "$p" "$np" "$fat_gemm" "$cal"
     mlp "$p" "$np" "$cal" 0
   done
   [ "$rate" = 100 ] || continue
