@@ -36,6 +36,7 @@
 #ifdef OVERLAP_HAVE_SCALAPACK
 #include "common/scalapack_peer.hpp"
 #endif
+#include "overlap/engine/buffer.hpp"
 #include "overlap/overlap.hpp"
 
 namespace {
@@ -119,7 +120,7 @@ Eigen::MatrixXd reference_of(range2 cr, int64_t K) {
 /// max |c - ref| / max |ref| for this rank's block of C (ref: reference_of),
 /// over `members` copies of it one after the other in c.
 template <class T>
-double check(const std::vector<T>& c, const Eigen::MatrixXd& ref, range2 cr, int64_t members) {
+double check(const T* c, const Eigen::MatrixXd& ref, range2 cr, int64_t members) {
   double num = 0, den = 0;
   for (int64_t m = 0; m < members; ++m)
     for (int64_t i = 0; i < cr.nr; ++i)
@@ -244,9 +245,10 @@ class bench_run {
         p_(mesh_.coord("tp")),
         printer_(world_rank() == 0),
         sl_(slice_for(o, R_, p_)),
-        a_(members(make_slice<T>(sl_.a, 1))),
-        b_(members(make_slice<T>(sl_.b, 2))),
-        c_(static_cast<size_t>(sl_.c.nr * sl_.c.nc * o.batch)),
+        garbage_(overlap::mpi::simulated && !o.check && times_only(overlap::config::from_env().sim)),
+        a_(operand(sl_.a, 1)),
+        b_(operand(sl_.b, 2)),
+        c_(operand(sl_.c, 0)),
         drain_(MPI_COMM_WORLD, o.drain_bytes) {}
 
   /// Measures every row, prints the table (rank 0), appends the JSON; 0 when
@@ -263,11 +265,23 @@ class bench_run {
   }
 
  private:
-  /// --batch copies of one member's slice, one after the other.
-  [[nodiscard]] std::vector<T> members(const std::vector<T>& one) const {
-    std::vector<T> all;
-    all.reserve(one.size() * static_cast<size_t>(o_.batch));
-    for (int64_t i = 0; i < o_.batch; ++i) all.insert(all.end(), one.begin(), one.end());
+  static bool times_only(overlap::sim_compute s) {
+    return s == overlap::sim_compute::skipped || s == overlap::sim_compute::calibrated;
+  }
+  /// --batch copies of one member's slice r, one after the other (salt 0:
+  /// left for the op to write). Under SMPI's timing-only modes with
+  /// --no-check the contents do not matter, and the buffer is shared by
+  /// the simulated ranks, as the library's workspaces are there: on a
+  /// dp x tp mesh every rank holds a whole group's shard, which at 1024
+  /// ranks would not fit one machine's memory.
+  [[nodiscard]] overlap::engine::buffer<T> operand(range2 r, uint32_t salt) const {
+    const auto one = static_cast<size_t>(r.nr * r.nc);
+    std::optional<overlap::mpi::shared_workspaces_scope> shared;
+    if (garbage_) shared.emplace();
+    overlap::engine::buffer<T> all(one * static_cast<size_t>(o_.batch));
+    if (garbage_ || salt == 0) return all;
+    const std::vector<T> values = make_slice<T>(r, salt);
+    for (int64_t i = 0; i < o_.batch; ++i) std::copy(values.begin(), values.end(), all.data() + i * one);
     return all;
   }
   [[nodiscard]] overlap::batch batch() const {
@@ -322,11 +336,11 @@ class bench_run {
   /// body's result from a first, unmeasured run, checked (with --no-check
   /// only run: its error is NaN, written as null).
   result checked(const std::string& name, const std::function<void()>& body) {
-    std::fill(c_.begin(), c_.end(), from_float<T>(-7.0f));
+    std::fill(c_.data(), c_.data() + c_.size(), from_float<T>(-7.0f));
     body();
     if (!o_.check) return result{name, name, 0, std::nan(""), -1, -1, std::nullopt};
     if (!ref_) ref_ = reference_of<T>(sl_.c, o_.k);  // once per run: every row checks the same block
-    return result{name, name, 0, judge(name, check(c_, *ref_, sl_.c, o_.batch)), -1, -1, std::nullopt};
+    return result{name, name, 0, judge(name, check(c_.data(), *ref_, sl_.c, o_.batch)), -1, -1, std::nullopt};
   }
   double median(const std::function<void()>& body) {
     return overlap::apps::median_max_ms(MPI_COMM_WORLD, o_.warmup, o_.iters, body, std::ref(drain_));
@@ -517,7 +531,8 @@ class bench_run {
   int R_, p_;           ///< the tensor group's size and this rank's place in it
   bool printer_;        ///< world rank 0 prints and writes the JSON
   slicing sl_;
-  std::vector<T> a_, b_, c_;
+  bool garbage_;  ///< SMPI, timing only, unchecked: the operands are shared by the simulated ranks (operand())
+  overlap::engine::buffer<T> a_, b_, c_;
   std::optional<Eigen::MatrixXd> ref_;  ///< this rank's block of the exact C, made by the first check
   overlap::apps::link_drain drain_;
   // One context per ring_phases setting: same schedule, halves switched off.

@@ -226,7 +226,7 @@ sampled sample(bool accumulate, bool c_is_operand) {
   const int first = inner->runs;
   k.run(&a, c_is_operand ? &c : &b, &c, nullptr, nullptr);
   k.run(&a, c_is_operand ? &c : &b, &c, nullptr, nullptr);
-  const overlap::backend::sim_timings::entry& e = timings->of(d);
+  const overlap::backend::sim_timings::entry& e = timings->of(d, inner->name());
   return {first, inner->runs, static_cast<int>(e.runs.size()), e.charge};
 }
 }  // namespace
@@ -248,6 +248,35 @@ TEST(simulated_kernel, accumulating_or_aliased_gemm_runs_once_per_call) {
   }
 }
 
+// Under SMPI, the contexts of steady and skipped runs share their samples
+// across the simulated ranks (and contexts): a shape is sampled once per
+// simulation. Timings made unshared, and every timings on a real MPI, keep
+// their own.
+TEST(simulated_kernel, shared_timings_sample_a_kernel_shape_once_per_simulation) {
+  class named_kernel final : public overlap::gemm_kernel {
+   public:
+    mutable int runs = 0;
+    void run(const void*, const void*, void*, const void*, const void*) const override { ++runs; }
+    [[nodiscard]] std::string name() const override { return "test_backend's shared-sampling kernel"; }
+  };
+  const overlap::gemm_desc d = overlap::gemm_desc::shape(7, 5, 3);  // a shape no other test samples
+  auto first = std::make_shared<overlap::backend::sim_timings>(overlap::sim_compute::steady, 3, true);
+  auto second = std::make_shared<overlap::backend::sim_timings>(overlap::sim_compute::steady, 3, true);
+  auto alone = std::make_shared<overlap::backend::sim_timings>(overlap::sim_compute::steady, 3, false);
+  auto inner1 = std::make_shared<named_kernel>(), inner2 = std::make_shared<named_kernel>(),
+       inner3 = std::make_shared<named_kernel>();
+  float a = 0, b = 0, c = 0;
+  overlap::backend::simulated_kernel(inner1, first, d).run(&a, &b, &c, nullptr, nullptr);
+  overlap::backend::simulated_kernel(inner2, second, d).run(&a, &b, &c, nullptr, nullptr);
+  overlap::backend::simulated_kernel(inner3, alone, d).run(&a, &b, &c, nullptr, nullptr);
+  EXPECT_EQ(inner1->runs, 3);                                // its samples, back to back
+  EXPECT_EQ(inner2->runs, overlap::mpi::simulated ? 1 : 3);  // sampled already, or its own
+  EXPECT_EQ(inner3->runs, 3);                                // never shared
+  EXPECT_EQ(&first->of(d, inner1->name()) == &second->of(d, inner1->name()), overlap::mpi::simulated);
+  EXPECT_NE(&first->of(d, inner1->name()), &alone->of(d, inner1->name()));
+  EXPECT_NE(&first->of(d, inner1->name()), &first->of(d, "another kernel"));
+}
+
 // OVERLAP_SIM_COMPUTE=calibrated: the GEMM never runs, and every call is
 // charged its flops over the calibration's rate for the shape (here a
 // one-point grid of 2 GFLOP/s: 2 * 64 * 32 * 16 flops take 32.768 us). Under
@@ -266,7 +295,7 @@ TEST(simulated_kernel, calibrated_mode_charges_flops_over_the_calibrated_rate) {
   for (int i = 0; i < 3; ++i) k.run(&a, &b, &c, nullptr, nullptr);
   const double t1 = overlap::mpi::simulated ? MPI_Wtime() : 0;
   EXPECT_EQ(inner->runs, 0);
-  EXPECT_NEAR(timings->of(d).charge, 32.768e-6, 1e-15);  // the grid interpolates in log space
+  EXPECT_NEAR(timings->of(d, inner->name()).charge, 32.768e-6, 1e-15);  // the grid interpolates in log space
   if (overlap::mpi::simulated) {
     EXPECT_NEAR(t1 - t0, 3 * 32.768e-6, 1e-6);
   }

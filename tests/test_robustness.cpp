@@ -118,21 +118,45 @@ TEST_F(robustness, malformed_environment_on_one_rank) {
 }
 
 TEST_F(robustness, leading_dimension_beyond_mpi_limits_on_one_rank) {
-  // A one-row view may have any ld; the ring's datatype of that rank's shard
-  // cannot express it. Only rank `last` has it: every rank must hear of it.
+  // A strided shard travels as an MPI vector type, whose stride is an int:
+  // an ld beyond INT_MAX cannot be expressed. Only rank `last` has it:
+  // every rank must hear of it. The plan fails before any data is read, so
+  // the view may claim rows the allocation lacks.
   if (ctx.size() == 1) GTEST_SKIP() << "a one-rank ring transfers nothing: no datatype is built";
   ag_problem<float> f(ctx.size());
   auto av = f.a.cview();
-  if (p == last) av.rows = 1, av.ld = int64_t{INT_MAX} + 7;
-  matrix<float> cm(2 * static_cast<int64_t>(ctx.size()) - 1, 4);
+  if (p == last) av.ld = int64_t{INT_MAX} + 7;
   expect_everywhere(
       [&] {
         overlap::ag_options opt;
         opt.strategy = strategy::ring;
-        overlap::all_gather_matmul<float>(ctx, av, f.b.cview(), cm.view(), opt);
+        overlap::all_gather_matmul<float>(ctx, av, f.b.cview(), f.c.view(), opt);
       },
       "exceeds the MPI count limit INT_MAX");
   expect_usable();
+}
+
+TEST_F(robustness, one_row_shard_with_a_leading_dimension_beyond_mpi_limits_is_sent_as_a_row) {
+  // A one-row view may have any ld: its row is contiguous, and travels as a
+  // count of floats, not a vector type. Checked against plain loops.
+  const auto a = random_matrix<float>(2, 3, 11 + static_cast<uint32_t>(p));
+  const auto b = random_matrix<float>(3, 4, 99);
+  auto av = a.cview();
+  if (p == last) av.rows = 1, av.ld = int64_t{INT_MAX} + 7;
+  matrix<float> c(2 * static_cast<int64_t>(ctx.size()) - 1, 4);
+  overlap::ag_options opt;
+  opt.strategy = strategy::ring;
+  overlap::all_gather_matmul<float>(ctx, av, b.cview(), c.view(), opt);
+  int64_t row = 0;
+  for (int r = 0; r < ctx.size(); ++r) {
+    const auto ar = random_matrix<float>(2, 3, 11 + static_cast<uint32_t>(r));
+    for (int64_t i = 0; i < (r == last ? 1 : 2); ++i, ++row)
+      for (int64_t j = 0; j < 4; ++j) {
+        double want = 0;
+        for (int64_t q = 0; q < 3; ++q) want += double(ar(i, q)) * double(b(q, j));
+        EXPECT_EQ(double(c(row, j)), want) << "row " << row << " col " << j << " (rank " << r << "'s shard)";
+      }
+  }
 }
 
 TEST(settings, integers_out_of_range_are_rejected_not_wrapped) {

@@ -104,8 +104,9 @@ enum class sim_compute {
   /// SMPI's own timing of every GEMM (each call's real time)
   measured,
   /// every GEMM runs (results are correct); each one is charged the median
-  /// of the first sim_samples real runs of its shape on this rank (taken
-  /// back to back on the first call where the GEMM overwrites its output)
+  /// of the first sim_samples real runs of its kernel and shape in the
+  /// simulation, whichever rank took them (taken back to back on the first
+  /// call where the GEMM overwrites its output)
   steady,
   /// as steady, but after those runs the GEMM is not computed at all: times
   /// only, the results are wrong (runs at scale that only time). From the

@@ -117,8 +117,7 @@ class trace_observer final : public mpi::request_group::observer {
   trace_observer(engine::trace_recorder* rec, std::vector<int> world) : rec_(rec), world_(std::move(world)) {}
   [[nodiscard]] double now() const override { return rec_->now(); }
   void completed(const mpi::request_group::about& what) override {
-    int bytes = 0;
-    if (what.type != MPI_DATATYPE_NULL) MPI_Type_size(what.type, &bytes);
+    const long long bytes = what.bytes();
     const int peer = world_.empty() || what.peer < 0 ? what.peer : world_[static_cast<size_t>(what.peer)];
     rec_->transfer(what.send, peer, bytes, what.lane, what.posted, rec_->now());
   }
@@ -182,7 +181,9 @@ OVERLAP_FUNC void context::prepare_local() {
   }
   if (cfg_.progress == progress_policy::thread)
     progress_ = std::make_unique<engine::progress_thread>(cfg_.progress_interval);
-  if (mpi::simulated) sim_ = std::make_shared<backend::sim_timings>(cfg_.sim, cfg_.sim_samples);
+  if (mpi::simulated)
+    sim_ = std::make_shared<backend::sim_timings>(cfg_.sim, cfg_.sim_samples,
+                                                  cfg_.sim == sim_compute::steady || cfg_.sim == sim_compute::skipped);
   const bool times_only = cfg_.sim == sim_compute::skipped || cfg_.sim == sim_compute::calibrated;
   if (mpi::simulated && cfg_.sim == sim_compute::calibrated &&
       (cfg_.calibration.empty() || (rank_ == 0 && model_->gemm.empty())))

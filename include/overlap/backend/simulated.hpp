@@ -22,21 +22,35 @@
 
 namespace overlap::backend {
 
-/// The real times of one rank's GEMMs by shape, and the figure each shape is
-/// charged once sampled. Owned by whoever makes the kernels (a context, a
-/// layer's local products); kernels keep it alive.
+/// The real times of GEMMs by kernel and shape, and the figure each is
+/// charged once sampled. Owned by whoever makes the kernels (a context);
+/// kernels keep it alive.
 class sim_timings {
  public:
-  sim_timings(sim_compute mode, int samples) : mode_(mode), samples_(std::max(samples, 1)) {}
-
   struct entry {
     std::vector<double> runs;  ///< real seconds of the sampled runs
     double charge = 0;         ///< median of runs, once there are enough
   };
+  /// Keyed by the kernel's name (its backend and path) and the GEMM's shape.
+  using table = std::map<std::pair<std::string, gemm_desc>, entry>;
+
+  /// `shared` (steady and skipped): under SMPI, the samples are those of
+  /// every simulated rank and context of the simulation (mpi::process_wide),
+  /// as the nodes of a platform are alike: a shape runs its samples once per
+  /// simulation, not once per rank, which at R ranks would take R times the
+  /// real time of a simulation that skips its GEMMs. Else this object's own
+  /// (calibrated mode's charges come from each context's calibration).
+  sim_timings(sim_compute mode, int samples, bool shared = false)
+      : mode_(mode),
+        samples_(std::max(samples, 1)),
+        table_(shared && mpi::simulated ? &mpi::process_wide<table>("overlap::backend::sim_timings::table") : &own_) {}
+  sim_timings(const sim_timings&) = delete;
+  sim_timings& operator=(const sim_timings&) = delete;
+
   [[nodiscard]] sim_compute mode() const noexcept { return mode_; }
   [[nodiscard]] size_t samples() const noexcept { return static_cast<size_t>(samples_); }
-  /// The entry of a shape; its address is stable (std::map nodes).
-  entry& of(const gemm_desc& d) { return table_[d]; }
+  /// The entry of a kernel's shape; its address is stable (std::map nodes).
+  entry& of(const gemm_desc& d, const std::string& kernel = {}) { return (*table_)[{kernel, d}]; }
 
   /// sim_compute::calibrated: the GEMM rates to charge from (the context's
   /// calibration, the same on every rank), and where they came from.
@@ -60,7 +74,8 @@ class sim_timings {
  private:
   sim_compute mode_;
   int samples_;
-  std::map<gemm_desc, entry> table_;
+  table own_;
+  table* table_;  ///< own_ or the simulation's
   std::map<dtype, gemm_rates> rates_;
   std::string origin_;
 };
@@ -80,7 +95,10 @@ class simulated_kernel final : public gemm_kernel {
   /// Throws std::invalid_argument under sim_compute::calibrated where the
   /// timings have no rates for d's element type.
   simulated_kernel(std::shared_ptr<const gemm_kernel> inner, std::shared_ptr<sim_timings> timings, const gemm_desc& d)
-      : inner_(std::move(inner)), timings_(std::move(timings)), entry_(&timings_->of(d)), accumulates_(d.accumulate) {
+      : inner_(std::move(inner)),
+        timings_(std::move(timings)),
+        entry_(&timings_->of(d, inner_->name())),
+        accumulates_(d.accumulate) {
     if (timings_->mode() == sim_compute::calibrated) entry_->charge = timings_->calibrated_seconds(d);
   }
 

@@ -22,11 +22,12 @@
 
 namespace overlap::engine {
 
-/// One block to send or receive: count 1 of a derived datatype at buf.
+/// One block to send or receive: `count` elements of `type` at buf.
 /// A transfer with type == MPI_DATATYPE_NULL means "nothing this step".
 struct transfer {
   void* buf = nullptr;
   MPI_Datatype type = MPI_DATATYPE_NULL;
+  int count = 1;
   [[nodiscard]] bool active() const noexcept { return type != MPI_DATATYPE_NULL; }
 };
 
@@ -96,8 +97,8 @@ void post_recv(const ring_links& links, Pattern& pattern, mpi::request_group& re
   const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
   const transfer in = pattern.recv(u, l);
   if (in.active())
-    OVERLAP_MPI(MPI_Irecv, in.buf, 1, in.type, lane.from, lane.tag, links.comm,
-                requests.add(u, {l, lane.from, in.type, false}));
+    OVERLAP_MPI(MPI_Irecv, in.buf, in.count, in.type, lane.from, lane.tag, links.comm,
+                requests.add(u, {l, lane.from, in.type, in.count, false}));
 }
 
 /// Step t's transfers: the receive for step t + lead, the send of step t.
@@ -109,8 +110,8 @@ void post_step(const ring_links& links, Pattern& pattern, mpi::request_group& re
     if (t + w.lead < steps) post_recv(links, pattern, requests, t + w.lead, l);
     const transfer out = pattern.send(t, l);
     if (out.active())
-      OVERLAP_MPI(MPI_Isend, out.buf, 1, out.type, lane.to, lane.tag, links.comm,
-                  requests.add(t + 1 + w.send_slack, {l, lane.to, out.type, true}));
+      OVERLAP_MPI(MPI_Isend, out.buf, out.count, out.type, lane.to, lane.tag, links.comm,
+                  requests.add(t + 1 + w.send_slack, {l, lane.to, out.type, out.count, true}));
   }
 }
 

@@ -56,7 +56,7 @@ class trace_recorder {
   }
   /// A transfer from its post to its observed completion: an asynchronous
   /// span (its own row in the viewer, transfers may overlap).
-  void transfer(bool send, int peer_world, int bytes, int lane, double posted, double completed) {
+  void transfer(bool send, int peer_world, long long bytes, int lane, double posted, double completed) {
     std::lock_guard<std::mutex> lock(mutex_);
     const long id = next_id_++;
     const std::string name = std::string(send ? "send to " : "receive from ") + "rank " + std::to_string(peer_world);

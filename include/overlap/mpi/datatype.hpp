@@ -24,6 +24,17 @@ namespace overlap::mpi {
   return p != nullptr ? p : &none;
 }
 
+/// What one message carries: `count` elements of `type`. A block the
+/// library transfers is, where it is contiguous, `count` elements of the
+/// base type, and else one element of a derived type: MPI moves the first
+/// as plain bytes, while some implementations copy every derived one
+/// through a buffer of their own (SimGrid SMPI serialises it, three copies
+/// per message).
+struct layout {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  int count = 0;
+};
+
 /// An owned, committed derived datatype (freed by the destructor); move-only.
 class datatype {
  public:

@@ -26,10 +26,16 @@ class request_group {
   struct about {
     int lane = 0;
     int peer = MPI_PROC_NULL;
-    MPI_Datatype type = MPI_DATATYPE_NULL;  ///< count 1 of it
+    MPI_Datatype type = MPI_DATATYPE_NULL;  ///< `count` of it
+    int count = 1;
     bool send = false;
     bool collective = false;  ///< a non-blocking collective (MPI cannot free one that is pending)
     double posted = 0;        ///< when it was posted (tracing only)
+    [[nodiscard]] long long bytes() const {
+      int size = 0;
+      if (type != MPI_DATATYPE_NULL) MPI_Type_size(type, &size);
+      return static_cast<long long>(size) * count;
+    }
   };
   /// Tracing (OVERLAP_TRACE): the clock of post times, and what to do with a
   /// request the group saw complete (after the wait that completed it).
@@ -174,8 +180,7 @@ class request_group {
         what += std::string(i ? ";" : "") + " a non-blocking collective of every rank";
         continue;
       }
-      int bytes = 0;
-      if (about_[i].type != MPI_DATATYPE_NULL) MPI_Type_size(about_[i].type, &bytes);
+      const long long bytes = about_[i].bytes();
       what += std::string(i ? ";" : "") + (about_[i].send ? " a send of " : " a receive of ") + std::to_string(bytes) +
               " bytes " + (about_[i].send ? "to " : "from ") + rank_text(about_[i].peer, world_) + " on lane " +
               std::to_string(about_[i].lane);

@@ -11,7 +11,10 @@
 
 #if defined(SMPI_H)
 #include <simgrid/host.h>
+#include <simgrid/zone.h>
 #include <smpi/smpi.h>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <xbt/config.hpp>
 #include <xbt/parse_units.hpp>
@@ -66,6 +69,32 @@ inline void charge_compute([[maybe_unused]] double seconds) {
 inline void charge_simulated([[maybe_unused]] double seconds) {
 #if defined(SMPI_H)
   if (seconds > 0) smpi_execute_flops(seconds * sg_host_get_speed(sg_host_self()));
+#endif
+}
+
+/// One object of type T for every simulated rank of this simulation, made
+/// on first use and never freed; a plain static on a real MPI. SMPI gives
+/// each rank its own copy of the program's globals, statics included, so
+/// what the ranks share hangs off the simulation itself (a property of the
+/// platform's root zone, `name`, holding its address). Safe without locks:
+/// SMPI runs the ranks one at a time, and this makes no MPI call.
+template <class T>
+T& process_wide([[maybe_unused]] const char* name) {
+#if defined(SMPI_H)
+  sg_netzone_t root = sg_zone_get_root();
+  if (const char* at = sg_zone_get_property_value(root, name)) {
+    void* p = nullptr;
+    std::sscanf(at, "%p", &p);  // written by the snprintf below
+    return *static_cast<T*>(p);
+  }
+  T* made = new T();  // lives as long as the simulation
+  char at[32];
+  std::snprintf(at, sizeof at, "%p", static_cast<void*>(made));
+  sg_zone_set_property_value(root, name, at);
+  return *made;
+#else
+  static T one;
+  return one;
 #endif
 }
 

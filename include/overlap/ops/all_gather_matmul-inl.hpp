@@ -78,16 +78,16 @@ struct ag_step {
   int64_t r0 = 0, c0 = 0, nr = 0, nc = 0;  ///< the piece in stored X's global coordinates
   int64_t lr0 = 0, lc0 = 0;                ///< its origin in op(X)
   piece_home home = piece_home::slot;
-  int64_t slot_offset = 0;                ///< element offset into the slot buffer
-  int64_t ld = 0;                         ///< leading dimension where it lives
-  MPI_Datatype type = MPI_DATATYPE_NULL;  ///< the piece as one element (owned by the plan)
-  bool send = false;                      ///< forwarded to the previous rank
-  bool recv = false;                      ///< arrives from the next rank
-  bool into_acc = false;                  ///< writes the fp32 accumulator (bf16 products)
-  bool add_acc = false;                   ///< adds the fp32 accumulator into c (its last step)
-  bool compute = true;                    ///< false: this lane only moves the piece another lane computes
-  bool copy_out = false;                  ///< received into a slot, copied to gathered_out when computed
-  gemm_desc desc;                         ///< what `kernel` computes
+  int64_t slot_offset = 0;  ///< element offset into the slot buffer
+  int64_t ld = 0;           ///< leading dimension where it lives
+  mpi::layout wire;         ///< the piece as a message (block_types, owned by the plan)
+  bool send = false;        ///< forwarded to the previous rank
+  bool recv = false;        ///< arrives from the next rank
+  bool into_acc = false;    ///< writes the fp32 accumulator (bf16 products)
+  bool add_acc = false;     ///< adds the fp32 accumulator into c (its last step)
+  bool compute = true;      ///< false: this lane only moves the piece another lane computes
+  bool copy_out = false;    ///< received into a slot, copied to gathered_out when computed
+  gemm_desc desc;           ///< what `kernel` computes
   std::shared_ptr<const gemm_kernel> kernel;
   [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
 };
@@ -257,7 +257,7 @@ void ag_finish_ring(context& ctx, ag_plan<T>& plan, const engine::ring_slots& sl
   const int64_t members = plan.batch.count;
   for (auto& st : plan.steps) {
     if (st.home == piece_home::slot) st.slot_offset *= slots.elems * members;
-    if (st.send || st.recv) st.type = plan.types.get(st.nr, st.nc, st.ld, members, ag_member_stride(plan, st));
+    if (st.send || st.recv) st.wire = plan.types.get(st.nr, st.nc, st.ld, members, ag_member_stride(plan, st));
   }
   plan.slots = engine::buffer<T>(static_cast<size_t>(slots.elems * members * slots.per_lane * slots.lanes));
 }
@@ -854,11 +854,11 @@ class ag_ring_pattern {
   [[nodiscard]] engine::ring_window window() const { return plan_.window; }
   [[nodiscard]] engine::transfer recv(int t, int lane) const {
     const auto& st = step(t, lane);
-    return st.recv ? engine::transfer{piece(st), st.type} : engine::transfer{};
+    return st.recv ? engine::transfer{piece(st), st.wire.type, st.wire.count} : engine::transfer{};
   }
   [[nodiscard]] engine::transfer send(int t, int lane) const {
     const auto& st = step(t, lane);
-    return st.send ? engine::transfer{piece(st), st.type} : engine::transfer{};
+    return st.send ? engine::transfer{piece(st), st.wire.type, st.wire.count} : engine::transfer{};
   }
   void compute(int t) {
     for (int l = 0; l < plan_.lanes; ++l)

@@ -40,14 +40,14 @@ struct rs_step {
   bool acc_in_c = false;                   ///< the accumulator lives in c (else in a slot)
   int64_t slot_offset = 0;                 ///< bytes into the slot buffer
   int64_t ld = 0;                          ///< of the accumulator
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  bool recv = false;      ///< its accumulator arrives from the next rank before this step
-  bool forward = false;   ///< its result goes to the previous rank at the next step
-  bool add_slot = false;  ///< c = product + the fp32 accumulator in the slot (bf16, final step)
-  bool finish = false;    ///< final step, c's block strided: the product sums into the slot, a pass writes c
-  bool compute = true;    ///< false: the hierarchical plan's lane 0 entry, which only moves sums
-  gemm_desc desc;         ///< what `kernel` computes
-  gemm_desc merge;        ///< hierarchical, lane 0, recv: adds the slot into lane 1's accumulator
+  mpi::layout wire;                        ///< the accumulator as a message (block_types)
+  bool recv = false;                       ///< its accumulator arrives from the next rank before this step
+  bool forward = false;                    ///< its result goes to the previous rank at the next step
+  bool add_slot = false;                   ///< c = product + the fp32 accumulator in the slot (bf16, final step)
+  bool finish = false;  ///< final step, c's block strided: the product sums into the slot, a pass writes c
+  bool compute = true;  ///< false: the hierarchical plan's lane 0 entry, which only moves sums
+  gemm_desc desc;       ///< what `kernel` computes
+  gemm_desc merge;      ///< hierarchical, lane 0, recv: adds the slot into lane 1's accumulator
   std::shared_ptr<const gemm_kernel> kernel;
   [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
 };
@@ -216,7 +216,7 @@ void rs_finish_ring(rs_plan<T>& plan, const engine::ring_slots& slots) {
   for (auto& st : plan.steps) {
     if (!st.acc_in_c) st.slot_offset *= slots.elems * members * acc_bytes;
     // A slot holds every member's accumulator one after the other: one contiguous block.
-    if (st.recv || st.forward) st.type = plan.types.get(st.nr, st.nc, st.ld, members, st.nr * st.nc);
+    if (st.recv || st.forward) st.wire = plan.types.get(st.nr, st.nc, st.ld, members, st.nr * st.nc);
   }
   plan.slots =
       engine::buffer<std::byte>(static_cast<size_t>(slots.elems * members * slots.per_lane * slots.lanes * acc_bytes));
@@ -757,14 +757,14 @@ class rs_ring_pattern {
   [[nodiscard]] engine::ring_window window() const { return plan_.window; }
   [[nodiscard]] engine::transfer recv(int t, int lane) const {
     const auto& st = step(t, lane);
-    return st.recv ? engine::transfer{piece(st), st.type} : engine::transfer{};
+    return st.recv ? engine::transfer{piece(st), st.wire.type, st.wire.count} : engine::transfer{};
   }
   [[nodiscard]] engine::transfer send(int t, int lane) const {  // the accumulator finished at step t - 1
     if (t == 0) return {};
     const auto& st = step(t - 1, lane);
     if (!st.forward) return {};
     // Hierarchical: both lanes forward the accumulator lane 1's entry computed.
-    return {piece(plan_.two_levels() ? step(t - 1, 1) : st), st.type};
+    return {piece(plan_.two_levels() ? step(t - 1, 1) : st), st.wire.type, st.wire.count};
   }
   void compute(int t) {
     for (int l = 0; l < plan_.lanes; ++l) {
