@@ -284,9 +284,11 @@ def scale(smpi_dir):
              "links between nodes of different leaves; CM02 network model, Open MPI's collective selection). The",
              "block's two products at tokens 4096, hidden 4096 (ffn 16384), f32: up = all_gather_matmul",
              "(lhs_rows, 4096 x 4096 by 4096 x 16384 / R), down = matmul_reduce_scatter (rows). GEMM times are",
-             "this machine's core's (the median of 2 runs per shape, charged at 1/32) and the GEMMs are then",
-             "skipped (OVERLAP_SIM_COMPUTE=skipped): timing only, results not checked. Each platform and rank",
-             "count used its own calibration; a dp x tp mesh used its 8-rank group's.",
+             "this machine's core's (the median of 2 runs per kernel and shape in the simulation, charged at",
+             "1/32) and the GEMMs are then skipped (OVERLAP_SIM_COMPUTE=skipped): timing only, results not",
+             "checked. Each platform and rank count up to 64 used its own calibration; a dp x tp mesh used its",
+             "8-rank group's. Beyond 64 ranks there is no calibration (the links' took over 10 minutes at 128",
+             "ranks), so no automatic row: the speedup there is the faster ring schedule's, marked *.",
              "`projected` is bench/projection.cpp on the same platform (the same GEMM rates, 32 cores at",
              "efficiency 1, 4 us per message, no GEMM slowdown), the model of the section above.", "",
              "| platform | ranks | groups x tp | op | bulk | ring | bidirectional | automatic (chose) | "
@@ -302,10 +304,13 @@ def scale(smpi_dir):
             by.setdefault((r["ranks"], r["tensor_groups"], r["op"]), {})[r["strategy"]] = r
         for (R, groups, op), b in sorted(by.items(), key=lambda x: (x[0][1], x[0][0], x[0][2])):
             t = {s: b[s]["time_ms"] for s in b}
-            sched = b["automatic"].get("schedule") or {}
-            chose = sched.get("strategy", "?")
             runs = [b[s] for s in DECOMPOSED if s in b]
             best = min(runs, key=lambda x: x["time_ms"])
+            if "automatic" in b:
+                chose = (b["automatic"].get("schedule") or {}).get("strategy", "?")
+                pick, pick_cell = t["automatic"], f"{t['automatic']:.2f} ({chose})"
+            else:  # no calibration at this size: the faster ring schedule
+                pick, pick_cell = best["time_ms"], "-"
             lim = best["time_ms"] / max(best["own_compute_only_ms"], best["own_comm_only_ms"])
             key = "up" if op == "all_gather_matmul" else "down"
             p = proj.get((gbit, R)) if groups == 1 else None
@@ -315,11 +320,13 @@ def scale(smpi_dir):
                 pc = f"{1e3 * p[key]['bulk']:.2f} / {pt:.2f} {pn} ({1e3 * p[key]['bulk'] / pt:.2f})"
             cell = lambda s: f"{t[s]:.2f}" if s in t else "-"
             lines.append(f"| {gbit} Gbit/s | {R * groups} | {groups} x {R} | {key} | {cell('bulk')} | {cell('ring')} | "
-                         f"{cell('bidirectional')} | {t['automatic']:.2f} ({chose}) | {t['bulk'] / t['automatic']:.2f} | "
+                         f"{cell('bidirectional')} | {pick_cell} | {t['bulk'] / pick:.2f}{'' if 'automatic' in b else '*'} | "
                          f"{lim:.3f} | {pc} |")
-            blk = block.setdefault((gbit, R * groups, groups, R), {"bulk": 0, "auto": 0, "proj": p, "ops": 0})
+            blk = block.setdefault((gbit, R * groups, groups, R),
+                                   {"bulk": 0, "auto": 0, "proj": p, "ops": 0, "mark": ""})
             blk["bulk"] += t["bulk"]
-            blk["auto"] += t["automatic"]
+            blk["auto"] += pick
+            blk["mark"] = blk["mark"] or ("" if "automatic" in b else "*")
             blk["ops"] += 1
     lines += ["", "The block (up + down), simulated speedup of automatic over bulk beside the projection's:", "",
               "| platform | ranks | groups x tp | simulated | projected |", "|---|---|---|---|---|"]
@@ -330,7 +337,7 @@ def scale(smpi_dir):
         if b["proj"]:
             p = b["proj"]
             pr = f"{1e3 * (p['up']['bulk'] + p['down']['bulk']) / (projected(p, 'up')[0] + projected(p, 'down')[0]):.2f}"
-        lines.append(f"| {gbit} Gbit/s | {n} | {groups} x {R} | {b['bulk'] / b['auto']:.2f} | {pr} |")
+        lines.append(f"| {gbit} Gbit/s | {n} | {groups} x {R} | {b['bulk'] / b['auto']:.2f}{b['mark']} | {pr} |")
     return lines + [""]
 
 
