@@ -96,9 +96,10 @@ template <class Pattern>
 void post_recv(const ring_links& links, Pattern& pattern, mpi::request_group& requests, int u, int l) {
   const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
   const transfer in = pattern.recv(u, l);
-  if (in.active())
-    OVERLAP_MPI(MPI_Irecv, in.buf, in.count, in.type, lane.from, lane.tag, links.comm,
-                requests.add(u, {l, lane.from, in.type, in.count, false}));
+  if (!in.active()) return;
+  mpi::request_group::about what{l, lane.from, in.type, false};
+  what.count = in.count;
+  OVERLAP_MPI(MPI_Irecv, in.buf, in.count, in.type, lane.from, lane.tag, links.comm, requests.add(u, what));
 }
 
 /// Step t's transfers: the receive for step t + lead, the send of step t.
@@ -109,9 +110,11 @@ void post_step(const ring_links& links, Pattern& pattern, mpi::request_group& re
     const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
     if (t + w.lead < steps) post_recv(links, pattern, requests, t + w.lead, l);
     const transfer out = pattern.send(t, l);
-    if (out.active())
-      OVERLAP_MPI(MPI_Isend, out.buf, out.count, out.type, lane.to, lane.tag, links.comm,
-                  requests.add(t + 1 + w.send_slack, {l, lane.to, out.type, out.count, true}));
+    if (!out.active()) continue;
+    mpi::request_group::about what{l, lane.to, out.type, true};
+    what.count = out.count;
+    OVERLAP_MPI(MPI_Isend, out.buf, out.count, out.type, lane.to, lane.tag, links.comm,
+                requests.add(t + 1 + w.send_slack, what));
   }
 }
 

@@ -27,10 +27,10 @@ class request_group {
     int lane = 0;
     int peer = MPI_PROC_NULL;
     MPI_Datatype type = MPI_DATATYPE_NULL;  ///< `count` of it
-    int count = 1;
     bool send = false;
     bool collective = false;  ///< a non-blocking collective (MPI cannot free one that is pending)
     double posted = 0;        ///< when it was posted (tracing only)
+    int count = 1;            ///< last, so that the positional initialisers before it keep their meaning
     [[nodiscard]] long long bytes() const {
       int size = 0;
       if (type != MPI_DATATYPE_NULL) MPI_Type_size(type, &size);
