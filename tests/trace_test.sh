@@ -4,14 +4,15 @@
 # op spans (ring and bulk collective), one GEMM span per ring step and
 # transfers as matched begin/end pairs naming peer and bytes; the render
 # script turns two traces into one SVG. Without the variable nothing is
-# written. Ranks 3, uneven shards (M not a multiple of 3).
+# written. Ranks 3, uneven shards (M not a multiple of 3); the ring and the
+# other-operands algorithm (its output blocks go point to point).
 set -euo pipefail
 bench=${1:?usage: trace_test.sh OVERLAP_BENCH RENDER_PY}
 render=${2:?usage: trace_test.sh OVERLAP_BENCH RENDER_PY}
 dir=$(mktemp -d /tmp/overlap-trace-test.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 run() { mpiexec -np 3 --oversubscribe --bind-to none "$@" "$bench" -m 100 -n 64 -k 48 --iters 2 --warmup 0 \
-          --no-peers --strategies ring > /dev/null; }
+          --no-peers --strategies ring,others > /dev/null; }
 # Off: nothing written, neither in the working directory nor next to it.
 mkdir "$dir/cwd"
 (cd "$dir/cwd" && env -u OVERLAP_TRACE bash -c "$(declare -f run); bench='$bench'; run")
@@ -40,7 +41,10 @@ for r in range(3):
     ends = {e["id"]: e for e in ev if e["ph"] == "e"}
     assert begins and begins.keys() == ends.keys(), "unmatched transfer events"
     for i, b in begins.items():
-        assert ends[i]["ts"] >= b["ts"] and b["args"]["bytes"] > 0 and b["args"]["peer"] in (0, 1, 2), b
+        assert ends[i]["ts"] >= b["ts"] and b["args"]["peer"] in (0, 1, 2), b
+        # what the message holds, not one element: a ring piece has rows of
+        # K = 48 floats, an output block 33 x 21 or more
+        assert b["args"]["bytes"] % 4 == 0 and b["args"]["bytes"] >= 4 * 48, b
         assert b["args"]["peer"] != r, b
 print("trace files ok")
 PY

@@ -233,14 +233,21 @@ class others_runner {
           if (comm_) post_inputs();
           int waited = -1;
           for (const others_gemm& gm : plan_.gemms) {
-            if (comm_ && gm.inputs > waited) ctx_.requests().wait_due(waited = gm.inputs);
+            if (comm_ && gm.inputs > waited) {
+              post_gathers_through(gm.inputs);
+              ctx_.requests().wait_due(waited = gm.inputs);
+              post_gathers_through(waited + 1);
+            }
             if (compute_)
               for (const others_concat& k : gm.assemble)
                 copy_block<T>({source(k.from) + k.at, k.rows, k.cols},
                               {plan_.assembled.data() + k.to, k.rows, k.cols, k.ld});
             multiply(gm);
           }
-          if (comm_) ctx_.requests().wait_all();
+          if (comm_) {
+            post_gathers_through(static_cast<int>(plan_.gathers.size()) - 1);  // pieces no GEMM of this rank needs
+            ctx_.requests().wait_all();
+          }
         });
     if (owners_) place_blocks();
     if (plan_.output == others_output::reduced) reduce();
@@ -268,25 +275,43 @@ class others_runner {
     return plan_.result.data() != nullptr ? static_cast<void*>(plan_.result.data()) : static_cast<void*>(c_.data);
   }
 
-  /// The input collectives (gather piece j: deadline j; the exchange: 0),
-  /// and the receives of this rank's output blocks (after them all).
+  /// The first input collectives (gather piece 0: deadline 0; the exchange:
+  /// 0), and the receives of this rank's output blocks (after every piece).
   void post_inputs() {
     maybe_stall(ctx_.rank());
     mpi::request_group& g = ctx_.requests();
     const others_counts &s = plan_.sent_at, &r = plan_.exchanged_at;
-    int deadline = 0;
-    for (const others_gather& ga : plan_.gathers)
-      OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan_.gathered.data() + ga.base,
-                  ga.at.counts.data(), ga.at.displs.data(), type_, ctx_.comm(),
-                  g.add(deadline++, {0, MPI_PROC_NULL, type_, false, true}));
+    posted_gathers_ = 0;
+    post_gathers_through(0);
     if (plan_.exchange)
       OVERLAP_MPI(MPI_Ialltoallv, plan_.send.data(), s.counts.data(), s.displs.data(), type_, plan_.exchanged.data(),
                   r.counts.data(), r.displs.data(), type_, ctx_.comm(),
                   g.add(0, {0, MPI_PROC_NULL, type_, false, true}));
+    const int after_gathers = std::max(static_cast<int>(plan_.gathers.size()), 1);
     for (const others_recv& rv : plan_.recvs)
-      if (owners_ && rv.count > 0)
-        OVERLAP_MPI(MPI_Irecv, owned_ + rv.at, rv.count, type_, rv.peer, tag_, ctx_.comm(),
-                    g.add(std::max(deadline, 1), {0, rv.peer, type_, false}));
+      if (owners_ && rv.count > 0) {
+        mpi::request_group::about what{0, rv.peer, type_, false};
+        what.count = rv.count;
+        OVERLAP_MPI(MPI_Irecv, owned_ + rv.at, rv.count, type_, rv.peer, tag_, ctx_.comm(), g.add(after_gathers, what));
+      }
+  }
+
+  /// Posts the gather pieces up to `last` (deadline: the piece's index) that
+  /// are not posted yet. The pieces go one after another: the next is posted
+  /// once the one before it arrived, while its products are computed. Posted
+  /// all at once, they share the links (a fabric or SimGrid shares a link
+  /// among the messages on it), so the first piece arrived only when they
+  /// all did and its products waited for the whole gather. Every rank makes
+  /// the calls in one order (piece 0, the exchange, the other pieces by
+  /// index), as MPI requires of collectives.
+  void post_gathers_through(int last) {
+    last = std::min(last, static_cast<int>(plan_.gathers.size()) - 1);
+    for (; posted_gathers_ <= last; ++posted_gathers_) {
+      const others_gather& ga = plan_.gathers[static_cast<size_t>(posted_gathers_)];
+      OVERLAP_MPI(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, plan_.gathered.data() + ga.base,
+                  ga.at.counts.data(), ga.at.displs.data(), type_, ctx_.comm(),
+                  ctx_.requests().add(posted_gathers_, {0, MPI_PROC_NULL, type_, false, true}));
+    }
   }
 
   /// One GEMM, and with output `owners` the send of its block to its owner.
@@ -300,9 +325,12 @@ class others_runner {
                      gm.addend ? products() + gm.addend_off * out_size : nullptr);
       scope.finish();
     }
-    if (comm_ && owners_ && gm.peer != ctx_.rank() && gm.send > 0)
+    if (comm_ && owners_ && gm.peer != ctx_.rank() && gm.send > 0) {
+      mpi::request_group::about what{0, gm.peer, type_, true};
+      what.count = gm.send;
       OVERLAP_MPI(MPI_Isend, products() + gm.out * out_size, gm.send, type_, gm.peer, tag_, ctx_.comm(),
-                  ctx_.requests().add(std::max(static_cast<int>(plan_.gathers.size()), 1), {0, gm.peer, type_, true}));
+                  ctx_.requests().add(std::max(static_cast<int>(plan_.gathers.size()), 1), what));
+    }
   }
 
   /// Output `owners`: this rank's own blocks and the received ones to their places in c.
@@ -338,6 +366,7 @@ class others_runner {
   const T* bias_;
   bool comm_, compute_, owners_;
   T* owned_;  ///< where this rank's received output blocks land
+  int posted_gathers_ = 0;  ///< gather pieces posted so far
   MPI_Datatype type_ = mpi_type_of(dtype_of<T>());
 };
 
