@@ -152,6 +152,30 @@ TEST(model, reduce_scatter_own_term_hides_the_inputs) {
   EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 4e-3, 1e-9);  // the own term outlasts the inputs
 }
 
+// Inputs in pieces: the exchange travels with the first piece, and each
+// later piece while the products of the one before it are computed.
+TEST(model, reduce_scatter_inputs_in_pieces_overlap_the_products) {
+  const overlap::link_rates l{0, 1e9, 1e9, 1, {}};
+  const overlap::gemm_rates g{{128, 2048}, std::vector<double>(8, 1e12)};
+  overlap::detail::work w;
+  w.pipelined = true;
+  w.alltoall_bytes = 1e6;   // 1 ms at 1 GB/s
+  w.allgather_block = 4e6;  // 4 ms with 2 ranks
+  w.gemms = {{1000, 500, 1000}};  // own term 1 ms
+  w.pieces = 4;
+  for (int j = 0; j < 4; ++j) w.gemms.push_back({1000, 500, 1000});  // 1 ms per piece
+  // exchange and piece 0: 2 ms; 3 more pieces of 1 ms each beside the
+  // products of 1 ms; the last piece's product 1 ms
+  EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 6e-3, 1e-9);
+  // Pieces of 2 ms (8 ms gathered): the link binds, 1 + 2 + 3 x 2 + 1
+  w.allgather_block = 8e6;
+  EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 10e-3, 1e-9);
+  // In one piece: every input first (9 ms), then the 4 ms of products
+  w.pieces = 1;
+  w.gemms = {{1000, 500, 1000}, {1000, 2000, 1000}};
+  EXPECT_NEAR(overlap::detail::predict(l, g, 2, w), 13e-3, 1e-9);
+}
+
 // The GEMMs lose at most the transfers' own time to them, however large the
 // calibrated per-byte cost: a ring whose GEMMs take 1 ms and transfers 3 ms
 // takes no more than both one after the other.

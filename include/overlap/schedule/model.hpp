@@ -132,8 +132,18 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
   const double in_bytes = gathered + (w.alltoall_out ? 0 : exchanged);
   // What the GEMMs lose to the inputs and the outputs (at most their transfer time, as for a ring).
   const double lost_in = std::min(k * in_bytes, inputs), lost_out = std::min(k * exchanged, alltoall);
-  if (!w.alltoall_out) return std::max(inputs, own + lost_in) + rest + reduce;
   const double pieces = std::max(w.pieces, 1);
+  if (!w.alltoall_out) {
+    // The exchange and the gather's first piece travel together; each later
+    // piece travels while the products of the one before it are computed
+    // (others_runner posts a piece once the one before it arrived), so a
+    // piece's products start when it arrived and the ones before it were
+    // computed. One piece: the inputs, then every product.
+    // The GEMMs lose lost_in / pieces to each piece's transfer.
+    const double per_piece = gather / pieces, product = rest / pieces, slowed = lost_in / pieces;
+    const double start = std::max(per_piece + alltoall, own + slowed);
+    return start + (pieces - 1) * std::max(product + slowed, per_piece) + product + reduce;
+  }
   // The peers' products of a piece start once it arrived (the first after
   // inputs / pieces), and output blocks leave as they are computed: each
   // after its own product, the last after the last product (with 2 ranks
