@@ -346,7 +346,8 @@ def replace_section(path, body):
     block = BEGIN + "\n" + "\n".join(body) + END + "\n"
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1].lstrip("\n")
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        text = head + block + ("\n" + tail if tail else "")  # prose after the section keeps its blank line
     else:
         text = text.rstrip("\n") + "\n\n" + block
     open(path, "w").write(text)
