@@ -143,10 +143,27 @@ class onednn_gemm final : public gemm_kernel {
       // one (brgemm kernels), B is reordered once per plan call, not per piece.
       const dnnl::memory::desc b_md =
           d.pack_b ? dnnl::memory::desc(dims{d.k, d.n}, dt, dnnl::memory::format_tag::any) : b_stored;
-      const dnnl::memory::desc c_md(dims{d.m, d.n}, dt_out, dims{d.ldc, 1});
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), post_ops(dt_out), h_->engine);
-      prim_ = dnnl::matmul(pd);
+      dnnl::memory::desc c_md(dims{d.m, d.n}, dt_out, dims{d.ldc, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), post_ops(dt_out, d.ld_addend), h_->engine);
       name_ = pd.impl_info_str();
+      // oneDNN 2.6 has no optimised matmul for a binary post-op (bias,
+      // addend) beside a strided C or addend: it falls back to its reference
+      // kernel, about 1000 times slower (a 256 x 256 x 896 product took 2 s).
+      // Then the product goes through dense copies of C (and of the addend):
+      // two passes over m x n beside a GEMM's k of them.
+      const bool strided = d.ldc != d.n || (d.addend && d.ld_addend != d.n);
+      if (name_.rfind("ref", 0) == 0 && (d.bias || d.addend) && strided) {
+        const dnnl::memory::desc dense(dims{d.m, d.n}, dt_out, dims{d.n, 1});
+        dnnl::matmul::primitive_desc staged(dnnl::matmul::desc(a_md, b_md, dense), post_ops(dt_out, d.n), h_->engine);
+        if (std::string(staged.impl_info_str()).rfind("ref", 0) != 0) {
+          make_stages(c_md, dense);
+          pd = staged, c_md = dense;
+          name_ = std::string(pd.impl_info_str()) + " on dense copies";
+        } else {
+          post_ops(dt_out, d.ld_addend);  // the descriptors of the primitive kept
+        }
+      }
+      prim_ = dnnl::matmul(pd);
       const dnnl::memory::desc b_used = pd.weights_desc();
       if (d.pack_b && b_used != b_stored) make_packer(b_stored, b_used);
       bind(a_md, b_used, c_md);
@@ -159,10 +176,20 @@ class onednn_gemm final : public gemm_kernel {
     detail::onednn_call("dnnl::matmul::execute", [&] {
       a_mem_.set_data_handle(const_cast<void*>(a));
       b_mem_.set_data_handle(const_cast<void*>(b));
-      c_mem_.set_data_handle(c);
       if (d_.bias) bias_mem_.set_data_handle(const_cast<void*>(bias));
-      if (d_.addend) addend_mem_.set_data_handle(const_cast<void*>(addend));
+      if (staged_) {
+        c_stage_.strided.set_data_handle(c);
+        if (d_.accumulate) execute(c_stage_.in, c_stage_.in_args);  // C += : the dense copy starts from C
+        if (d_.addend) {
+          addend_stage_.strided.set_data_handle(const_cast<void*>(addend));
+          execute(addend_stage_.in, addend_stage_.in_args);
+        }
+      } else {
+        c_mem_.set_data_handle(c);
+        if (d_.addend) addend_mem_.set_data_handle(const_cast<void*>(addend));
+      }
       execute(prim_, args_);  // args_ holds handles to the memories above
+      if (staged_) execute(c_stage_.out, c_stage_.out_args);
       h_->stream.wait();
       return 0;
     });
@@ -183,15 +210,16 @@ class onednn_gemm final : public gemm_kernel {
 
  private:
   /// Post-ops run in this order on the fp32 result: + C (beta = 1), + D,
-  /// + bias, activation; then one rounding to the output type.
-  dnnl::primitive_attr post_ops(dnnl::memory::data_type dt_out) {
+  /// + bias, activation; then one rounding to the output type. The addend
+  /// is read with leading dimension ld_addend.
+  dnnl::primitive_attr post_ops(dnnl::memory::data_type dt_out, int64_t ld_addend) {
     using dims = dnnl::memory::dims;
     const gemm_desc& d = d_;
     dnnl::primitive_attr attr;
     dnnl::post_ops ops;
     if (d.accumulate) ops.append_sum(1.0f);
     if (d.addend) {
-      addend_md_ = dnnl::memory::desc(dims{d.m, d.n}, detail::onednn_type(d.addend_type), dims{d.ld_addend, 1});
+      addend_md_ = dnnl::memory::desc(dims{d.m, d.n}, detail::onednn_type(d.addend_type), dims{ld_addend, 1});
       addend_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1;
       ops.append_binary(dnnl::algorithm::binary_add, addend_md_);
     }
@@ -214,18 +242,45 @@ class onednn_gemm final : public gemm_kernel {
     pack_dst_ = dnnl::memory(b_used, h_->engine, DNNL_MEMORY_NONE);
     pack_args_ = {{DNNL_ARG_FROM, pack_src_.get()}, {DNNL_ARG_TO, pack_dst_.get()}};
   }
+  /// A strided matrix and its dense copy (owned), with the reorders between them.
+  struct stage {
+    dnnl::memory dense;
+    mutable dnnl::memory strided;
+    dnnl::reorder in, out;
+    std::vector<dnnl_exec_arg_t> in_args, out_args;
+    stage() = default;
+    stage(const dnnl::engine& e, const dnnl::memory::desc& strided_md, const dnnl::memory::desc& dense_md)
+        : dense(dense_md, e), strided(strided_md, e, DNNL_MEMORY_NONE) {
+      in = dnnl::reorder(dnnl::reorder::primitive_desc(e, strided_md, e, dense_md));
+      out = dnnl::reorder(dnnl::reorder::primitive_desc(e, dense_md, e, strided_md));
+      in_args = {{DNNL_ARG_FROM, strided.get()}, {DNNL_ARG_TO, dense.get()}};
+      out_args = {{DNNL_ARG_FROM, dense.get()}, {DNNL_ARG_TO, strided.get()}};
+    }
+  };
+  /// The product runs on dense copies of C (and of the addend, which the
+  /// post-ops then read from its copy): see the constructor.
+  void make_stages(const dnnl::memory::desc& c_strided, const dnnl::memory::desc& c_dense) {
+    using dims = dnnl::memory::dims;
+    staged_ = true;
+    c_stage_ = stage(h_->engine, c_strided, c_dense);
+    if (d_.addend) {
+      const auto t = detail::onednn_type(d_.addend_type);
+      addend_stage_ = stage(h_->engine, dnnl::memory::desc(dims{d_.m, d_.n}, t, dims{d_.ld_addend, 1}),
+                            dnnl::memory::desc(dims{d_.m, d_.n}, t, dims{d_.n, 1}));
+    }
+  }
   /// The memory objects run() points at each call's buffers.
   void bind(const dnnl::memory::desc& a_md, const dnnl::memory::desc& b_md, const dnnl::memory::desc& c_md) {
     a_mem_ = dnnl::memory(a_md, h_->engine, DNNL_MEMORY_NONE);
     b_mem_ = dnnl::memory(b_md, h_->engine, DNNL_MEMORY_NONE);
-    c_mem_ = dnnl::memory(c_md, h_->engine, DNNL_MEMORY_NONE);
+    c_mem_ = staged_ ? c_stage_.dense : dnnl::memory(c_md, h_->engine, DNNL_MEMORY_NONE);
     args_ = {{DNNL_ARG_SRC, a_mem_.get()}, {DNNL_ARG_WEIGHTS, b_mem_.get()}, {DNNL_ARG_DST, c_mem_.get()}};
     if (d_.bias) {
       bias_mem_ = dnnl::memory(bias_md_, h_->engine, DNNL_MEMORY_NONE);
       args_.push_back({bias_arg_, bias_mem_.get()});
     }
     if (d_.addend) {
-      addend_mem_ = dnnl::memory(addend_md_, h_->engine, DNNL_MEMORY_NONE);
+      addend_mem_ = staged_ ? addend_stage_.dense : dnnl::memory(addend_md_, h_->engine, DNNL_MEMORY_NONE);
       args_.push_back({addend_arg_, addend_mem_.get()});
     }
   }
@@ -249,6 +304,8 @@ class onednn_gemm final : public gemm_kernel {
   int bias_arg_ = 0, addend_arg_ = 0;
   mutable dnnl::memory a_mem_, b_mem_, c_mem_, bias_mem_, addend_mem_;
   std::vector<dnnl_exec_arg_t> args_, pack_args_;  // built once: no allocation per call
+  bool staged_ = false;  ///< the product runs on c_stage_'s (and addend_stage_'s) dense copy
+  stage c_stage_, addend_stage_;
 };
 
 /// A bf16 GEMM for CPUs whose oneDNN has no bf16 matmul: each call widens
