@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make asan`: the MPI suites built with AddressSanitizer and
 # UndefinedBehaviorSanitizer, run at the ranks the build was configured
-# with (make asan: 1 and 3); any report fails the run
+# with (make asan: 3); any report fails the run
 # (UBSan does not recover, ASan and LeakSanitizer exit non-zero).
 # tests/lsan.supp lists the leaks suppressed, all inside Open MPI or oneDNN.
 set -euo pipefail
