@@ -201,8 +201,8 @@ TEST(backend, epilogues_on_strided_outputs_run_an_optimised_kernel) {
           kernel->run(A.data.data(), B.data.data(), C.data.data(), bias.data.data(), D.data.data());
           for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) {
-              double want = AB.value(i, j) + (acc ? C0(i, j) : 0.0) + (addend ? D(i, j) : 0.0) +
-                            (with_bias ? bias(0, j) : 0.0);
+              double want =
+                  AB.value(i, j) + (acc ? C0(i, j) : 0.0) + (addend ? D(i, j) : 0.0) + (with_bias ? bias(0, j) : 0.0);
               if (relu) want = std::max(want, 0.0);
               ASSERT_NEAR(C(i, j), want, 1e-4 * (1 + AB.magnitude(i, j))) << what << " at " << i << "," << j;
             }

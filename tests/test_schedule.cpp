@@ -159,8 +159,8 @@ TEST(model, reduce_scatter_inputs_in_pieces_overlap_the_products) {
   const overlap::gemm_rates g{{128, 2048}, std::vector<double>(8, 1e12)};
   overlap::detail::work w;
   w.pipelined = true;
-  w.alltoall_bytes = 1e6;   // 1 ms at 1 GB/s
-  w.allgather_block = 4e6;  // 4 ms with 2 ranks
+  w.alltoall_bytes = 1e6;         // 1 ms at 1 GB/s
+  w.allgather_block = 4e6;        // 4 ms with 2 ranks
   w.gemms = {{1000, 500, 1000}};  // own term 1 ms
   w.pieces = 4;
   for (int j = 0; j < 4; ++j) w.gemms.push_back({1000, 500, 1000});  // 1 ms per piece

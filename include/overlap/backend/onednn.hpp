@@ -304,7 +304,7 @@ class onednn_gemm final : public gemm_kernel {
   int bias_arg_ = 0, addend_arg_ = 0;
   mutable dnnl::memory a_mem_, b_mem_, c_mem_, bias_mem_, addend_mem_;
   std::vector<dnnl_exec_arg_t> args_, pack_args_;  // built once: no allocation per call
-  bool staged_ = false;  ///< the product runs on c_stage_'s (and addend_stage_'s) dense copy
+  bool staged_ = false;                            ///< the product runs on c_stage_'s (and addend_stage_'s) dense copy
   stage c_stage_, addend_stage_;
 };
 

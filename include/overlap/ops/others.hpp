@@ -365,7 +365,7 @@ class others_runner {
   matrix_view<T> c_;
   const T* bias_;
   bool comm_, compute_, owners_;
-  T* owned_;  ///< where this rank's received output blocks land
+  T* owned_;                ///< where this rank's received output blocks land
   int posted_gathers_ = 0;  ///< gather pieces posted so far
   MPI_Datatype type_ = mpi_type_of(dtype_of<T>());
 };

@@ -102,47 +102,33 @@ inline double predict_ring(const link_rates& l, const gemm_rates& g, const work&
   return std::max(compute + std::min(moved * seconds_per_byte(l), comm), comm + piece);
 }
 
-/// Predicted seconds of `w` on R ranks over links `l` with GEMM rates `g`.
-inline double predict(const link_rates& l, const gemm_rates& g, int R, const work& w) {
-  const double hops = R - 1;
-  if (w.ring) return predict_ring(l, g, w);
-  double own = 0, rest = 0;
-  for (size_t i = 0; i < w.gemms.size(); ++i)
-    (i < static_cast<size_t>(w.own_gemms) ? own : rest) += gemm_seconds(g, w.gemms[i]);
-  // The collectives at their measured rates where the calibration has them for
-  // R ranks, else as R - 1 hops over one link.
-  const bool measured = l.collectives.ranks == R;
-  auto rate = [&](const collective_rate& c, double bytes) {
-    return measured && !c.empty() ? c.at(bytes) : l.bytes_per_s;
-  };
-  double gather = 0, reduce = 0, alltoall = 0;
-  if (R > 1) {
-    const collective_rate& ag = w.pipelined ? l.collectives.iallgather : l.collectives.allgather;
-    if (w.allgather_block > 0) gather = hops * (l.latency_s + w.allgather_block / rate(ag, w.allgather_block));
-    if (w.reduce_scatter_block > 0)
-      reduce =
-          hops * (l.latency_s + w.reduce_scatter_block / rate(l.collectives.reduce_scatter, w.reduce_scatter_block));
-    if (w.alltoall_bytes > 0)
-      alltoall = hops * l.latency_s + w.alltoall_bytes / rate(l.collectives.alltoall, w.alltoall_bytes);
-  }
-  if (!w.pipelined) return own + rest + gather + reduce + alltoall;
+/// The parts of a non-ring schedule, in seconds at the calibrated rates:
+/// this rank's own GEMMs, the others, and each collective alone.
+struct phase_seconds {
+  double own = 0, rest = 0, gather = 0, reduce = 0, alltoall = 0;
+};
+
+/// Predicted seconds of an other-operands schedule `w` (w.pipelined) on R
+/// ranks, from its phases alone.
+inline double predict_others(const link_rates& l, int R, const work& w, const phase_seconds& t) {
   // Bytes each phase moves to and from this rank, while products are computed.
-  const double k = seconds_per_byte(l), gathered = 2.0 * hops * w.allgather_block, exchanged = 2.0 * w.alltoall_bytes;
-  const double inputs = gather + (w.alltoall_out ? 0 : alltoall);
+  const double k = seconds_per_byte(l), gathered = 2.0 * (R - 1) * w.allgather_block;
+  const double exchanged = 2.0 * w.alltoall_bytes;
+  const double inputs = t.gather + (w.alltoall_out ? 0 : t.alltoall);
   const double in_bytes = gathered + (w.alltoall_out ? 0 : exchanged);
   // What the GEMMs lose to the inputs and the outputs (at most their transfer time, as for a ring).
-  const double lost_in = std::min(k * in_bytes, inputs), lost_out = std::min(k * exchanged, alltoall);
+  const double lost_in = std::min(k * in_bytes, inputs), lost_out = std::min(k * exchanged, t.alltoall);
   const double pieces = std::max(w.pieces, 1);
   if (!w.alltoall_out) {
     // The exchange and the gather's first piece travel together; each later
     // piece travels while the products of the one before it are computed
     // (others_runner posts a piece once the one before it arrived), so a
     // piece's products start when it arrived and the ones before it were
-    // computed. One piece: the inputs, then every product.
-    // The GEMMs lose lost_in / pieces to each piece's transfer.
-    const double per_piece = gather / pieces, product = rest / pieces, slowed = lost_in / pieces;
-    const double start = std::max(per_piece + alltoall, own + slowed);
-    return start + (pieces - 1) * std::max(product + slowed, per_piece) + product + reduce;
+    // computed; they lose lost_in / pieces to its transfer. One piece: the
+    // inputs, then every product.
+    const double per_piece = t.gather / pieces, product = t.rest / pieces, slowed = lost_in / pieces;
+    const double start = std::max(per_piece + t.alltoall, t.own + slowed);
+    return start + (pieces - 1) * std::max(product + slowed, per_piece) + product + t.reduce;
   }
   // The peers' products of a piece start once it arrived (the first after
   // inputs / pieces), and output blocks leave as they are computed: each
@@ -150,12 +136,38 @@ inline double predict(const link_rates& l, const gemm_rates& g, int R, const wor
   // and one piece the only block, so nothing hides its transfer). Both
   // phases use the same links.
   const double blocks = std::max<double>(double(w.gemms.size()) - w.own_gemms, 1);
-  const double start = std::max(inputs / pieces, own + lost_in / pieces);
+  const double start = std::max(inputs / pieces, t.own + lost_in / pieces);
   const double slowed = lost_in * (1 - 1 / pieces) + lost_out * (1 - 1 / blocks);
-  const double first_block = rest / blocks, last_block = alltoall / blocks;
-  return std::max({start + rest + slowed + last_block, start + first_block + alltoall,
-                   inputs + rest / pieces + last_block, inputs + alltoall}) +
-         reduce;
+  const double first_block = t.rest / blocks, last_block = t.alltoall / blocks;
+  return std::max({start + t.rest + slowed + last_block, start + first_block + t.alltoall,
+                   inputs + t.rest / pieces + last_block, inputs + t.alltoall}) +
+         t.reduce;
+}
+
+/// Predicted seconds of `w` on R ranks over links `l` with GEMM rates `g`.
+inline double predict(const link_rates& l, const gemm_rates& g, int R, const work& w) {
+  const double hops = R - 1;
+  if (w.ring) return predict_ring(l, g, w);
+  phase_seconds t;
+  for (size_t i = 0; i < w.gemms.size(); ++i)
+    (i < static_cast<size_t>(w.own_gemms) ? t.own : t.rest) += gemm_seconds(g, w.gemms[i]);
+  // The collectives at their measured rates where the calibration has them for
+  // R ranks, else as R - 1 hops over one link.
+  const bool measured = l.collectives.ranks == R;
+  auto rate = [&](const collective_rate& c, double bytes) {
+    return measured && !c.empty() ? c.at(bytes) : l.bytes_per_s;
+  };
+  if (R > 1) {
+    const collective_rate& ag = w.pipelined ? l.collectives.iallgather : l.collectives.allgather;
+    if (w.allgather_block > 0) t.gather = hops * (l.latency_s + w.allgather_block / rate(ag, w.allgather_block));
+    if (w.reduce_scatter_block > 0)
+      t.reduce =
+          hops * (l.latency_s + w.reduce_scatter_block / rate(l.collectives.reduce_scatter, w.reduce_scatter_block));
+    if (w.alltoall_bytes > 0)
+      t.alltoall = hops * l.latency_s + w.alltoall_bytes / rate(l.collectives.alltoall, w.alltoall_bytes);
+  }
+  if (w.pipelined) return predict_others(l, R, w, t);
+  return t.own + t.rest + t.gather + t.reduce + t.alltoall;
 }
 
 }  // namespace overlap::detail
