@@ -655,8 +655,9 @@ schedule rs_choose(context& ctx, const rs_options& opt, const rs_global& g) {
   req.strategy = opt.strategy, req.algorithm = opt.algorithm, req.hierarchical = true;
   // The other-operands algorithm gathers B (rows) or A (columns) in pieces of
   // its free dimension, N or M, the same on every rank: as configured, else
-  // the model's count, else one (its collectives are posted at once, so a
-  // piece arrives no earlier than the whole: more pieces only cost GEMM rate).
+  // the model's count, else one (without the model nothing says whether a
+  // piece's products hide the next piece's transfer, and thin pieces cost
+  // GEMM rate).
   const int64_t free = g.rows ? g.n : g.m;
   req.others_pieces = others_piece_counts(configured, free);
   req.others_rule = req.others_pieces.front();
