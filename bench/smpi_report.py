@@ -341,6 +341,38 @@ def scale(smpi_dir):
     return lines + [""]
 
 
+def block(smpi_dir):
+    """docs/scaling.md: overlap-layer's whole block on the fat tree, a tensor group and a mesh."""
+    files = sorted(glob.glob(os.path.join(smpi_dir, "block-fattree*.jsonl")))
+    if not files:
+        return []
+    lines = ["### The whole block (overlap-layer)", "",
+             "overlap-layer's default block (seq 2048, hidden 1024, 16 heads, ffn 4096, f32; forward and",
+             "backward: 4 all-gather and 4 reduce-scatter products per step, plus attention, layer norms and",
+             "the weight gradients, which SMPI times as they run) on one tensor group and on a dp x tp mesh of",
+             "the fat tree, every op bulk and every op decomposed, side by side in one run. Timing only: GEMMs",
+             "charged the median of 3 real runs per shape, then skipped. `comm hidden` = (bulk - mode) / comm",
+             "only, as in results.md's block on the mirrors. GEMMs timed on: " + where(files) + ".", "",
+             "| platform | ranks | groups x tp | bulk ms | ring ms | automatic ms | speedup (automatic) |"
+             " comm only ms | compute only ms | comm hidden (ring / automatic) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for f in files:
+        platform = os.path.basename(f)[len("block-"):-len(".jsonl")]
+        gbit = platform.split("-")[1].replace("gbit", "")
+        runs = {}
+        for r in (json.loads(line) for line in open(f)):
+            runs.setdefault((r["tensor_groups"], r["ranks"]), {})[r["mode"]] = r
+        for (groups, R), m in sorted(runs.items()):
+            if not all(k in m for k in ("bulk", "ring", "automatic")):
+                continue
+            b, rg, a = m["bulk"], m["ring"], m["automatic"]
+            hid = lambda r: "-" if r.get("comm_hidden") is None else f"{100 * r['comm_hidden']:.0f}%"
+            lines.append(f"| {gbit} Gbit/s | {R} | {groups} x {R // groups} | {b['step_ms']:.1f} | {rg['step_ms']:.1f} | "
+                         f"{a['step_ms']:.1f} | {b['step_ms'] / a['step_ms']:.2f} | {b['comm_ms']:.1f} | "
+                         f"{b['compute_ms']:.1f} | {hid(rg)} / {hid(a)} |")
+    return lines + [""]
+
+
 def replace_section(path, body):
     text = open(path).read() if os.path.exists(path) else ""
     block = BEGIN + "\n" + "\n".join(body) + END + "\n"
@@ -367,6 +399,7 @@ def main(smpi_dir, results_md, scaling_md=None):
     replace_section(results_md, body)
     if scaling_md:
         section = scale(smpi_dir)
+        section += block(smpi_dir) if section else []
         if section:
             replace_section(scaling_md, section)
 

@@ -29,7 +29,10 @@
 #               the groups at once on one fat tree), timing only, beside the
 #               cost model's projection of the same platform
 #               (bench/projection.cpp, $PROJECTION) in docs/scaling.md.
-# SMPI_SWEEP_PARTS (default "validation layer model scale"; add model-measured) runs some parts; the
+#   block       overlap-layer's whole block (forward and backward) on one
+#               tensor group of 8 and 16 ranks and a 4 x 8 mesh of the
+#               100 Gbit/s fat tree, timing only, in docs/scaling.md.
+# SMPI_SWEEP_PARTS (default "validation layer model scale block"; add model-measured) runs some parts; the
 # report is written from whatever JSON lines are there. The simulations are
 # single-threaded; at 64 ranks the collectives' calibration holds about
 # 20 GiB: run nothing else big beside it on a 24 GiB machine.
@@ -71,7 +74,7 @@ case_run() {
   OVERLAP_CALIBRATION="$3" OVERLAP_TRANSPORT="smpi, $5" smpi "$1" "$2" "$bench" "${@:6}" --json "$4" > /dev/null
 }
 
-parts=${SMPI_SWEEP_PARTS:-validation layer model scale}
+parts=${SMPI_SWEEP_PARTS:-validation layer model scale block}
 mirror_gemm="$out/gemm-1core.json" fat_gemm="$out/gemm-32core.json"  # GEMM rates of the two node speeds
 # --- validation: the emulated clusters' mirrors, model_sweep.sh's shapes ---
 if [[ " $parts " == *" validation "* ]]; then
@@ -199,11 +202,38 @@ for rate in ${SMPI_SCALE_RATES:-25 100}; do
     mlp "$p" $((8 * dp)) "$out/model-$p-8ranks-calibration.json" 8
   done
 done
-if [ -n "${PROJECTION:-}" ] && [ -x "$PROJECTION" ]; then
+echo "[smpi] scale done at $((SECONDS - t_start)) s" >&2
+fi
+
+# --- block: overlap-layer's whole block (forward and backward) on the fat tree ---
+# Its default block (seq 2048, hidden 1024, 16 heads, ffn 4096, f32) on one
+# tensor group of 8 and of 16 ranks and on a 4 x 8 mesh of the 100 Gbit/s fat
+# tree, bulk against ring and automatic, timing only (GEMMs charged from 3
+# real runs per shape, then skipped; the block's local work, attention
+# included, is timed by SMPI as it runs). 16 heads allow tensor groups of
+# up to 16; each rank holds its group's activations (about 120 MiB).
+if [[ " $parts " == *" block "* ]]; then
+p=fattree1024-100gbit
+gemm_rates "$p" "$fat_gemm"
+rm -f "$out/block-$p.jsonl"
+for spec in "8 0" "16 0" "32 8"; do
+  read -r np tp <<< "$spec"
+  group=$np
+  [ "$tp" -gt 0 ] && group=$tp
+  cal="$out/model-$p-${group}ranks-calibration.json"
+  [[ $calibrated_ranks == *" $p:$group "* ]] || calibration "$p" "$group" "$fat_gemm" "$cal"
+  calibrated_ranks+="$p:$group "
+  echo "[smpi block $p] $np ranks in groups of $group ($((SECONDS - t_start)) s)" >&2
+  OVERLAP_SIM_COMPUTE=skipped OVERLAP_SIM_SAMPLES=3 OVERLAP_CALIBRATION="$cal" OVERLAP_TRANSPORT="smpi, $p, $np ranks" \
+    smpi "$p" "$np" "$build/apps/overlap-layer" --modes ring,automatic --steps 2 --warmup 1 --no-check --tp "$tp" \
+    --json "$out/block-$p.jsonl" > /dev/null
+done
+echo "[smpi] block done at $((SECONDS - t_start)) s" >&2
+fi
+
+if [[ " $parts " == *" scale "* ]] && [ -n "${PROJECTION:-}" ] && [ -x "$PROJECTION" ]; then
   gemm_rates star2-10gbit "$mirror_gemm"
   "$PROJECTION" "$out/gemm-1core.json" --cores 32 --efficiency 1 --gbit 25,100 --latency-us 4 --slowdown 1 \
     --tokens 4096 --hidden 4096 > "$out/scale-projection.jsonl"
-fi
-echo "[smpi] scale done at $((SECONDS - t_start)) s" >&2
 fi
 python3 "$root/bench/smpi_report.py" "$out" "$root/docs/results.md" "$root/docs/scaling.md"
