@@ -220,9 +220,13 @@ for spec in "8 0" "16 0" "32 8"; do
   read -r np tp <<< "$spec"
   group=$np
   [ "$tp" -gt 0 ] && group=$tp
+  # The model or scale part of this run measured the group's calibration;
+  # else the block measures its own (the model part's files stay as it ran).
   cal="$out/model-$p-${group}ranks-calibration.json"
-  [[ $calibrated_ranks == *" $p:$group "* ]] || calibration "$p" "$group" "$fat_gemm" "$cal"
-  calibrated_ranks+="$p:$group "
+  if [[ $calibrated_ranks != *" $p:$group "* ]]; then
+    cal="$out/block-$p-${group}ranks-calibration.json"
+    calibration "$p" "$group" "$fat_gemm" "$cal"
+  fi
   echo "[smpi block $p] $np ranks in groups of $group ($((SECONDS - t_start)) s)" >&2
   OVERLAP_SIM_COMPUTE=skipped OVERLAP_SIM_SAMPLES=3 OVERLAP_CALIBRATION="$cal" OVERLAP_TRANSPORT="smpi, $p, $np ranks" \
     smpi "$p" "$np" "$build/apps/overlap-layer" --modes ring,automatic --steps 2 --warmup 1 --no-check --tp "$tp" \
