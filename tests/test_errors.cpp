@@ -181,25 +181,31 @@ TEST_F(fixture, backend_without_the_dtype_on_one_rank) {
   });
 }
 
+// A malformed variable is recorded in the config, not thrown (from_env is
+// local): the context's constructor refuses it.
 TEST(context_errors, bad_environment_value) {
+  const auto refused = [](const char* variable) {
+    const std::string problems = overlap::config::from_env().problems;
+    EXPECT_NE(problems.find(variable), std::string::npos) << variable << ": " << problems;
+  };
   setenv("OVERLAP_AG_CHUNKS", "zero", 1);
-  EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
+  refused("OVERLAP_AG_CHUNKS='zero'");
   setenv("OVERLAP_AG_CHUNKS", "2", 1);
   EXPECT_EQ(overlap::config::from_env().ag_chunks, 2);
   unsetenv("OVERLAP_AG_CHUNKS");
   setenv("OVERLAP_PROGRESS", "sometimes", 1);
-  EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
+  refused("OVERLAP_PROGRESS='sometimes'");
   setenv("OVERLAP_PROGRESS", "poll", 1);
   EXPECT_EQ(overlap::config::from_env().progress, overlap::progress_policy::poll);
   unsetenv("OVERLAP_PROGRESS");
   setenv("OVERLAP_RS_CHUNKS", "1", 1);
-  EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
+  refused("OVERLAP_RS_CHUNKS='1'");
   unsetenv("OVERLAP_RS_CHUNKS");
   setenv("OVERLAP_VERBOSE", "2", 1);
   EXPECT_EQ(overlap::config::from_env().verbose, 2);
   unsetenv("OVERLAP_VERBOSE");
   setenv("OVERLAP_POLL_CHUNKS", "0", 1);
-  EXPECT_THROW((void)overlap::config::from_env(), std::invalid_argument);
+  refused("OVERLAP_POLL_CHUNKS='0'");
   unsetenv("OVERLAP_POLL_CHUNKS");
 }
 

@@ -208,10 +208,22 @@ struct config {
   /// under sim_compute::steady and skipped.
   int sim_samples = 5;
 
+  /// What from_env() could not read, one line per variable ("" when every
+  /// variable was read): the variable, its text and the range it breaks. A
+  /// context refuses a config with problems on every rank (its constructor
+  /// is collective), so a variable malformed on one rank cannot leave the
+  /// others waiting.
+  std::string problems;
+
   /// The defaults above, overridden by the environment variables listed in
-  /// settings(). Throws std::invalid_argument on a malformed or out-of-range
-  /// value, naming the variable and its range.
-  [[nodiscard]] static config from_env();
+  /// settings(). Local and never throws: a malformed or out-of-range value
+  /// leaves its field at the default and is recorded in problems.
+  [[nodiscard]] static config from_env() { return from_env(config{}); }
+  /// base, overridden by the environment variables that are set: how a
+  /// program that builds its own config lets a job's OVERLAP_* variables
+  /// (the watchdog's OVERLAP_TIMEOUT_S, OVERLAP_VERBOSE) reach it. Problems
+  /// are recorded as above.
+  [[nodiscard]] static config from_env(config base);
 };
 
 namespace detail {
@@ -393,6 +405,7 @@ setting make_setting(const char* variable, const char* field, const char* meanin
 namespace detail {
 /// The first rule a config breaks, or "" (ranges as in settings()).
 [[nodiscard]] inline std::string config_problem(const config& c) {
+  if (!c.problems.empty()) return "overlap: " + c.problems;
   for (const setting& s : settings())
     if (std::string p = s.check(c); !p.empty()) return std::string("config.") + s.field + " " + p;
   if (mpi::simulated && c.progress == progress_policy::thread)
@@ -402,13 +415,13 @@ namespace detail {
 }
 }  // namespace detail
 
-inline config config::from_env() {
-  config c;
+inline config config::from_env(config base) {
+  config c = std::move(base);
   for (const setting& s : settings()) {
     const char* v = s.variable == nullptr ? nullptr : detail::env(s.variable);
     if (v == nullptr) continue;
     if (std::string why = s.read(c, v); !why.empty())
-      throw std::invalid_argument(std::string("overlap: ") + s.variable + "='" + v + "' " + why);
+      c.problems += std::string(c.problems.empty() ? "" : "; ") + s.variable + "='" + v + "' " + why;
   }
   return c;
 }

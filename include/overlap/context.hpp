@@ -102,8 +102,12 @@ class context {
   /// not finalised: otherwise std::invalid_argument / std::logic_error before
   /// any communication.
   explicit context(MPI_Comm comm) : context(comm, std::optional<overlap::config>{}) {}
-  /// As above with an explicit configuration (every rank's must be valid;
-  /// fields that change the schedule must agree, see overlap::config).
+  /// As above with an explicit configuration, used as given: the environment
+  /// is not read (config::from_env(cfg) lays a job's OVERLAP_* variables
+  /// over a program's own config). cfg.problems (a variable from_env could
+  /// not read), an invalid field, or fields that change the schedule and
+  /// disagree (see overlap::config) raise std::invalid_argument on every
+  /// rank.
   context(MPI_Comm comm, overlap::config cfg) : context(comm, std::optional<overlap::config>{cfg}) {}
 
   context(context&&) noexcept;
