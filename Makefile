@@ -1,20 +1,43 @@
 # User entry point. On a fresh Debian 12 machine (as root):
 #   make demo   installs dependencies, builds, runs the demo at 2 ranks
 #   make test   installs dependencies, builds, runs the whole test suite
+# MPI: the stack to build and test with (tools/mpi/stack): openmpi (Open
+# MPI over its ob1 PML, the default), openmpi-ucx (Open MPI over UCX) or
+# mpich. Each has its own build folder; openmpi-ucx differs from openmpi
+# only at run time, so BUILD=build reuses the default build (CI does).
+# CMAKE_ARGS: more options for the configure step.
+MPI ?= openmpi
+ifeq ($(MPI),openmpi)
 BUILD ?= build
+MPI_CMAKE := -DOVERLAP_MPI_STACK=
+MPI_DEPS :=
+else ifeq ($(MPI),openmpi-ucx)
+BUILD ?= build-ucx
+MPI_CMAKE := -DOVERLAP_MPI_STACK=openmpi-ucx
+MPI_DEPS := libucx0
+else ifeq ($(MPI),mpich)
+BUILD ?= build-mpich
+# Debian installs MPICH beside Open MPI under the suffix .mpich.
+MPICH_CXX ?= $(or $(shell command -v mpicxx.mpich 2>/dev/null),mpicxx)
+MPICH_EXEC ?= $(or $(shell command -v mpiexec.mpich 2>/dev/null),mpiexec)
+MPI_CMAKE = -DMPI_CXX_COMPILER=$(MPICH_CXX) -DMPIEXEC_EXECUTABLE=$(MPICH_EXEC) -DOVERLAP_MPI_STACK=mpich
+MPI_DEPS := mpich libmpich-dev
+else
+$(error MPI=$(MPI): use openmpi, openmpi-ucx or mpich)
+endif
 BUILD_TYPE ?= Release
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 
 DEPS := cmake make g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-icd-opencl-dev \
         opencl-headers googletest libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev \
-        pkg-config python3 iproute2 procps
+        pkg-config python3 iproute2 procps $(MPI_DEPS)
 
 # mpirun refuses root unless told; CI and the emulated cluster run as root.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps bench-deps lint-deps smpi-deps configure build test test-isa asan tsan lint format demo bench install clean \
+.PHONY: all deps bench-deps lint-deps smpi-deps configure build test test-mpi test-isa asan tsan lint format demo bench install clean \
         smpi test-smpi bench-smpi
 
 all: build
@@ -32,7 +55,7 @@ deps:
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
 
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON $(MPI_CMAKE) $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -41,6 +64,13 @@ build: configure
 # runs more ranks at once than the machine has cores.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The MPI suites only (label mpi): what CI runs under the stacks other than
+# the default (make test-mpi MPI=mpich). TEST_ARGS: more ctest arguments,
+# e.g. TEST_ARGS='-E [.]5ranks$$' for 1-4 ranks.
+TEST_ARGS ?=
+test-mpi: build
+	cd $(BUILD) && ctest -L mpi --output-on-failure -j $(JOBS) $(TEST_ARGS)
 
 # The MPI suites again with oneDNN capped at AVX2 and at SSE4.1
 # (ONEDNN_MAX_CPU_ISA), so a machine with AVX-512 proves the paths of smaller

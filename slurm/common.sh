@@ -2,11 +2,30 @@
 # binding from the allocation. No site-specific modules are loaded; load your
 # site's MPI / compiler modules before sbatch or in your own copy.
 #
-#   OVERLAP_LAUNCHER=srun|mpirun   (srun) srun --mpi=pmix, or Open MPI's mpirun
+#   OVERLAP_LAUNCHER=srun|mpirun   (srun) srun, or the MPI's own launcher
 #   OVERLAP_BUILD=DIR              (<submit dir>/build) where overlap was built
+#   OVERLAP_MPIEXEC=PATH           (the build's MPIEXEC_EXECUTABLE, else mpirun)
+#                                  the launcher of OVERLAP_LAUNCHER=mpirun:
+#                                  Open MPI's mpirun or MPICH's mpiexec (Hydra)
+#   OVERLAP_SRUN_MPI=TYPE          srun's --mpi plugin (`srun --mpi=list` shows
+#                                  a site's): pmix for Open MPI, pmi2 for
+#                                  MPICH (the one Debian's MPICH and Slurm
+#                                  share); by default chosen from the launcher
 
 : "${OVERLAP_LAUNCHER:=srun}"
 : "${OVERLAP_BUILD:=${SLURM_SUBMIT_DIR:-.}/build}"
+if [ -z "${OVERLAP_MPIEXEC:-}" ]; then
+  OVERLAP_MPIEXEC=$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$OVERLAP_BUILD/CMakeCache.txt" 2>/dev/null || true)
+  : "${OVERLAP_MPIEXEC:=mpirun}"
+fi
+# The MPI behind the build: Open MPI's mpirun says "Open MPI", Hydra "HYDRA".
+case $("$OVERLAP_MPIEXEC" --version 2>&1) in
+  *HYDRA* | *MPICH*) overlap_mpi=mpich ;;
+  *) overlap_mpi=openmpi ;;
+esac
+if [ -z "${OVERLAP_SRUN_MPI:-}" ]; then
+  if [ "$overlap_mpi" = mpich ]; then OVERLAP_SRUN_MPI=pmi2; else OVERLAP_SRUN_MPI=pmix; fi
+fi
 # One OpenMP team per rank, sized by --cpus-per-task. The progress thread
 # sleeps between tests, so it needs no core of its own on most nodes.
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
@@ -21,11 +40,17 @@ export OVERLAP_TIMEOUT_S=${OVERLAP_TIMEOUT_S:-600}
 # its --cpus-per-task cores.
 launch() {
   case $OVERLAP_LAUNCHER in
-    srun) srun --mpi=pmix --cpu-bind=cores "$@" ;;
-    mpirun) mpirun -np "${SLURM_NTASKS:?}" --map-by "slot:PE=${SLURM_CPUS_PER_TASK:-1}" --bind-to core "$@" ;;
+    srun) srun --mpi="$OVERLAP_SRUN_MPI" --cpu-bind=cores "$@" ;;
+    mpirun)
+      if [ "$overlap_mpi" = mpich ]; then  # Hydra launches through Slurm by itself
+        "$OVERLAP_MPIEXEC" -n "${SLURM_NTASKS:?}" -bind-to "core:${SLURM_CPUS_PER_TASK:-1}" "$@"
+      else
+        "$OVERLAP_MPIEXEC" -np "${SLURM_NTASKS:?}" --map-by "slot:PE=${SLURM_CPUS_PER_TASK:-1}" --bind-to core "$@"
+      fi
+      ;;
     *) echo "OVERLAP_LAUNCHER must be srun or mpirun, not '$OVERLAP_LAUNCHER'" >&2; return 2 ;;
   esac
 }
 
 echo "job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-?}: ${SLURM_NTASKS:-?} ranks x ${OMP_NUM_THREADS} threads," \
-     "launcher ${OVERLAP_LAUNCHER}"
+     "launcher ${OVERLAP_LAUNCHER} ($overlap_mpi$([ "$OVERLAP_LAUNCHER" = srun ] && echo ", srun --mpi=$OVERLAP_SRUN_MPI"))"

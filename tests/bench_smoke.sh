@@ -3,10 +3,13 @@
 # 0), print its table, and write JSON lines with every field the reports and
 # checks rely on.
 set -euo pipefail
+# The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
+source "$(dirname "$0")/../tools/mpi/stack"
+mpi_stack_setup
 bench=${1:?usage: bench_smoke.sh OVERLAP_BENCH}
 json=$(mktemp /tmp/overlap-bench-smoke.XXXXXX.json)
 trap 'rm -f "$json"' EXIT
-run() { mpiexec -np "$1" --oversubscribe --bind-to none "$bench" -m 33 -n 20 -k 17 --iters 2 --warmup 0 \
+run() { mpi_run "$1" "$bench" -m 33 -n 20 -k 17 --iters 2 --warmup 0 \
           --json "$json" --transport "shared memory" "${@:2}"; }
 run 2 --op ag --variant lhs_rows
 run 3 --op rs --variant rows
@@ -16,7 +19,7 @@ run 2 --op rs --variant cols --dtype f64
 # (on one node automatic uses the model only when given one).
 cal=$(mktemp /tmp/overlap-bench-smoke.XXXXXX.cal.json)
 trap 'rm -f "$json" "$cal"' EXIT
-mpiexec -np 2 --oversubscribe --bind-to none "$(dirname "$bench")/overlap-calibrate" -o "$cal" --sizes 16,64 \
+mpi_run 2 "$(dirname "$bench")/overlap-calibrate" -o "$cal" --sizes 16,64 \
   --dtypes f32 > /dev/null
 OVERLAP_CALIBRATION=$cal run 2 --op ag --variant lhs_cols --strategies ring,others,automatic
 # A dp x tp mesh: 2 tensor groups of 2 ranks at once (the peers are skipped), and

@@ -6,13 +6,16 @@
 # with the layer's phases and step spans, which render.py draws and
 # summary.py sums; bad shapes fail with a message and a non-zero status.
 set -euo pipefail
+# The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
+source "$(dirname "$0")/../tools/mpi/stack"
+mpi_stack_setup
 layer=${1:?usage: layer_app_test.sh OVERLAP_LAYER TOOLS_TRACE_DIR}
 tools=${2:?usage: layer_app_test.sh OVERLAP_LAYER TOOLS_TRACE_DIR}
 dir=$(mktemp -d /tmp/overlap-layer-test.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 shape=(--seq 37 --hidden 32 --heads 4 --ffn 48 --steps 2 --warmup 1)
 for np in 2 3; do
-  mpiexec -np $np --oversubscribe --bind-to none "$layer" "${shape[@]}" --modes ring,bidirectional,automatic \
+  mpi_run "$np" "$layer" "${shape[@]}" --modes ring,bidirectional,automatic \
     --json "$dir/$np.jsonl" > "$dir/$np.txt"
   grep -q "comm only" "$dir/$np.txt" && grep -q "compute only" "$dir/$np.txt"
   python3 - "$dir/$np.jsonl" $np <<'PY'
@@ -30,7 +33,7 @@ print("layer json ok at", sys.argv[2], "ranks")
 PY
 done
 # bf16: the same rows, bf16's accuracy.
-mpiexec -np 2 --oversubscribe --bind-to none "$layer" "${shape[@]}" --dtype bf16 --json "$dir/bf16.jsonl" > /dev/null
+mpi_run 2 "$layer" "${shape[@]}" --dtype bf16 --json "$dir/bf16.jsonl" > /dev/null
 python3 -c "
 import json, sys
 rows = [json.loads(l) for l in open('$dir/bf16.jsonl')]
@@ -39,7 +42,7 @@ assert all(0 < r['max_rel_err'] < 3e-2 for r in rows), rows
 "
 # The timeline: layer phases and one span per training step on every rank.
 for mode in bulk ring; do
-  mpiexec -np 3 --oversubscribe --bind-to none -x OVERLAP_TRACE="$dir/trace-$mode" "$layer" "${shape[@]}" --only \
+  OVERLAP_TRACE="$dir/trace-$mode" mpi_run 3 "$layer" "${shape[@]}" --only \
     --modes $mode --no-check > /dev/null
 done
 python3 - "$dir/trace-ring" <<'PY'
@@ -64,7 +67,7 @@ d = json.load(sys.stdin)
 assert sorted(d['ranks']) == ['0', '1', '2'] and all(r['collective_ms'] > 0 for r in d['ranks'].values()), d
 "
 # Bad input: a message and a non-zero status, no hang.
-if timeout 60 mpiexec -np 2 --oversubscribe --bind-to none "$layer" --seq 8 --hidden 30 --heads 4 \
+if timeout 60 "$MPIEXEC" "${MPI_FLAGS[@]}" -n 2 "$layer" --seq 8 --hidden 30 --heads 4 \
      > "$dir/bad.txt" 2>&1; then
   echo "hidden 30 with 4 heads was accepted"; exit 1
 fi

@@ -7,17 +7,20 @@
 # written. Ranks 3, uneven shards (M not a multiple of 3); the ring and the
 # other-operands algorithm (its output blocks go point to point).
 set -euo pipefail
+# The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
+source "$(dirname "$0")/../tools/mpi/stack"
+mpi_stack_setup
 bench=${1:?usage: trace_test.sh OVERLAP_BENCH RENDER_PY}
 render=${2:?usage: trace_test.sh OVERLAP_BENCH RENDER_PY}
 dir=$(mktemp -d /tmp/overlap-trace-test.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-run() { mpiexec -np 3 --oversubscribe --bind-to none "$@" "$bench" -m 100 -n 64 -k 48 --iters 2 --warmup 0 \
+run() { mpi_run 3 "$bench" -m 100 -n 64 -k 48 --iters 2 --warmup 0 \
           --no-peers --strategies ring,others > /dev/null; }
 # Off: nothing written, neither in the working directory nor next to it.
 mkdir "$dir/cwd"
-(cd "$dir/cwd" && env -u OVERLAP_TRACE bash -c "$(declare -f run); bench='$bench'; run")
+(cd "$dir/cwd" && unset OVERLAP_TRACE && run)
 [ -z "$(ls -A "$dir/cwd")" ] && [ "$(ls -A "$dir")" = cwd ] || { echo "files written with OVERLAP_TRACE unset"; exit 1; }
-run -x OVERLAP_TRACE="$dir/on"
+OVERLAP_TRACE="$dir/on" run
 python3 - "$dir/on" <<'PY'
 import json, sys, os
 d = sys.argv[1]

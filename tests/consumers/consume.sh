@@ -11,7 +11,14 @@ build=$(cd "${3:?}" && pwd)
 here="$src/tests/consumers"
 work=$(mktemp -d /tmp/overlap-consume.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-run() { mpiexec -np 2 --oversubscribe --bind-to none "$@"; }
+# The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
+source "$(dirname "$0")/../../tools/mpi/stack"
+mpi_stack_setup
+run() { mpi_run 2 "$@"; }
+# The consumers use the build's MPI (its compiler wrapper), as a project of
+# the user's would.
+mpicxx=$(sed -n 's/^MPI_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
+mpicxx=${mpicxx:-mpicxx}
 # Built without optimisation (no CMAKE_BUILD_TYPE; -O0): what is checked is
 # that each way finds, compiles, links and runs the library, and at -O2 the
 # three ways took 4.4 of CI's minutes, mostly compiling.
@@ -20,23 +27,25 @@ opt=-O0
 case $way in
   install)
     cmake --install "$build" --prefix "$work/prefix" > /dev/null
-    cmake -S "$here/find_package" -B "$work/b" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE= > /dev/null
+    cmake -S "$here/find_package" -B "$work/b" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE= \
+      -DMPI_CXX_COMPILER="$mpicxx" > /dev/null
     cmake --build "$work/b" -j 2 > /dev/null
     run "$work/b/consumer"
     run "$work/b/consumer_compiled"
     # pkg-config: the installed overlap.pc gives the flags of the header-only use.
     flags=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs overlap)
     # shellcheck disable=SC2086
-    mpicxx -std=c++17 $opt "$here/main.cpp" -o "$work/pc_consumer" $flags
+    "$mpicxx" -std=c++17 $opt "$here/main.cpp" -o "$work/pc_consumer" $flags
     run "$work/pc_consumer"
     ;;
   subdir)
-    cmake -S "$here/add_subdirectory" -B "$work/b" -DOVERLAP_SOURCE_DIR="$src" -DCMAKE_BUILD_TYPE= > /dev/null
+    cmake -S "$here/add_subdirectory" -B "$work/b" -DOVERLAP_SOURCE_DIR="$src" -DCMAKE_BUILD_TYPE= \
+      -DMPI_CXX_COMPILER="$mpicxx" > /dev/null
     cmake --build "$work/b" -j 2 > /dev/null
     run "$work/b/consumer"
     ;;
   plain)
-    mpicxx -std=c++17 $opt -fopenmp -I "$src/include" -I /usr/include/eigen3 "$here/main.cpp" -o "$work/plain" -ldnnl
+    "$mpicxx" -std=c++17 $opt -fopenmp -I "$src/include" -I /usr/include/eigen3 "$here/main.cpp" -o "$work/plain" -ldnnl
     run "$work/plain"
     ;;
   *) echo "unknown way '$way'" >&2; exit 2 ;;

@@ -12,13 +12,16 @@
 #  4. a rank stalling inside a ring (progress thread, poll, none) or before
 #     a bulk collective, watchdog at 2 s: the others name what they waited
 #     for and the job ends within timeout + 10 s;
-#  5. a rank killed with SIGKILL mid-run at 3 ranks: mpirun exits non-zero
+#  5. a rank killed with SIGKILL mid-run at 3 ranks: the launcher exits non-zero
 #     within 30 s and no rank process is left.
 # Usage: fault_test.sh FAULT_DRIVER
 set -uo pipefail
 driver=$1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpi=(mpirun --oversubscribe --bind-to none)
+export OMP_NUM_THREADS=1
+# The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
+source "$(dirname "$0")/../../tools/mpi/stack"
+mpi_stack_setup
+mpi=("$MPIEXEC" "${MPI_FLAGS[@]}")
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail=0
@@ -28,11 +31,15 @@ now() { date +%s%3N; }  # milliseconds
 elapsed() { echo $(($(now) - $1)); }
 secs_of() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
 
-# run LIMIT NAME ARGS...: runs mpirun with a hard limit; sets rc, ms and secs.
+# run LIMIT NAME [--env VAR=value]... ARGS...: runs the launcher with a hard
+# limit, the variables in its environment (every launcher passes them to the
+# ranks of its node); sets rc, ms and secs.
 run() {
   local limit=$1 name=$2; shift 2
+  local vars=()
+  while [ "$1" = --env ]; do vars+=("$2"); shift 2; done
   local t0; t0=$(now)
-  timeout -k 5 "$limit" "${mpi[@]}" "$@" >"$out/$name.out" 2>"$out/$name.err"
+  timeout -k 5 "$limit" env "${vars[@]}" "${mpi[@]}" "$@" >"$out/$name.out" 2>"$out/$name.err"
   rc=$?
   ms=$(elapsed "$t0")
   secs=$(secs_of "$ms")
@@ -48,7 +55,7 @@ for n in 2 3 4 5; do
 done
 
 for n in 2 3 4 5; do
-  run 60 "throw$n" -np "$n" -x OVERLAP_ON_FATAL=throw -x OVERLAP_TIMEOUT_S=2 -x FAULT_LINGER_S=5 "$driver" ring-fault 1
+  run 60 "throw$n" --env OVERLAP_ON_FATAL=throw --env OVERLAP_TIMEOUT_S=2 --env FAULT_LINGER_S=5 -np "$n" "$driver" ring-fault 1
   for ((r = 0; r < n; ++r)); do
     grep -q "^rank $r caught: overlap: " "$out/throw$n.out" || failed "throw at $n ranks: rank $r did not catch: $(cat "$out/throw$n.out")"
   done
@@ -62,7 +69,7 @@ done
 sed 's/^/  /' "$out/throw3.out"
 
 for n in 2 3; do
-  run 60 "absent$n" -np "$n" -x OVERLAP_TIMEOUT_S=2 "$driver" absent 40
+  run 60 "absent$n" --env OVERLAP_TIMEOUT_S=2 -np "$n" "$driver" absent 40
   grep -q "watchdog: overlap::all_gather_matmul.*waited more than 2 s" "$out/absent$n.err" ||
     failed "absent rank at $n ranks: no watchdog message: $(head -c 600 "$out/absent$n.err")"
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || failed "absent rank at $n ranks: exit code $rc"
@@ -77,7 +84,7 @@ done
 # need not hold its peers up, since the progress thread moves the transfers
 # it posted before it stalled.
 for policy in thread poll none; do
-  run 60 "stall-$policy" -np 3 -x OVERLAP_TIMEOUT_S=2 -x OVERLAP_PROGRESS=$policy "$driver" ring-stall 0 40
+  run 60 "stall-$policy" --env OVERLAP_TIMEOUT_S=2 --env OVERLAP_PROGRESS=$policy -np 3 "$driver" ring-stall 0 40
   grep -q "watchdog: overlap::all_gather_matmul.*ring.*waited more than 2 s before step [0-9]* for .*bytes .* rank [0-9] on lane 0" \
     "$out/stall-$policy.err" || failed "ring stall ($policy): no watchdog message: $(head -c 800 "$out/stall-$policy.err")"
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || failed "ring stall ($policy): exit code $rc"
@@ -89,7 +96,7 @@ grep -m1 "watchdog" "$out/stall-thread.err" | sed 's/^/  /'
 # transfers; the 2 s watchdog must end the job with a message matching PATTERN.
 stalled() {
   local mode=$1 pattern=$2 what=$3
-  run 60 "$mode" -np 3 -x OVERLAP_TIMEOUT_S=2 "$driver" "$mode" 40
+  run 60 "$mode" --env OVERLAP_TIMEOUT_S=2 -np 3 "$driver" "$mode" 40
   grep -q "$pattern" "$out/$mode.err" || failed "$mode: no watchdog message: $(head -c 800 "$out/$mode.err")"
   ((ms < (2 + 10) * 1000)) || failed "$mode took $secs s"
   echo "rank stalled before $what, 2 s watchdog, 3 ranks: exit $rc after $secs s"
@@ -115,10 +122,10 @@ else
   kill -9 "$victim"
   for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
   secs=$(secs_of "$(elapsed "$t0")")
-  if kill -0 "$launcher" 2>/dev/null; then failed "kill: mpirun still running after 30 s"; kill "$launcher"; fi
+  if kill -0 "$launcher" 2>/dev/null; then failed "kill: the launcher still running after 30 s"; kill "$launcher"; fi
   wait "$launcher"; rc=$?
-  [ "$rc" -ne 0 ] || failed "kill: mpirun exited 0"
-  # The other ranks are ended by mpirun's daemon; give them until 30 s after
+  [ "$rc" -ne 0 ] || failed "kill: the launcher exited 0"
+  # The other ranks are ended by the launcher; give them until 30 s after
   # the kill to be gone (zombies awaiting their parent count as gone).
   alive() {
     local l=""
@@ -131,7 +138,7 @@ else
   gone=$(secs_of "$(elapsed "$t0")")
   left=$(alive)
   [ -z "$left" ] || { failed "kill: rank processes left behind 30 s after the kill:$left"; kill -9 $left; }
-  echo "SIGKILL of rank 1 of 3: mpirun exited $rc after $secs s; every rank process gone after $gone s"
+  echo "SIGKILL of rank 1 of 3 ($MPI_STACK): the launcher exited $rc after $secs s; every rank process gone after $gone s"
 fi
 
 [ "$fail" -eq 0 ] && echo "fault tests: all passed"

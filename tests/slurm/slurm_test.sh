@@ -74,4 +74,4 @@ for i in "${!jobs[@]}"; do
   esac
 done
 [ $status -eq 0 ] || fail "some jobs failed"
-echo "slurm test: ok (${#jobs[@]} jobs, srun --mpi=pmix and mpirun)"
+echo "slurm test: ok (${#jobs[@]} jobs, srun and the MPI's launcher, ${OVERLAP_MPI_STACK:-openmpi})"

@@ -22,6 +22,8 @@ vc="$here/vcluster"
 # A prefix of its own, so a vcluster someone has up is left alone.
 export VCLUSTER_PREFIX=ovlsmoke VCLUSTER_STATE=/tmp/overlap-vcluster-smoke.$$
 
+# The tests' MPI stack (tools/mpi/stack) is the emulated cluster's.
+export VCLUSTER_MPI=${VCLUSTER_MPI:-${OVERLAP_MPI_STACK:-openmpi}}
 reason=$("$vc" check 2>&1) || { echo "SKIPPED: ${reason#vcluster: }"; exit 77; }
 
 trap '"$vc" down >/dev/null 2>&1' EXIT
@@ -42,7 +44,7 @@ fi
 
 "$vc" up --nodes 2 --slots 2 --rate 1gbit --topology star || exit 1
 # Placement: ranks 0,1 on node0 and 2,3 on node1 (by slot).
-hosts=$(timeout 60 "$vc" run -np 4 sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' | sort -n | awk '{print $2}' | tr '\n' ' ')
+hosts=$(timeout 60 "$vc" run -np 4 sh -c 'echo "${OMPI_COMM_WORLD_RANK:-$PMI_RANK} $(hostname)"' | sort -n | awk '{print $2}' | tr '\n' ' ')
 [ "$hosts" = "node0 node0 node1 node1 " ] || fail "ranks by node: '$hosts', want 'node0 node0 node1 node1'"
 groups=$(timeout 60 "$vc" run -np 4 "$probe" | sort -k2 -n | tr '\n' ';')
 want=""
@@ -50,7 +52,7 @@ for r in 0 1 2 3; do want="${want}rank $r node_ranks 2 one_node 0 nodes 2 ring 0
 [ "$groups" = "$want" ] || fail "node groups: '$groups', want '$want'"
 OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 4 "$prog" || fail "the run across 2 nodes x 2 slots failed"
 # Round-robin placement: node0 holds ranks 0 and 2; the ring goes 0,2,1,3.
-hosts=$(timeout 60 "$vc" run -np 4 --map-by node sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' | sort -n | awk '{print $2}' | tr '\n' ' ')
+hosts=$(timeout 60 "$vc" run -np 4 --map-by node sh -c 'echo "${OMPI_COMM_WORLD_RANK:-$PMI_RANK} $(hostname)"' | sort -n | awk '{print $2}' | tr '\n' ' ')
 [ "$hosts" = "node0 node1 node0 node1 " ] || fail "ranks round-robin: '$hosts', want 'node0 node1 node0 node1'"
 groups=$(timeout 60 "$vc" run -np 4 --map-by node "$probe" | sort -k2 -n | tr '\n' ';')
 want=""
