@@ -18,11 +18,10 @@ if [ -z "${OVERLAP_MPIEXEC:-}" ]; then
   OVERLAP_MPIEXEC=$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$OVERLAP_BUILD/CMakeCache.txt" 2>/dev/null || true)
   : "${OVERLAP_MPIEXEC:=mpirun}"
 fi
-# The MPI behind the build: Open MPI's mpirun says "Open MPI", Hydra "HYDRA".
-case $("$OVERLAP_MPIEXEC" --version 2>&1) in
-  *HYDRA* | *MPICH*) overlap_mpi=mpich ;;
-  *) overlap_mpi=openmpi ;;
-esac
+# The MPI behind the build, told as the tests tell it (tools/mpi/stack).
+# shellcheck source=tools/mpi/stack
+source "$(dirname "${BASH_SOURCE[0]}")/../tools/mpi/stack"
+overlap_mpi=$(_mpi_stack_detect "$OVERLAP_MPIEXEC" 2>/dev/null) || overlap_mpi=openmpi
 if [ -z "${OVERLAP_SRUN_MPI:-}" ]; then
   if [ "$overlap_mpi" = mpich ]; then OVERLAP_SRUN_MPI=pmi2; else OVERLAP_SRUN_MPI=pmix; fi
 fi
