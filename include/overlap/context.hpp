@@ -118,7 +118,12 @@ class context {
   [[nodiscard]] int size() const noexcept { return size_; }
   /// The context's own communicator (a duplicate; do not free it).
   [[nodiscard]] MPI_Comm comm() const noexcept { return comm_.get(); }
+  /// The configuration in use: as given, with progress_policy::automatic
+  /// replaced by the policy chosen for this rank.
   [[nodiscard]] const overlap::config& config() const noexcept { return cfg_; }
+  /// Why progress_policy::automatic chose config().progress on this rank, in
+  /// words; empty when the config named a policy.
+  [[nodiscard]] const std::string& progress_reason() const noexcept { return progress_why_; }
   /// Number of plans cached now (at most config().plan_cache).
   [[nodiscard]] size_t cached_plans() const noexcept { return plans_.size(); }
   /// Drops every cached plan (their buffers and primitives); the next call of
@@ -210,13 +215,19 @@ class context {
     const int64_t bands = std::min<int64_t>(cfg_.poll_chunks, knee > 0 ? d.m / knee : d.m);
     if (cfg_.progress != progress_policy::poll || bands < 2 || d.n == 0) return make_kernel(d);
     std::vector<banded_kernel::band> parts;
-    for (int64_t i = 0; i < bands; ++i) {
-      const int64_t r0 = d.m / bands * i + std::min(i, d.m % bands);
-      const int64_t r1 = d.m / bands * (i + 1) + std::min(i + 1, d.m % bands);
-      gemm_desc sub = d;
-      sub.m = r1 - r0;
-      sub.pack_b = false;  // a banded kernel reads B as stored
-      parts.push_back({r0, make_kernel(sub)});
+    // Bands read the plan's packed B where their kernels agree on its layout
+    // (reading B as stored cost the AMX path about half its rate), else B as stored.
+    for (const bool packed : {d.pack_b, false}) {
+      parts.clear();
+      for (int64_t i = 0; i < bands; ++i) {
+        const int64_t r0 = d.m / bands * i + std::min(i, d.m % bands);
+        const int64_t r1 = d.m / bands * (i + 1) + std::min(i + 1, d.m % bands);
+        gemm_desc sub = d;
+        sub.m = r1 - r0;
+        sub.pack_b = packed;
+        parts.push_back({r0, make_kernel(sub)});
+      }
+      if (banded_kernel::shares_packed_b(parts)) break;
     }
     // The group lives on the heap: its address survives moves of the context.
     return std::make_shared<banded_kernel>(d, std::move(parts), &context::poll, requests_.get());
@@ -432,6 +443,9 @@ class context {
   }
 
   /// What a context sets up on this rank alone.
+  /// Collective: resolves progress_policy::automatic from the node (a
+  /// failure goes to local, agreed with the rest).
+  void choose_progress(detail::failure& local);
   void prepare_local();
   /// OVERLAP_TRACE: joins the process's recorder and reports transfers to it.
   void start_trace();
@@ -467,6 +481,7 @@ class context {
   std::unique_ptr<backend::onednn_backend> onednn_;  ///< made on first use
   std::shared_ptr<backend::sim_timings> sim_;        ///< SimGrid SMPI only: the GEMMs' simulated times
   std::unique_ptr<engine::progress_thread> progress_;
+  std::string progress_why_;  ///< why automatic chose cfg_.progress ("" when the config named a policy)
   /// The plan cache: most recently used first, and an index into it.
   std::list<std::pair<detail::plan_key, std::unique_ptr<detail::plan_base>>> plans_;
   std::map<detail::plan_key, decltype(plans_)::iterator> index_;

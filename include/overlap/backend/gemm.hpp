@@ -108,8 +108,23 @@ class banded_kernel final : public gemm_kernel {
     int64_t r0 = 0;
     std::shared_ptr<const gemm_kernel> kernel;
   };
+  /// bands: row bands of d in order, non-empty; when they read a packed B
+  /// they must share its layout (shares_packed_b), since run() hands every
+  /// band the one copy.
   banded_kernel(const gemm_desc& d, std::vector<band> bands, hook between, void* arg)
       : d_(d), bands_(std::move(bands)), between_(between), arg_(arg) {}
+  /// Whether kernels made for bands of one product can read one packed B.
+  [[nodiscard]] static bool shares_packed_b(const std::vector<band>& bands) {
+    for (const band& b : bands)
+      if (b.kernel->packed_b_layout() != bands.front().kernel->packed_b_layout() ||
+          b.kernel->packed_b_bytes() != bands.front().kernel->packed_b_bytes())
+        return false;
+    return true;
+  }
+  // B packed once per plan call serves every band, as it serves every piece.
+  [[nodiscard]] size_t packed_b_bytes() const override { return bands_.front().kernel->packed_b_bytes(); }
+  [[nodiscard]] uint64_t packed_b_layout() const override { return bands_.front().kernel->packed_b_layout(); }
+  void pack_b(const void* b, void* dst) const override { bands_.front().kernel->pack_b(b, dst); }
   void run(const void* a, const void* b, void* c, const void* bias, const void* addend) const override {
     const auto* pa = static_cast<const std::byte*>(a);
     auto* pc = static_cast<std::byte*>(c);
