@@ -60,11 +60,6 @@ TEST(settings, the_docs_table_matches_the_code) {
     ASSERT_NE(at, std::string::npos) << s.variable << " has no row in docs/cluster.md's settings table";
     const std::string cell = doc.substr(at + row.size(), doc.find(" |", at + row.size()) - at - row.size());
     const std::string want = s.fallback().empty() ? "(none)" : "`" + s.fallback() + "`";
-    // Under SimGrid SMPI the progress default is none; the row says so after the usual default.
-    if (overlap::mpi::simulated && std::string(s.variable) == "OVERLAP_PROGRESS") {
-      EXPECT_NE(cell.find(want + " under SimGrid SMPI"), std::string::npos) << cell;
-      continue;
-    }
     EXPECT_EQ(cell.rfind(want, 0), 0U) << s.variable << ": the docs give the default '" << cell << "', the code '"
                                        << want << "'";
   }

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "ag_cases.hpp"
 #include "overlap/ops/all_gather_matmul-inl.hpp"
@@ -135,6 +137,68 @@ TEST(bidirectional_plan, two_lanes_from_three_ranks) {
     EXPECT_EQ(rplan.lanes, lanes) << overlap::to_string(s);
     EXPECT_EQ(rplan.n_steps, 2 * R);
   }
+}
+
+// The automatic policy, from facts given by hand: a thread only where MPI
+// provides MULTIPLE and a hardware thread is left over; none under SMPI.
+TEST(automatic_progress, decides_from_the_node) {
+  using overlap::engine::choose_progress;
+  overlap::mpi::node_share s;
+  s.multiple = true;
+  s.cpus = 8, s.ranks = 1, s.threads = 7;
+  EXPECT_EQ(choose_progress(s, false).policy, progress_policy::thread) << choose_progress(s, false).why;
+  s.threads = 8;
+  EXPECT_EQ(choose_progress(s, false).policy, progress_policy::poll);
+  EXPECT_NE(choose_progress(s, false).why.find("none free"), std::string::npos) << choose_progress(s, false).why;
+  s.ranks = 2, s.threads = 3;  // 6 of 8
+  EXPECT_EQ(choose_progress(s, false).policy, progress_policy::thread);
+  s.ranks = 2, s.threads = 4;  // 8 of 8
+  EXPECT_EQ(choose_progress(s, false).policy, progress_policy::poll);
+  s.threads = 1, s.multiple = false;
+  EXPECT_EQ(choose_progress(s, false).policy, progress_policy::poll);
+  EXPECT_NE(choose_progress(s, false).why.find("MPI_THREAD_MULTIPLE"), std::string::npos);
+  s.multiple = true;
+  EXPECT_EQ(choose_progress(s, true).policy, progress_policy::none);
+}
+
+// A context resolves automatic on every rank to what this node's facts say,
+// and the threads per rank come from OMP_NUM_THREADS: more threads than the
+// process has hardware threads leaves none free (poll).
+TEST(automatic_progress, context_resolves_it_from_this_node) {
+  const overlap::mpi::node_share here = overlap::mpi::share_of_node(MPI_COMM_WORLD);
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  EXPECT_GE(here.ranks, 1);
+  EXPECT_GE(here.cpus, 1);
+  {
+    overlap::context ctx(MPI_COMM_WORLD);
+    if (std::getenv("OVERLAP_PROGRESS") == nullptr) {
+      EXPECT_EQ(ctx.config().progress, overlap::engine::choose_progress(here, overlap::mpi::simulated).policy);
+    }
+    EXPECT_NE(ctx.config().progress, progress_policy::automatic);
+  }
+  const char* before = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = before == nullptr ? "" : before;
+  setenv("OMP_NUM_THREADS", std::to_string(here.cpus).c_str(), 1);
+  overlap::config cfg;  // automatic, whatever the environment says
+  {
+    overlap::context ctx(MPI_COMM_WORLD, cfg);
+    EXPECT_EQ(ctx.config().progress, overlap::mpi::simulated ? progress_policy::none : progress_policy::poll);
+  }
+  if (before == nullptr)
+    unsetenv("OMP_NUM_THREADS");
+  else
+    setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  // Ranks whose configs name different policies still build one context.
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  cfg.progress = rank % 2 == 1 ? progress_policy::poll : progress_policy::automatic;
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  std::vector<float> a(2 * 2, 1.0f), b(2 * 3, 0.5f), c(static_cast<size_t>(size) * 2 * 3, 0.0f);
+  overlap::ag_options ag;
+  ag.strategy = strategy::ring;
+  overlap::all_gather_matmul<float>(ctx, {a.data(), 2, 2}, {b.data(), 2, 3}, {c.data(), 2 * size, 3}, ag);
+  for (float v : c) EXPECT_EQ(v, 1.0f);
 }
 
 }  // namespace

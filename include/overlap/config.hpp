@@ -36,6 +36,11 @@ struct enum_names<backend_kind> {
 /// Open MPI moves data only inside MPI calls, so without a policy a transfer
 /// posted before a GEMM mostly happens after it.
 enum class progress_policy {
+  /// thread where MPI provides MPI_THREAD_MULTIPLE and the node has a hardware
+  /// thread to spare beyond its ranks' compute threads, else poll (none under
+  /// SimGrid SMPI); chosen by the context's constructor, per rank
+  /// (engine::choose_progress; OVERLAP_VERBOSE says which and why)
+  automatic,
   thread,  ///< a helper thread tests the requests, then sleeps (or yields) (needs MPI_THREAD_MULTIPLE)
   poll,    ///< each ring GEMM runs in poll_chunks row bands, testing the requests between bands
   none,    ///< no help: the MPI library progresses on its own (or not at all)
@@ -43,8 +48,10 @@ enum class progress_policy {
 
 template <>
 struct enum_names<progress_policy> {
-  static constexpr std::array<enum_entry<progress_policy>, 3> entries{
-      {{progress_policy::thread, "thread"}, {progress_policy::poll, "poll"}, {progress_policy::none, "none"}}};
+  static constexpr std::array<enum_entry<progress_policy>, 4> entries{{{progress_policy::automatic, "automatic"},
+                                                                       {progress_policy::thread, "thread"},
+                                                                       {progress_policy::poll, "poll"},
+                                                                       {progress_policy::none, "none"}}};
 };
 
 /// What a rank does when an op fails after the ranks agreed to run it (an MPI
@@ -153,11 +160,11 @@ struct enum_names<ring_order> {
 struct config {
   /// GEMM library; automatic picks oneDNN for float and Eigen for double.
   overlap::backend_kind backend = overlap::backend_kind::automatic;
-  /// Progress policy of the ring engine. Under SimGrid SMPI the default is
-  /// none: the simulator progresses transfers by itself, and a rank's second
-  /// thread must not call MPI there (thread is refused).
-  overlap::progress_policy progress =
-      mpi::simulated ? overlap::progress_policy::none : overlap::progress_policy::thread;
+  /// Progress policy of the ring engine; automatic chooses from the node when
+  /// the context is created (context::config() then holds the choice). Under
+  /// SimGrid SMPI a rank's second thread must not call MPI (thread is refused).
+  /// Need not agree across ranks.
+  overlap::progress_policy progress = overlap::progress_policy::automatic;
   /// Sleep of the progress thread between two MPI_Testall calls; zero makes it
   /// yield instead (a busy thread: only sensible with a spare core).
   std::chrono::microseconds progress_interval{100};
@@ -410,7 +417,7 @@ namespace detail {
     if (std::string p = s.check(c); !p.empty()) return std::string("config.") + s.field + " " + p;
   if (mpi::simulated && c.progress == progress_policy::thread)
     return "config.progress is thread, but this program runs under SimGrid SMPI, where a rank's second thread must "
-           "not call MPI; the simulator progresses transfers by itself: use none (the default there) or poll";
+           "not call MPI; the simulator progresses transfers by itself: use automatic (the default: none there), none or poll";
   return {};
 }
 }  // namespace detail
@@ -434,6 +441,7 @@ inline config config::from_env(config base) {
                                              : std::string("thread (yields)");
     case progress_policy::poll: return "poll (" + std::to_string(c.poll_chunks) + " GEMM bands per piece)";
     case progress_policy::none: return "none";
+    case progress_policy::automatic: return "automatic";
   }
   return "?";
 }

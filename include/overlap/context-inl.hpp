@@ -42,6 +42,7 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
   comm_ = dup(comm, cfg_.timeout_s, who);
   rank_ = comm_.rank();
   size_ = comm_.size();
+  choose_progress(local);
   if (!local.failed()) {
     try {
       prepare_local();
@@ -57,9 +58,26 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
   // Right after place_ranks' collectives: the ranks' trace clocks start together.
   if (!cfg_.trace.empty()) start_trace();
   if (cfg_.verbose && rank_ == 0)
-    std::fprintf(stderr, "overlap: context on %d ranks%s: %s; bf16 products: %s\n", size_,
+    std::fprintf(stderr, "overlap: context on %d ranks%s: %s; bf16 products: %s%s\n", size_,
                  nodes_ == 1 ? " (all on one node)" : (" on " + std::to_string(nodes_) + " nodes").c_str(),
-                 describe(cfg_).c_str(), gemm_path(dtype::bf16).c_str());
+                 describe(cfg_).c_str(), gemm_path(dtype::bf16).c_str(),
+                 progress_why_.empty() ? "" : ("; progress chosen on rank 0's node: " + progress_why_).c_str());
+}
+
+OVERLAP_FUNC void context::choose_progress(detail::failure& local) {
+  // Collective whatever this rank's config says, so that ranks whose
+  // policies differ still meet here.
+  mpi::node_share share;
+  try {
+    if (!mpi::simulated) share = mpi::share_of_node(comm_.get());
+  } catch (...) {
+    if (!local.failed()) local = detail::failure::capture(std::current_exception());
+    return;
+  }
+  if (local.failed() || cfg_.progress != progress_policy::automatic) return;
+  engine::progress_choice c = engine::choose_progress(share, mpi::simulated);
+  cfg_.progress = c.policy;
+  progress_why_ = std::move(c.why);
 }
 
 OVERLAP_FUNC void context::place_ranks() {

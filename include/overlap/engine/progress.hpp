@@ -9,8 +9,11 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 
+#include "overlap/config.hpp"
+#include "overlap/mpi/node_share.hpp"
 #include "overlap/mpi/request.hpp"
 
 namespace overlap::engine {
@@ -108,5 +111,28 @@ class progress_scope {
  private:
   progress_thread* p_;
 };
+
+/// A policy chosen for progress_policy::automatic, with the reason in words.
+struct progress_choice {
+  progress_policy policy;
+  std::string why;
+};
+
+/// progress_policy::automatic resolved from the node: a progress thread only
+/// where MPI provides MPI_THREAD_MULTIPLE and a hardware thread is left over
+/// by the ranks' compute threads, since a thread that must take turns with a
+/// GEMM delays it; otherwise poll, which tests the transfers from the
+/// computing thread between GEMM bands. Under SimGrid SMPI: none (the
+/// simulator progresses transfers, and a second thread must not call MPI).
+[[nodiscard]] inline progress_choice choose_progress(const mpi::node_share& s, bool simulated) {
+  if (simulated) return {progress_policy::none, "SimGrid SMPI progresses transfers by itself"};
+  const long long busy = static_cast<long long>(s.ranks) * s.threads;
+  const std::string load = std::to_string(s.ranks) + (s.ranks == 1 ? " rank " : " ranks ") + s.ranks_from + " x " +
+                           std::to_string(s.threads) + (s.threads == 1 ? " thread" : " threads") + " (" +
+                           s.threads_from + ") on " + std::to_string(s.cpus) + " hardware threads";
+  if (!s.multiple) return {progress_policy::poll, "MPI does not provide MPI_THREAD_MULTIPLE, which a thread needs"};
+  if (busy < s.cpus) return {progress_policy::thread, load + ": " + std::to_string(s.cpus - busy) + " free"};
+  return {progress_policy::poll, load + ": none free for a progress thread"};
+}
 
 }  // namespace overlap::engine
