@@ -13,7 +13,12 @@ build=${1:?usage: demo.sh BUILD_DIR}
 layer="$(cd "$build" && pwd)/apps/overlap-layer"
 pictures="$(cd "$build" && pwd)/demo"
 args=(--seq 1024 --hidden 1024 --heads 16)
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=1
+# The build's MPI stack (tools/mpi/stack): its launcher, flags and
+# environment, and VCLUSTER_MPI for the emulated cluster.
+# shellcheck source=tools/mpi/stack
+source "$(dirname "$0")/../tools/mpi/stack"
+mpi_stack_setup "" "$(cd "$build" && pwd)" || exit 1
 traces=$(mktemp -d /tmp/overlap-demo-traces.XXXXXX)
 vc="$here/../tools/vcluster/vcluster"
 
@@ -29,7 +34,7 @@ else
   echo "Cannot emulate a cluster here (${reason#vcluster: }): running on shared memory."
   echo "There the MPI copy uses the same cores as the GEMMs, so expect ring ~ bulk, not a gain."
   export OVERLAP_TRANSPORT="shared memory"
-  launch=(mpirun -np 2 --oversubscribe --bind-to none)
+  launch=(mpi_run 2)
 fi
 "${launch[@]}" "$layer" "${args[@]}" --steps 3 --modes ring,automatic 2> >(grep -v setpgid >&2) || exit 1
 for mode in bulk ring; do

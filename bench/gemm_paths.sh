@@ -8,13 +8,21 @@
 set -uo pipefail
 bench=$1 json=$2 iters=${3:-7}
 rm -f "$json"
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OVERLAP_TRANSPORT="shared memory"
+export OMP_NUM_THREADS=1 OVERLAP_TRANSPORT="shared memory"
+# The build's MPI stack (tools/mpi/stack): its launcher, flags and
+# environment, and VCLUSTER_MPI for the emulated cluster.
+# shellcheck source=tools/mpi/stack
+source "$(dirname "$0")/../tools/mpi/stack"
+mpi_stack_setup "" "$(cd "$(dirname "$bench")/.." && pwd)" || exit 1
 run() {  # run ISA_CAP DTYPE BF16_GEMM
   local env=(OVERLAP_BF16_GEMM="$3")
   [ "$1" = native ] || env+=(ONEDNN_MAX_CPU_ISA="$1")
   echo "[gemm paths] ISA ${1}, $2, OVERLAP_BF16_GEMM=$3" >&2
-  env "${env[@]}" mpirun -np 2 --oversubscribe --bind-to none "$bench" --op ag -m 2048 -n 2048 -k 2048 \
-    --dtype "$2" --strategies ring --no-peers --iters "$iters" --json "$json" > /dev/null
+  (
+    export "${env[@]}"
+    mpi_run 2 "$bench" --op ag -m 2048 -n 2048 -k 2048 \
+      --dtype "$2" --strategies ring --no-peers --iters "$iters" --json "$json" > /dev/null
+  )
 }
 for isa in native AVX2; do
   run "$isa" f32 automatic || exit 1

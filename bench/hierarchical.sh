@@ -15,7 +15,12 @@ trap '"$vc" down >/dev/null 2>&1' EXIT  # the cluster this script brings up, on 
 out=${3:?usage: hierarchical.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
 rounds=${4:-3}
 iters=${5:-5}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# The build's MPI stack (tools/mpi/stack): its launcher, flags and
+# environment, and VCLUSTER_MPI for the emulated cluster.
+# shellcheck source=tools/mpi/stack
+source "$(dirname "$0")/../tools/mpi/stack"
+mpi_stack_setup "" "$(cd "$(dirname "$bench")/.." && pwd)" || exit 1
 rm -f "$out"
 for nodes in 2 4; do
   "$vc" up --nodes "$nodes" --slots 2 --rate 1gbit --topology star >&2 || exit 1

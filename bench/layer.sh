@@ -16,7 +16,12 @@ vc=${2:?usage: layer.sh BUILD_DIR VCLUSTER OUT [STEPS]}
 out=${3:?usage: layer.sh BUILD_DIR VCLUSTER OUT [STEPS]}
 steps=${4:-5}
 layer="$(cd "$build" && pwd)/apps/overlap-layer"
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # one thread per rank, as users run a full node
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one thread per rank, as users run a full node
+# The build's MPI stack (tools/mpi/stack): its launcher, flags and
+# environment, and VCLUSTER_MPI for the emulated cluster.
+# shellcheck source=tools/mpi/stack
+source "$(dirname "$0")/../tools/mpi/stack"
+mpi_stack_setup "" "$(cd "$build" && pwd)" || exit 1
 traces=$(mktemp -d /tmp/overlap-layer-traces.XXXXXX)
 trap 'rm -rf "$traces"; "$vc" down >/dev/null 2>&1' EXIT  # also the cluster this script brings up
 rm -f "$out/layer.jsonl" "$out/layer-traces.jsonl"

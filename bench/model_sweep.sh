@@ -22,7 +22,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/docs/results"
 bench="$build/apps/overlap-bench"
 calibrate="$build/apps/overlap-calibrate"
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=1
+# The build's MPI stack (tools/mpi/stack): its launcher, flags and
+# environment, and VCLUSTER_MPI for the emulated cluster.
+# shellcheck source=tools/mpi/stack
+source "$(dirname "$0")/../tools/mpi/stack"
+mpi_stack_setup "" "$build" || exit 1
 iters=7
 [ "$quick" = --quick ] && iters=3
 # op variant M N K: thin to square for each op.

@@ -8,16 +8,21 @@
 # Usage: pieces.sh ENGINE_BENCH OUT_DIR [REPETITIONS]
 set -uo pipefail
 engine=$1 out=$2 reps=${3:-7}
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=1
+# The build's MPI stack (tools/mpi/stack): its launcher, flags and
+# environment, and VCLUSTER_MPI for the emulated cluster.
+# shellcheck source=tools/mpi/stack
+source "$(dirname "$0")/../tools/mpi/stack"
+mpi_stack_setup "" "$(cd "$(dirname "$engine")/.." && pwd)" || exit 1
 cores=$(getconf _NPROCESSORS_ONLN)  # not nproc: it honours OMP_NUM_THREADS
 for isa in native AVX2; do
   for n in 1 "$cores"; do
     echo "[pieces] ISA $isa, $n rank(s) computing at once" >&2
     env=()
-    [ "$isa" = native ] || env=(-x ONEDNN_MAX_CPU_ISA="$isa")
-    mpirun -np "$n" --oversubscribe --bind-to core "${env[@]}" sh -c 'exec "$0" \
+    [ "$isa" = native ] || env=(ONEDNN_MAX_CPU_ISA="$isa")
+    MPI_BIND=core mpi_run "$n" env "${env[@]}" sh -c 'exec "$0" \
       --benchmark_filter="gemm(_bf16)?/pieces" --benchmark_repetitions="$1" \
-      --benchmark_enable_random_interleaving=true --benchmark_out="$2.$OMPI_COMM_WORLD_RANK.json" \
+      --benchmark_enable_random_interleaving=true --benchmark_out="$2.${OMPI_COMM_WORLD_RANK:-$PMI_RANK}.json" \
       --benchmark_out_format=json > /dev/null' "$engine" "$reps" "$out/engine-$isa-${n}ranks" || exit 1
   done
 done

@@ -17,6 +17,10 @@ out=${3:?usage: ring_order.sh BENCH VCLUSTER OUT [ROUNDS] [ITERS]}
 rounds=${4:-3}
 iters=${5:-5}
 rm -f "$out"
+# The build's MPI stack (tools/mpi/stack): VCLUSTER_MPI for the emulated cluster.
+# shellcheck source=tools/mpi/stack
+source "$(dirname "$0")/../tools/mpi/stack"
+mpi_stack_setup "" "$(cd "$(dirname "$bench")/.." && pwd)" || exit 1
 "$vc" up --nodes 2 --slots 2 --rate 1gbit --topology star >&2 || exit 1
 export OVERLAP_TRANSPORT="tcp between 2 emulated nodes (star, 1 Gbit/s), shared memory inside; 2 ranks per node, placed round-robin"
 for ((round = 1; round <= rounds; round++)); do

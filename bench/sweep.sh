@@ -17,7 +17,12 @@ engine="$(cd "$build" && pwd)/bench/overlap-engine-bench"
 probe="$(cd "$build" && pwd)/bench/overlap-link-probe"
 out="$root/docs/results"
 mkdir -p "$out"
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=1
+# The build's MPI stack (tools/mpi/stack): its launcher, flags and
+# environment, and VCLUSTER_MPI for the emulated cluster.
+# shellcheck source=tools/mpi/stack
+source "$root/tools/mpi/stack"
+mpi_stack_setup "" "$(cd "$build" && pwd)" || exit 1
 iters=7
 reps=9
 p3_iters=5
@@ -118,7 +123,7 @@ fi
 # Shared memory, no emulation: decomposed against bulk where there is
 # nothing to overlap (the copies take a core), and the policies there.
 export OVERLAP_TRANSPORT="shared memory"
-shm=(mpirun -np 2 --oversubscribe --bind-to none)
+shm=(mpi_run 2)
 sweep shm2 "$shm_sizes" "${shm[@]}" || exit 1
 policies shm2 "${shm[@]}" || exit 1
 runs+=(shm2)
@@ -126,7 +131,7 @@ rm -f "$out/shm2-avx2.jsonl"
 for op in "ag -m 2048 -k 2048 -n 2048" "rs -m 2048 -n 2048 -k 2048"; do
   echo "[shm2] ISA AVX2: ${op}" >&2
   # shellcheck disable=SC2086
-  "${shm[@]}" -x ONEDNN_MAX_CPU_ISA=AVX2 "$bench" --op $op --strategies ring --no-peers --iters $iters \
+  ONEDNN_MAX_CPU_ISA=AVX2 "${shm[@]}" "$bench" --op $op --strategies ring --no-peers --iters $iters \
     --json "$out/shm2-avx2.jsonl" > /dev/null || exit 1
 done
 # f32 and bf16 GEMM paths (native, widened) at this ISA and capped at AVX2.
@@ -138,10 +143,10 @@ bash "$here/pieces.sh" "$engine" "$out" $reps || exit 1
 # testing a pending request, two ranks at once so that the threads compete
 # with GEMMs for the cores as in a ring (each rank writes its own file).
 echo "[engine] progress thread cost, 2 ranks" >&2
-OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe --bind-to none sh -c 'exec "$0" \
+OMP_NUM_THREADS=1 mpi_run 2 sh -c 'exec "$0" \
   --benchmark_filter="gemm/(pieces/2048/1024/2048/12/0|ring_steps_progress_thread/2048/1024/2048/12/)" \
   --benchmark_repetitions="$1" \
-  --benchmark_enable_random_interleaving=true --benchmark_out="$2.$OMPI_COMM_WORLD_RANK.json" \
+  --benchmark_enable_random_interleaving=true --benchmark_out="$2.${OMPI_COMM_WORLD_RANK:-$PMI_RANK}.json" \
   --benchmark_out_format=json > /dev/null' "$engine" "$reps" "$out/engine-2ranks" || exit 1
 python3 "$here/report.py" "$out" "$root/docs/results.md" "${runs[@]}"
 # The model's projection to many ranks, from this run's calibration (GEMM rates of one core).
