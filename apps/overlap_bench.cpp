@@ -513,8 +513,8 @@ class bench_run {
         {"gemm_path", full_.gemm_path(overlap::dtype_of<T>())},
         {"progress", overlap::to_string(full_.config().progress)},
         {"progress_setting", overlap::describe_progress(full_.config())},
-        {"progress_automatic", full_.progress_reason().empty() ? nlohmann::json(nullptr)
-                                                               : nlohmann::json(full_.progress_reason())},
+        {"progress_automatic",
+         full_.progress_reason().empty() ? nlohmann::json(nullptr) : nlohmann::json(full_.progress_reason())},
         {"ring_order", overlap::to_string(full_.config().ring)},
         {"nodes", full_.nodes()},
         {"threads", std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "default"},

@@ -417,7 +417,8 @@ namespace detail {
     if (std::string p = s.check(c); !p.empty()) return std::string("config.") + s.field + " " + p;
   if (mpi::simulated && c.progress == progress_policy::thread)
     return "config.progress is thread, but this program runs under SimGrid SMPI, where a rank's second thread must "
-           "not call MPI; the simulator progresses transfers by itself: use automatic (the default: none there), none or poll";
+           "not call MPI; the simulator progresses transfers by itself: use automatic (the default: none there), none "
+           "or poll";
   return {};
 }
 }  // namespace detail

@@ -22,9 +22,9 @@ namespace overlap::mpi {
 
 /// One rank's view of its node.
 struct node_share {
-  int cpus = 1;     ///< hardware threads this process may run on (its affinity mask)
-  int ranks = 1;    ///< processes competing for those hardware threads, this one included
-  int threads = 1;  ///< compute threads per rank
+  int cpus = 1;              ///< hardware threads this process may run on (its affinity mask)
+  int ranks = 1;             ///< processes competing for those hardware threads, this one included
+  int threads = 1;           ///< compute threads per rank
   std::string ranks_from;    ///< where ranks came from, for messages
   std::string threads_from;  ///< where threads came from, for messages
   bool multiple = false;     ///< MPI provides MPI_THREAD_MULTIPLE
@@ -85,14 +85,14 @@ namespace detail {
   MPI_Comm_size(node, &here);
   std::vector<unsigned char> all(static_cast<size_t>(here) * mask.size());
   // Every rank of a node runs the same OS, so the masks have one width.
-  const int rc = width == 0 ? MPI_SUCCESS
-                            : MPI_Allgather(mask.data(), width, MPI_BYTE, all.data(), width, MPI_BYTE, node);
+  const int rc =
+      width == 0 ? MPI_SUCCESS : MPI_Allgather(mask.data(), width, MPI_BYTE, all.data(), width, MPI_BYTE, node);
   MPI_Comm_free(&node);
   if (rc != MPI_SUCCESS) overlap::detail::throw_mpi_error(rc, "MPI_Allgather");
   s.ranks = width == 0 ? here : 0;
   for (int r = 0; r < here && width > 0; ++r)
     for (int b = 0; b < width; ++b)
-      if ((all[static_cast<size_t>(r * width + b)] & mask[static_cast<size_t>(b)]) != 0) {
+      if ((all[static_cast<size_t>(r) * mask.size() + static_cast<size_t>(b)] & mask[static_cast<size_t>(b)]) != 0) {
         ++s.ranks;
         break;
       }
