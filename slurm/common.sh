@@ -26,9 +26,8 @@ if [ -z "${OVERLAP_SRUN_MPI:-}" ]; then
   if [ "$overlap_mpi" = mpich ]; then OVERLAP_SRUN_MPI=pmi2; else OVERLAP_SRUN_MPI=pmix; fi
 fi
 # One OpenMP team per rank, sized by --cpus-per-task. The progress policy is
-# chosen per rank (docs/cluster.md): with every CPU of the task computing it
-# polls between GEMM bands; set OMP_NUM_THREADS one below --cpus-per-task to
-# leave a CPU to the progress thread.
+# chosen per rank (docs/cluster.md): with every CPU of the task computing, as
+# here, no CPU is left for a progress thread and it polls between GEMM bands.
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
 export OMP_PROC_BIND=${OMP_PROC_BIND:-close} OMP_PLACES=${OMP_PLACES:-cores}
 # A rank that never arrives (a bug, a node that hangs) ends the job after
