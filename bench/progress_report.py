@@ -13,6 +13,8 @@ import json
 import statistics
 import sys
 
+from results_block import replace_block
+
 NAMES = {"openmpi": "Open MPI (ob1)", "openmpi-ucx": "UCX", "mpich": "MPICH",
          "mpich+yield": "MPICH, waits yield"}
 BEGIN, END = "<!-- progress: begin -->", "<!-- progress: end -->"
@@ -57,7 +59,7 @@ def main():
         table.append(f"| {NAMES.get(stack, stack)} | {per_node} | {op} | {len(by['automatic']['ring'])} | {bulk:.1f} "
                      f"| {cells} | {ring['automatic']:.1f} ({chosen}) | {ratio:.2f} | {pooled_ratio:.2f} |")
     reasons = sorted({(case_of(r)[1], r["progress_automatic"]) for r in rows if r.get("progress_automatic")})
-    block = [BEGIN, "",
+    block = ["",
              "overlap-bench f32 2048^3, the ring (ms: per run the median of the iterations and the max over ranks, "
              "then the median over rounds); bulk: the median of its runs beside every policy; "
              "the best of thread, poll and none in bold:", ""]
@@ -66,15 +68,8 @@ def main():
               f"{pooled_misses} of {len(table) - 2} with every run of the policy it chose. "
               "What it said it chose and why (OVERLAP_VERBOSE), per ranks per node:", ""]
     block += [f"- {n} per node: {why}" for n, why in reasons]
-    block += ["", END]
-    path = sys.argv[2]
-    text = open(path).read()
-    new = "\n".join(block)
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + new + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + new + "\n"
-    open(path, "w").write(text)
+    block += [""]
+    replace_block(sys.argv[2], BEGIN, END, block)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ Replaces the block between <!-- stacks: begin --> and <!-- stacks: end -->
 import json
 import sys
 
+from results_block import replace_block
+
 NAMES = {"openmpi": "Open MPI (ob1)", "openmpi-ucx": "UCX", "mpich": "MPICH"}
 BEGIN, END = "<!-- stacks: begin -->", "<!-- stacks: end -->"
 
@@ -53,19 +55,12 @@ def layer_rows(rows):
 
 def main():
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-    block = [BEGIN, "", "overlap-bench, f32 2048^3 (ms, median of the iterations, max over ranks):", ""]
+    block = ["", "overlap-bench, f32 2048^3 (ms, median of the iterations, max over ranks):", ""]
     block += op_rows(rows)
     block += ["", "overlap-layer's training step (seq 2048, hidden 1024, 16 heads, ffn 4096, f32):", ""]
     block += layer_rows(rows)
-    block += ["", END]
-    path = sys.argv[2]
-    text = open(path).read()
-    new = "\n".join(block)
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + new + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + new + "\n"
-    open(path, "w").write(text)
+    block += [""]
+    replace_block(sys.argv[2], BEGIN, END, block)
 
 
 if __name__ == "__main__":
