@@ -114,7 +114,9 @@ tsan: deps
 
 # Layout and static checks (.clang-format, .clang-tidy): clang-format must
 # leave every C++ file as it is, and clang-tidy's checks must pass on the
-# headers (through src/instantiations.cpp, which instantiates every op).
+# headers (through src/instantiations.cpp, which instantiates every op);
+# no include cycle between the folders of include/overlap or between headers
+# (tools/lint/include_cycles.py).
 # `make format` applies the layout.
 LINT_DEPS := clang-format clang-tidy
 CXX_SOURCES = $(shell git ls-files '*.hpp' '*.cpp' 2>/dev/null || find include src apps tests bench docs -name '*.[hc]pp')
@@ -123,6 +125,7 @@ lint-deps:
 	@$(MAKE) --no-print-directory deps DEPS="$(LINT_DEPS)"
 
 lint: lint-deps configure
+	python3 tools/lint/include_cycles.py include
 	clang-format --dry-run -Werror $(CXX_SOURCES)
 	clang-tidy --quiet -p $(BUILD) --extra-arg=-std=c++17 src/instantiations.cpp
 

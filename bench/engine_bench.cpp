@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "overlap/backend/onednn.hpp"
-#include "overlap/ops/chunks.hpp"
+#include "overlap/schedule/chunks.hpp"
 #include "overlap/overlap.hpp"
 
 namespace {
@@ -139,7 +139,7 @@ void ag(benchmark::State& st, overlap::strategy s) {
 // (B and C column-sharded: 2048 gathered rows x N_r = 1024 x K = 2048) and
 // reduce-scatter rows M = N = K = 2048 (2048 rows x N = 2048 x K_r = 1024),
 // each as P row pieces with P = 2 x the chunks per shard the op's plan
-// chooses (ops/chunks.hpp plan_chunks, with this CPU's rate knee).
+// chooses (schedule/chunks.hpp plan_chunks, with this CPU's rate knee).
 struct plan_shape {
   int64_t m, n, k;
   bool reduce_scatter;

@@ -102,11 +102,11 @@ TEST(ring_engine, a_throwing_step_leaves_no_pending_request) {
 
 }  // namespace
 
-// The plan's chunk choice (ops/chunks.hpp): configured counts win; one node
+// The plan's chunk choice (schedule/chunks.hpp): configured counts win; one node
 // takes the minimum; otherwise 12+ pieces, at least `preferred` chunks, and
 // no piece below 128 rows or 512 KiB unless the minimum forces it.
 #include "overlap/backend/onednn.hpp"
-#include "overlap/ops/chunks.hpp"
+#include "overlap/schedule/chunks.hpp"
 
 namespace {
 

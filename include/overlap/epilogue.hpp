@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "overlap/backend/dtype.hpp"
+#include "overlap/dtype.hpp"
 #include "overlap/enum_names.hpp"
 
 namespace overlap {

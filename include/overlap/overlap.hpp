@@ -8,7 +8,7 @@
 /// defines OVERLAP_COMPILED) it declares only, and the library holds the
 /// implementation (flavour.hpp).
 
-#include "overlap/backend/dtype.hpp"
+#include "overlap/dtype.hpp"
 #include "overlap/backend/gemm.hpp"
 #include "overlap/bfloat16.hpp"
 #include "overlap/config.hpp"

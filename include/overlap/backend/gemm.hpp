@@ -15,7 +15,7 @@
 #include <tuple>
 #include <vector>
 
-#include "overlap/backend/dtype.hpp"
+#include "overlap/dtype.hpp"
 #include "overlap/epilogue.hpp"
 
 namespace overlap {

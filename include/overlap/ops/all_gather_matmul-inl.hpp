@@ -19,7 +19,7 @@
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/block_types.hpp"
 #include "overlap/ops/checks.hpp"
-#include "overlap/ops/chunks.hpp"
+#include "overlap/schedule/chunks.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/op_id.hpp"
 #include "overlap/ops/options.hpp"

@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "overlap/backend/dtype.hpp"
+#include "overlap/dtype.hpp"
 #include "overlap/context.hpp"
 #include "overlap/epilogue.hpp"
 #include "overlap/matrix.hpp"

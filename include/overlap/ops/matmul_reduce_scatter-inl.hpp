@@ -20,7 +20,7 @@
 #include "overlap/ops/agreement.hpp"
 #include "overlap/ops/block_types.hpp"
 #include "overlap/ops/checks.hpp"
-#include "overlap/ops/chunks.hpp"
+#include "overlap/schedule/chunks.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/matmul_reduce_scatter.hpp"
 #include "overlap/ops/op_id.hpp"

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "overlap/backend/dtype.hpp"
+#include "overlap/dtype.hpp"
 #include "overlap/flavour.hpp"
 
 namespace overlap {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "overlap/context.hpp"
-#include "overlap/ops/chunks.hpp"
+#include "overlap/schedule/chunks.hpp"
 #include "overlap/schedule/measure.hpp"
 #include "overlap/schedule/model.hpp"
 #include "overlap/schedule/schedule.hpp"

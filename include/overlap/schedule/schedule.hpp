@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "overlap/ops/options.hpp"
+#include "overlap/schedule/strategy.hpp"
 
 namespace overlap {
 

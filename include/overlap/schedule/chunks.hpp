@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "overlap/ops/options.hpp"
+#include "overlap/schedule/strategy.hpp"
 
 namespace overlap::detail {
 
