@@ -125,7 +125,8 @@ TEST(bidirectional_plan, two_lanes_from_three_ranks) {
   for (auto s : {strategy::ring, strategy::bidirectional}) {
     overlap::ag_options ag;
     ag.strategy = s;
-    auto& plan = overlap::detail::ag_prepare<float>(ctx, {a.cview(), b.cview(), c.view(), {}, false}, ag);
+    auto& plan =
+        overlap::detail::prepare<overlap::detail::ag_op<float>>(ctx, {a.cview(), b.cview(), c.view(), {}, false}, ag);
     const int lanes = s == strategy::bidirectional && R >= 3 ? 2 : 1;
     EXPECT_EQ(plan.lanes, lanes) << overlap::to_string(s);
     EXPECT_EQ(plan.n_steps, 2 * R);
@@ -133,7 +134,7 @@ TEST(bidirectional_plan, two_lanes_from_three_ranks) {
     overlap::rs_options rs;
     rs.strategy = s;
     matrix<float> ra(4 * static_cast<int64_t>(R), k);
-    auto& rplan = overlap::detail::rs_prepare<float>(ctx, {ra.cview(), b.cview(), rc.view()}, rs);
+    auto& rplan = overlap::detail::prepare<overlap::detail::rs_op<float>>(ctx, {ra.cview(), b.cview(), rc.view()}, rs);
     EXPECT_EQ(rplan.lanes, lanes) << overlap::to_string(s);
     EXPECT_EQ(rplan.n_steps, 2 * R);
   }

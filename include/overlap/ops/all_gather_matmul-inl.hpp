@@ -19,15 +19,16 @@
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/block_types.hpp"
 #include "overlap/ops/checks.hpp"
-#include "overlap/schedule/chunks.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/op_id.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/others.hpp"
 #include "overlap/ops/packing.hpp"
+#include "overlap/ops/pipeline.hpp"
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/verbose.hpp"
 #include "overlap/schedule/choose.hpp"
+#include "overlap/schedule/chunks.hpp"
 
 namespace overlap {
 namespace detail {
@@ -772,81 +773,11 @@ schedule ag_choose(context& ctx, const ag_options& opt, const ag_global& g) {
                          [&](const candidate& c) { return ag_work(full, g.other, R, c, elem, acc); });
 }
 
-/// Step 5: builds the plan of the schedule; buffers, datatypes and primitives
-/// may fail on one rank only, so the outcome is agreed before any transfer.
-template <class T>
-std::unique_ptr<ag_plan<T>> ag_make_plan(context& ctx, const arg_checks& checks, const ag_args<T>& x,
-                                         const ag_options& opt, const ag_global& g, const schedule& sched,
-                                         uint64_t fingerprint) {
-  const ag_geometry& full = g.full;
-  const std::string summary =
-      checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) +
-      " ranks: " + to_string(sched.strategy) +
-      (sched.algorithm == algorithm::others ? std::string(" moving the other operands") : std::string()) +
-      ", sharded sizes [" + list(full.layout.sizes()) + "], op(X) " + std::to_string(full.x_rows) + " x " +
-      std::to_string(full.x_cols);
-  std::unique_ptr<ag_plan<T>> plan = build_agreed(ctx, checks.op(), [&] {
-    auto built = std::make_unique<ag_plan<T>>();
-    built->geo = full;
-    built->strategy = sched.strategy;
-    built->lanes = sched.lanes;
-    built->summary = summary;
-    built->fingerprint = fingerprint;
-    built->algorithm = sched.algorithm;
-    built->sched = sched;
-    built->batch = opt.batch;
-    built->saved.prepare(opt.accumulate, x.c, opt.batch.count, opt.batch.c);
-    if (sched.algorithm == algorithm::others)
-      ag_others_build<T>(ctx, *built, x, opt, g.other, std::max(sched.chunks, 1));
-    else if (sched.strategy == strategy::bulk)
-      ag_build_bulk<T>(ctx, *built, x, opt);
-    else if (sched.strategy == strategy::hierarchical)
-      ag_build_hierarchical<T>(ctx, *built, x, opt);
-    else
-      ag_build_ring<T>(ctx, *built, x, opt, sched.chunks);
-    return built;
-  });
-  if (ctx.config().verbose && ctx.rank() == 0)
-    log_built_plan(
-        ctx, summary,
-        ring_summary(opt.strategy, *plan, sched.chunks, ctx.config().ag_chunks == 0, plan->slots.size() * sizeof(T)) +
-            (plan->acc.size() ? ", fp32 accumulator" : "") + "; schedule: " + to_string(sched),
-        dtype_of<T>());
-  return plan;
-}
-
-/// Checks a call, agrees with the other ranks, and returns the plan (built
-/// and cached on first use). Collective. The steps: local checks, the
-/// agreement (and on a plan miss anywhere the exchange of every rank's
-/// row), the checks that span ranks, choosing the schedule, building it.
-template <class T>
-ag_plan<T>& ag_prepare(context& ctx, const ag_args<T>& x, const ag_options& opt) {
-  const ag_geometry geo(opt);
-  arg_checks checks(op_id::all_gather_matmul, dtype_of<T>(), "gathered", to_string(opt.gathered));
-  const int backend = ag_local_checks(ctx, checks, x, opt);
-  const ag_exchanged mine = ag_row_of(ctx, geo, x, opt);
-  plan_key& key = ctx.scratch().key;
-  key.clear();
-  append_values(key, mine);
-  // The bias is this rank's own business (it touches only this rank's c).
-  key.insert(key.end(), {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
-                         static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld, x.out.ld, opt.batch.a,
-                         opt.batch.b, opt.batch.c, opt.batch.out});
-  const agreement<ag_exchanged> agreed_on = agree_or_exchange(ctx, checks, key, mine);
-  if (agreed_on.cached != nullptr) return static_cast<ag_plan<T>&>(*agreed_on.cached);
-
-  const plan_key stored = key;  // the scratch is the next call's
-  const ag_global g = ag_global_checks(ctx, checks, geo, opt, agreed_on.table);
-  const schedule sched = ag_choose<T>(ctx, opt, g);
-  const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
-  return static_cast<ag_plan<T>&>(*ctx.store_plan(stored, ag_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
-}
-
 /// The ring pattern of all_gather_matmul, for engine::run_ring.
 template <class T>
 class ag_ring_pattern {
  public:
-  ag_ring_pattern(ag_plan<T>& plan, const ag_args<T>& x, const T* bias, int rank)
+  ag_ring_pattern(ag_plan<T>& plan, const ag_args<T>& x, const ag_options& /*opt*/, const T* bias, int rank)
       : plan_(plan), x_(x), local_(local_view(x, plan.geo)), bias_(bias) {
     (plan.geo.stored_shard_rows() ? local_r0_ : local_c0_) = plan.geo.layout.offset(rank);
   }
@@ -952,22 +883,11 @@ void ag_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const T* bias)
   });
 }
 
-/// Runs a prepared plan: C = the op's result.
+/// The local shards join the gathered by-product before a ring runs (a
+/// ring's own pieces are computed where they are, not copied there).
 template <class T>
-void ag_run(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt) {
-  const T* bias = opt.epilogue.bias.template get<T>();
-  if (plan.algorithm == algorithm::others || plan.strategy == strategy::bulk) {
-    // A batch's members one after the other, on the same plan.
-    for (int64_t m = 0; m < plan.batch.count; ++m) {
-      const ag_args<T> y = ag_member(x, plan.batch, m);
-      if (plan.algorithm == algorithm::others)
-        others_runner<T>(ctx, plan, plan.others, tags_of(op_id::all_gather_matmul).blocks, y.a, y.b, y.c, bias).run();
-      else
-        ag_bulk(ctx, plan, y, bias);
-    }
-    return;
-  }
-  for (int64_t m = 0; m < plan.batch.count && x.has_out; ++m) {  // the local shards join the gathered by-product
+void ag_local_into_out(const context& ctx, const ag_plan<T>& plan, const ag_args<T>& x) {
+  for (int64_t m = 0; m < plan.batch.count && x.has_out; ++m) {
     const ag_args<T> y = ag_member(x, plan.batch, m);
     const ag_geometry& geo = plan.geo;
     const int64_t off = geo.layout.offset(ctx.rank());
@@ -975,35 +895,78 @@ void ag_run(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_option
     copy_block<T>(l,
                   geo.stored_shard_rows() ? y.out.block(off, 0, l.rows, l.cols) : y.out.block(0, off, l.rows, l.cols));
   }
-  run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
-  ag_ring_pattern<T> pattern(plan, x, bias, ctx.rank());
-  run_on_ring(ctx, plan, pattern, op_id::all_gather_matmul, plan.lanes, plan.strategy == strategy::hierarchical);
 }
+
+/// all_gather_matmul as an op of the shared pipeline (ops/pipeline.hpp).
+template <class T>
+struct ag_op {
+  using element = T;
+  using args = ag_args<T>;
+  using options = ag_options;
+  using plan = ag_plan<T>;
+  using row = ag_exchanged;
+  using global = ag_global;
+  using pattern = ag_ring_pattern<T>;
+  static constexpr op_id id = op_id::all_gather_matmul;
+  static constexpr entry_names names{"overlap::all_gather_matmul", "overlap::start_all_gather_matmul",
+                                     "overlap::all_gather_matmul_schedule"};
+  static constexpr const char* layout_field = "gathered";
+
+  static const char* layout_name(const options& o) { return to_string(o.gathered); }
+  static int local_checks(const context& ctx, arg_checks& checks, const args& x, const options& o) {
+    return ag_local_checks(ctx, checks, x, o);
+  }
+  static row row_of(const context& ctx, const args& x, const options& o) {
+    return ag_row_of(ctx, ag_geometry(o), x, o);
+  }
+  /// The plan key's part that only this rank's views decide.
+  static void append_strides(plan_key& key, const args& x, const options& o) {
+    key.insert(key.end(), {x.a.ld, x.b.ld, x.c.ld, x.out.ld, o.batch.a, o.batch.b, o.batch.c, o.batch.out});
+  }
+  static global global_checks(const context& ctx, const arg_checks& checks, const options& o,
+                              const std::vector<row>& table) {
+    return ag_global_checks(ctx, checks, ag_geometry(o), o, table);
+  }
+  static schedule choose(context& ctx, const options& o, const global& g) { return ag_choose<T>(ctx, o, g); }
+  static int configured_chunks(const config& c) { return c.ag_chunks; }
+  static void describe(plan& p, const options& /*o*/, const global& g) { p.geo = g.full; }
+  static std::string summary(const plan& p, const global& g) {
+    return (p.algorithm == algorithm::others ? std::string(" moving the other operands") : std::string()) +
+           ", sharded sizes [" + list(g.full.layout.sizes()) + "], op(X) " + std::to_string(g.full.x_rows) + " x " +
+           std::to_string(g.full.x_cols);
+  }
+  static std::string plan_notes(const plan& p) { return p.acc.size() ? ", fp32 accumulator" : ""; }
+  static void build_bulk(context& ctx, plan& p, const args& x, const options& o) { ag_build_bulk<T>(ctx, p, x, o); }
+  static void build_ring(context& ctx, plan& p, const args& x, const options& o, int chunks) {
+    ag_build_ring<T>(ctx, p, x, o, chunks);
+  }
+  /// One whole shard per step: chunks do not apply.
+  static void build_hierarchical(context& ctx, plan& p, const args& x, const options& o, int /*chunks*/) {
+    ag_build_hierarchical<T>(ctx, p, x, o);
+  }
+  static void build_others(context& ctx, plan& p, const args& x, const options& o, const global& g, int pieces) {
+    ag_others_build<T>(ctx, p, x, o, g.other, std::max(pieces, 1));
+  }
+  static args member(const args& x, const overlap::batch& b, int64_t m) { return ag_member(x, b, m); }
+  static void bulk(context& ctx, plan& p, const args& y, const options& /*o*/, const T* bias) {
+    ag_bulk(ctx, p, y, bias);
+  }
+  static void before_ring(const context& ctx, const plan& p, const args& x) { ag_local_into_out(ctx, p, x); }
+};
 
 template <class T>
 void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
-  ctx.check_usable("overlap::all_gather_matmul");
-  ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
-  run_accumulating(ctx, plan, plan.saved, x.c, [&] { ag_run(ctx, plan, x, opt); });
+  call<ag_op<T>>(ctx, x, opt);
 }
 
-/// The call, started: prepared here, run (with accumulate's save and add)
-/// as the worker's job.
 template <class T>
 pending all_gather_matmul_start_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
-  const char* who = "overlap::start_all_gather_matmul";
-  ctx.check_usable(who);
-  engine::worker& w = ctx.start_worker(who);
-  ag_plan<T>& plan = ag_prepare<T>(ctx, x, opt);
-  w.post([&ctx, &plan, x, opt] { run_accumulating(ctx, plan, plan.saved, x.c, [&] { ag_run(ctx, plan, x, opt); }); });
-  return pending(&w);
+  return start<ag_op<T>>(ctx, x, opt);
 }
 
-/// The schedule a call runs (builds and caches its plan).
 template <class T>
 schedule all_gather_matmul_schedule_impl(context& ctx, const ag_args<T>& x, const ag_options& opt) {
-  ctx.check_usable("overlap::all_gather_matmul_schedule");
-  return ag_prepare<T>(ctx, x, opt).sched;
+  return schedule_of<ag_op<T>>(ctx, x, opt);
 }
 
 #ifdef OVERLAP_COMPILED

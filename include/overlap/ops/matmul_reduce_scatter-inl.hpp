@@ -20,16 +20,17 @@
 #include "overlap/ops/agreement.hpp"
 #include "overlap/ops/block_types.hpp"
 #include "overlap/ops/checks.hpp"
-#include "overlap/schedule/chunks.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/matmul_reduce_scatter.hpp"
 #include "overlap/ops/op_id.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/others.hpp"
 #include "overlap/ops/packing.hpp"
+#include "overlap/ops/pipeline.hpp"
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/verbose.hpp"
 #include "overlap/schedule/choose.hpp"
+#include "overlap/schedule/chunks.hpp"
 
 namespace overlap {
 namespace detail {
@@ -667,73 +668,6 @@ schedule rs_choose(context& ctx, const rs_options& opt, const rs_global& g) {
   });
 }
 
-/// Step 5: builds the plan of the schedule; buffers, datatypes and primitives
-/// may fail on one rank only, so the outcome is agreed before any transfer.
-template <class T>
-std::unique_ptr<rs_plan<T>> rs_make_plan(context& ctx, const arg_checks& checks, const rs_args<T>& x,
-                                         const rs_options& opt, const rs_global& g, const schedule& sched,
-                                         uint64_t fingerprint) {
-  auto plan = std::make_unique<rs_plan<T>>();
-  plan->rows = g.rows;
-  plan->m = g.m;
-  plan->n = g.n;
-  plan->layout = g.layout;
-  plan->sched = sched;
-  plan->algorithm = sched.algorithm;
-  plan->strategy = sched.strategy;
-  plan->lanes = sched.lanes;
-  plan->acc = rs_acc_type(dtype_of<T>(), opt, sched.strategy);
-  plan->fingerprint = fingerprint;
-  plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) +
-                  " ranks: " + to_string(plan->strategy) +
-                  (plan->algorithm == algorithm::others ? std::string(" moving the inputs") : std::string()) +
-                  ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(plan->m) + " x " +
-                  std::to_string(plan->n) + ", accumulators " + to_string(plan->acc);
-  build_agreed(ctx, checks.op(), [&] {
-    plan->batch = opt.batch;
-    plan->saved.prepare(opt.accumulate, x.c, opt.batch.count, opt.batch.c);
-    if (plan->algorithm == algorithm::others)
-      rs_others_build<T>(ctx, *plan, x, opt, g.ks, sched.chunks);
-    else if (plan->strategy == strategy::bulk)
-      rs_build_bulk<T>(ctx, *plan, x, opt);
-    else if (plan->strategy == strategy::hierarchical)
-      rs_build_hierarchical<T>(ctx, *plan, x, opt, sched.chunks);
-    else
-      rs_build_ring<T>(ctx, *plan, x, opt, sched.chunks);
-    return 0;
-  });
-  if (ctx.config().verbose && ctx.rank() == 0)
-    log_built_plan(ctx, plan->summary,
-                   ring_summary(opt.strategy, *plan, sched.chunks, ctx.config().rs_chunks == 0, plan->slots.size()) +
-                       "; schedule: " + to_string(sched),
-                   dtype_of<T>());
-  return plan;
-}
-
-/// Checks a call, agrees with the other ranks, and returns the plan (built
-/// and cached on first use). Collective; the steps as in ag_prepare.
-template <class T>
-rs_plan<T>& rs_prepare(context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  arg_checks checks(op_id::matmul_reduce_scatter, dtype_of<T>(), "scattered", to_string(opt.scattered));
-  const int backend = rs_local_checks(ctx, checks, x, opt);
-  const rs_exchanged mine = rs_row_of(ctx, x, opt);
-  plan_key& key = ctx.scratch().key;
-  key.clear();
-  append_values(key, mine);
-  // The bias is this rank's own business (it touches only this rank's c).
-  key.insert(key.end(),
-             {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
-              static_cast<int64_t>(checks.type()), x.a.ld, x.b.ld, x.c.ld, opt.batch.a, opt.batch.b, opt.batch.c});
-  const agreement<rs_exchanged> agreed_on = agree_or_exchange(ctx, checks, key, mine);
-  if (agreed_on.cached != nullptr) return static_cast<rs_plan<T>&>(*agreed_on.cached);
-
-  const plan_key stored = key;  // the scratch is the next call's
-  const rs_global g = rs_global_checks(ctx, checks, opt, agreed_on.table);
-  const schedule sched = rs_choose<T>(ctx, opt, g);
-  const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
-  return static_cast<rs_plan<T>&>(*ctx.store_plan(stored, rs_make_plan<T>(ctx, checks, x, opt, g, sched, fingerprint)));
-}
-
 /// c (nr x nc, ldc) = act(s + bias): the sums s (dense, the accumulators'
 /// type A) written to their strided place in c, in T's wide type.
 template <class T, class A>
@@ -842,50 +776,79 @@ void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_optio
   run_local_step(ctx, plan, [&] { run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data()); });
 }
 
-/// Runs a prepared plan: C = the op's result.
+/// matmul_reduce_scatter as an op of the shared pipeline (ops/pipeline.hpp).
 template <class T>
-void rs_run(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt) {
-  const T* bias = opt.epilogue.bias.template get<T>();
-  if (plan.algorithm == algorithm::others || plan.strategy == strategy::bulk) {
-    // A batch's members one after the other, on the same plan.
-    for (int64_t m = 0; m < plan.batch.count; ++m) {
-      const rs_args<T> y{member(x.a, plan.batch.a, m), member(x.b, plan.batch.b, m), member(x.c, plan.batch.c, m)};
-      if (plan.algorithm == algorithm::others)
-        others_runner<T>(ctx, plan, plan.others, tags_of(op_id::matmul_reduce_scatter).blocks, y.a, y.b, y.c, bias)
-            .run();
-      else
-        rs_bulk(ctx, plan, y, opt, bias);
-    }
-    return;
+struct rs_op {
+  using element = T;
+  using args = rs_args<T>;
+  using options = rs_options;
+  using plan = rs_plan<T>;
+  using row = rs_exchanged;
+  using global = rs_global;
+  using pattern = rs_ring_pattern<T>;
+  static constexpr op_id id = op_id::matmul_reduce_scatter;
+  static constexpr entry_names names{"overlap::matmul_reduce_scatter", "overlap::start_matmul_reduce_scatter",
+                                     "overlap::matmul_reduce_scatter_schedule"};
+  static constexpr const char* layout_field = "scattered";
+
+  static const char* layout_name(const options& o) { return to_string(o.scattered); }
+  static int local_checks(const context& ctx, arg_checks& checks, const args& x, const options& o) {
+    return rs_local_checks(ctx, checks, x, o);
   }
-  run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
-  rs_ring_pattern<T> pattern(plan, x, opt, bias, ctx.rank());
-  run_on_ring(ctx, plan, pattern, op_id::matmul_reduce_scatter, plan.lanes, plan.two_levels());
-}
+  static row row_of(const context& ctx, const args& x, const options& o) { return rs_row_of(ctx, x, o); }
+  /// The plan key's part that only this rank's views decide.
+  static void append_strides(plan_key& key, const args& x, const options& o) {
+    key.insert(key.end(), {x.a.ld, x.b.ld, x.c.ld, o.batch.a, o.batch.b, o.batch.c});
+  }
+  static global global_checks(const context& ctx, const arg_checks& checks, const options& o,
+                              const std::vector<row>& table) {
+    return rs_global_checks(ctx, checks, o, table);
+  }
+  static schedule choose(context& ctx, const options& o, const global& g) { return rs_choose<T>(ctx, o, g); }
+  static int configured_chunks(const config& c) { return c.rs_chunks; }
+  static void describe(plan& p, const options& o, const global& g) {
+    p.rows = g.rows, p.m = g.m, p.n = g.n, p.layout = g.layout;
+    p.acc = rs_acc_type(dtype_of<T>(), o, p.strategy);
+  }
+  static std::string summary(const plan& p, const global& g) {
+    return (p.algorithm == algorithm::others ? std::string(" moving the inputs") : std::string()) +
+           ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(p.m) + " x " +
+           std::to_string(p.n) + ", accumulators " + to_string(p.acc);
+  }
+  static std::string plan_notes(const plan& /*p*/) { return ""; }
+  static void build_bulk(context& ctx, plan& p, const args& x, const options& o) { rs_build_bulk<T>(ctx, p, x, o); }
+  static void build_ring(context& ctx, plan& p, const args& x, const options& o, int chunks) {
+    rs_build_ring<T>(ctx, p, x, o, chunks);
+  }
+  static void build_hierarchical(context& ctx, plan& p, const args& x, const options& o, int chunks) {
+    rs_build_hierarchical<T>(ctx, p, x, o, chunks);
+  }
+  static void build_others(context& ctx, plan& p, const args& x, const options& o, const global& g, int pieces) {
+    rs_others_build<T>(ctx, p, x, o, g.ks, pieces);
+  }
+  static args member(const args& x, const overlap::batch& b, int64_t m) {
+    return {overlap::detail::member(x.a, b.a, m), overlap::detail::member(x.b, b.b, m),
+            overlap::detail::member(x.c, b.c, m)};
+  }
+  static void bulk(context& ctx, plan& p, const args& y, const options& o, const T* bias) {
+    rs_bulk(ctx, p, y, o, bias);
+  }
+  static void before_ring(const context& /*ctx*/, const plan& /*p*/, const args& /*x*/) {}
+};
 
 template <class T>
 void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  ctx.check_usable("overlap::matmul_reduce_scatter");
-  rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
-  run_accumulating(ctx, plan, plan.saved, x.c, [&] { rs_run(ctx, plan, x, opt); });
+  call<rs_op<T>>(ctx, x, opt);
 }
 
-/// The call, started (see all_gather_matmul_start_impl).
 template <class T>
 pending matmul_reduce_scatter_start_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  const char* who = "overlap::start_matmul_reduce_scatter";
-  ctx.check_usable(who);
-  engine::worker& w = ctx.start_worker(who);
-  rs_plan<T>& plan = rs_prepare<T>(ctx, x, opt);
-  w.post([&ctx, &plan, x, opt] { run_accumulating(ctx, plan, plan.saved, x.c, [&] { rs_run(ctx, plan, x, opt); }); });
-  return pending(&w);
+  return start<rs_op<T>>(ctx, x, opt);
 }
 
-/// The schedule a call runs (builds and caches its plan).
 template <class T>
 schedule matmul_reduce_scatter_schedule_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  ctx.check_usable("overlap::matmul_reduce_scatter_schedule");
-  return rs_prepare<T>(ctx, x, opt).sched;
+  return schedule_of<rs_op<T>>(ctx, x, opt);
 }
 
 #ifdef OVERLAP_COMPILED

@@ -1,0 +1,157 @@
+#pragma once
+/// @file
+/// The pipeline every op runs, written once. An op is a traits type (`Op`,
+/// e.g. ag_op<T> in all_gather_matmul-inl.hpp) that says what is its own:
+/// its arguments and options, the checks of one rank, the row the ranks
+/// exchange and the rules across ranks, the schedule's choice, the builders
+/// of its plans (bulk, ring, hierarchical, other operands), its bulk run and
+/// its ring pattern. This file does the rest: preparing a call (checks,
+/// agreement, choice, building, caching), running a plan (a batch's members,
+/// packing B, the ring), and the three entry points (call, start,
+/// schedule). docs/design.md, "Adding an op", lists what a traits type
+/// declares.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "overlap/context.hpp"
+#include "overlap/ops/accumulate.hpp"
+#include "overlap/ops/agreement.hpp"
+#include "overlap/ops/checks.hpp"
+#include "overlap/ops/op_id.hpp"
+#include "overlap/ops/others.hpp"
+#include "overlap/ops/pending.hpp"
+#include "overlap/ops/run.hpp"
+#include "overlap/ops/verbose.hpp"
+#include "overlap/schedule/schedule.hpp"
+
+namespace overlap::detail {
+
+/// The names an op's entry points give in messages.
+struct entry_names {
+  const char* call;      ///< "overlap::all_gather_matmul"
+  const char* start;     ///< "overlap::start_all_gather_matmul"
+  const char* schedule;  ///< "overlap::all_gather_matmul_schedule"
+};
+
+/// Step 5 of preparing a call: builds the plan of the schedule. Buffers,
+/// datatypes and primitives may fail on one rank only, so the outcome is
+/// agreed before any transfer (build_agreed).
+template <class Op>
+std::unique_ptr<typename Op::plan> make_plan(context& ctx, const arg_checks& checks, const typename Op::args& x,
+                                             const typename Op::options& opt, const typename Op::global& g,
+                                             const schedule& sched, uint64_t fingerprint) {
+  using T = typename Op::element;
+  auto plan = std::make_unique<typename Op::plan>();
+  plan->sched = sched;
+  plan->strategy = sched.strategy;
+  plan->algorithm = sched.algorithm;
+  plan->lanes = sched.lanes;
+  plan->fingerprint = fingerprint;
+  Op::describe(*plan, opt, g);
+  plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) +
+                  " ranks: " + to_string(sched.strategy) + Op::summary(*plan, g);
+  build_agreed(ctx, checks.op(), [&] {
+    plan->batch = opt.batch;
+    plan->saved.prepare(opt.accumulate, x.c, opt.batch.count, opt.batch.c);
+    if (sched.algorithm == algorithm::others)
+      Op::build_others(ctx, *plan, x, opt, g, sched.chunks);
+    else if (sched.strategy == strategy::bulk)
+      Op::build_bulk(ctx, *plan, x, opt);
+    else if (sched.strategy == strategy::hierarchical)
+      Op::build_hierarchical(ctx, *plan, x, opt, sched.chunks);
+    else
+      Op::build_ring(ctx, *plan, x, opt, sched.chunks);
+    return 0;
+  });
+  if (ctx.config().verbose && ctx.rank() == 0) {
+    const bool chosen = Op::configured_chunks(ctx.config()) == 0;
+    log_built_plan(
+        ctx, plan->summary,
+        ring_summary(opt.strategy, *plan, sched.chunks, chosen, plan->slots.size() * sizeof(*plan->slots.data())) +
+            Op::plan_notes(*plan) + "; schedule: " + to_string(sched),
+        dtype_of<T>());
+  }
+  return plan;
+}
+
+/// Checks a call, agrees with the other ranks, and returns the plan (built
+/// and cached on first use). Collective. The steps: the checks each rank
+/// makes alone, the agreement (and on a plan miss anywhere the exchange of
+/// every rank's row), the rules that span ranks on that exchange, choosing
+/// the schedule, building it.
+template <class Op>
+typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
+  using T = typename Op::element;
+  arg_checks checks(Op::id, dtype_of<T>(), Op::layout_field, Op::layout_name(opt));
+  const int backend = Op::local_checks(ctx, checks, x, opt);
+  const typename Op::row mine = Op::row_of(ctx, x, opt);
+  plan_key& key = ctx.scratch().key;
+  key.clear();
+  append_values(key, mine);
+  // The bias is this rank's own business (it touches only this rank's c).
+  key.insert(key.end(), {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
+                         static_cast<int64_t>(checks.type())});
+  Op::append_strides(key, x, opt);
+  const agreement<typename Op::row> agreed_on = agree_or_exchange(ctx, checks, key, mine);
+  if (agreed_on.cached != nullptr) return static_cast<typename Op::plan&>(*agreed_on.cached);
+
+  const plan_key stored = key;  // the scratch is the next call's
+  const typename Op::global g = Op::global_checks(ctx, checks, opt, agreed_on.table);
+  const schedule sched = Op::choose(ctx, opt, g);
+  const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
+  return static_cast<typename Op::plan&>(
+      *ctx.store_plan(stored, make_plan<Op>(ctx, checks, x, opt, g, sched, fingerprint)));
+}
+
+/// Runs a prepared plan: C = the op's result. Bulk and the other-operands
+/// algorithm run a batch's members one after the other on the same plan;
+/// a ring moves every member's piece in one message per step.
+template <class Op>
+void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, const typename Op::options& opt) {
+  using T = typename Op::element;
+  const T* bias = opt.epilogue.bias.template get<T>();
+  if (plan.algorithm == algorithm::others || plan.strategy == strategy::bulk) {
+    for (int64_t m = 0; m < plan.batch.count; ++m) {
+      const typename Op::args y = Op::member(x, plan.batch, m);
+      if (plan.algorithm == algorithm::others)
+        others_runner<T>(ctx, plan, plan.others, tags_of(Op::id).blocks, y.a, y.b, y.c, bias).run();
+      else
+        Op::bulk(ctx, plan, y, opt, bias);
+    }
+    return;
+  }
+  Op::before_ring(ctx, plan, x);
+  run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
+  typename Op::pattern pattern(plan, x, opt, bias, ctx.rank());
+  run_on_ring(ctx, plan, pattern, Op::id, plan.lanes, plan.strategy == strategy::hierarchical);
+}
+
+/// The call: prepared and run (with accumulate's save and add) on this thread.
+template <class Op>
+void call(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
+  ctx.check_usable(Op::names.call);
+  typename Op::plan& plan = prepare<Op>(ctx, x, opt);
+  run_accumulating(ctx, plan, plan.saved, x.c, [&] { run<Op>(ctx, plan, x, opt); });
+}
+
+/// The call, started: prepared here, run (with accumulate's save and add)
+/// as the worker's job.
+template <class Op>
+pending start(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
+  ctx.check_usable(Op::names.start);
+  engine::worker& w = ctx.start_worker(Op::names.start);
+  typename Op::plan& plan = prepare<Op>(ctx, x, opt);
+  w.post([&ctx, &plan, x, opt] { run_accumulating(ctx, plan, plan.saved, x.c, [&] { run<Op>(ctx, plan, x, opt); }); });
+  return pending(&w);
+}
+
+/// The schedule a call runs (builds and caches its plan).
+template <class Op>
+schedule schedule_of(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
+  ctx.check_usable(Op::names.schedule);
+  return prepare<Op>(ctx, x, opt).sched;
+}
+
+}  // namespace overlap::detail
