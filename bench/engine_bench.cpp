@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "overlap/backend/onednn.hpp"
-#include "overlap/schedule/chunks.hpp"
 #include "overlap/overlap.hpp"
+#include "overlap/schedule/chunks.hpp"
 
 namespace {
 

@@ -8,11 +8,11 @@
 /// defines OVERLAP_COMPILED) it declares only, and the library holds the
 /// implementation (flavour.hpp).
 
-#include "overlap/dtype.hpp"
 #include "overlap/backend/gemm.hpp"
 #include "overlap/bfloat16.hpp"
 #include "overlap/config.hpp"
 #include "overlap/context.hpp"
+#include "overlap/dtype.hpp"
 #include "overlap/epilogue.hpp"
 #include "overlap/error.hpp"
 #include "overlap/flavour.hpp"

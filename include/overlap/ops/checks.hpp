@@ -11,8 +11,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "overlap/dtype.hpp"
 #include "overlap/context.hpp"
+#include "overlap/dtype.hpp"
 #include "overlap/epilogue.hpp"
 #include "overlap/matrix.hpp"
 #include "overlap/ops/geometry.hpp"
