@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 
+#include "overlap/engine/tags.hpp"
 #include "overlap/enum_names.hpp"
 
 namespace overlap::detail {
@@ -13,16 +14,17 @@ namespace overlap::detail {
 /// fingerprints, and sets the op's message tags (tags_of).
 enum class op_id : int64_t { all_gather_matmul = 1, matmul_reduce_scatter = 2 };
 
-/// The message tags of one op's point-to-point transfers: one per ring lane,
-/// one for the other-operands algorithm's output blocks. No two ops share a
-/// tag, so the messages of consecutive calls of different ops never match.
+/// The message tags of one op's point-to-point transfers (engine/tags.hpp):
+/// one per ring lane, one for the other-operands algorithm's output blocks.
 struct op_tags {
   int lanes[2];
   int blocks;
 };
 [[nodiscard]] constexpr op_tags tags_of(op_id op) {
-  const int base = 4 * static_cast<int>(op);
-  return {{base, base + 1}, base + 2};
+  using engine::message_tag, engine::tag_value;
+  if (op == op_id::all_gather_matmul)
+    return {{tag_value(message_tag::ag_lane0), tag_value(message_tag::ag_lane1)}, tag_value(message_tag::ag_blocks)};
+  return {{tag_value(message_tag::rs_lane0), tag_value(message_tag::rs_lane1)}, tag_value(message_tag::rs_blocks)};
 }
 
 }  // namespace overlap::detail

@@ -17,6 +17,7 @@
 /// whole contracted dimension, so that one GEMM replaces one per peer.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -53,26 +54,34 @@ inline others_block stored_block(others_src from, bool trans, range lr, range lc
 /// The leading dimension of a densely packed block with `cols` stored columns.
 inline int64_t packed_ld(int64_t cols) { return std::max<int64_t>(1, cols); }
 
+/// Piece counts the cost model may try for the other-operands algorithm
+/// besides one piece, and the floors of a piece's width (rows or columns of
+/// the widest rank's operand): thinner pieces cost the GEMMs more than they
+/// hide (docs/design.md, "Choosing a schedule").
+inline constexpr std::array<int, 2> others_piece_candidates{2, 4};
+inline constexpr int64_t others_min_piece_units = 32;
+/// The width a piece keeps where no model chooses (fast transfers hide little).
+inline constexpr int64_t others_rule_piece_units = 128;
+
 /// Piece counts the other-operands algorithm may gather an operand in along
 /// its free dimension, so that products (and output blocks) follow the
-/// transfer piece by piece (docs/design.md): as configured, else 1, 2 or 4
-/// pieces of at least 32 columns or rows of the widest rank's, for the cost
-/// model to choose from.
+/// transfer piece by piece (docs/design.md): as configured, else 1 and those
+/// of others_piece_candidates whose pieces keep others_min_piece_units, for
+/// the cost model to choose from.
 inline std::vector<int> others_piece_counts(int configured, int64_t widest) {
   if (configured > 0) return {configured};
   std::vector<int> out{1};
-  for (int p : {2, 4})
-    if (widest / p >= 32) out.push_back(p);
+  for (int p : others_piece_candidates)
+    if (widest / p >= others_min_piece_units) out.push_back(p);
   return out;
 }
 
 /// The piece count taken without a model: the most of others_piece_counts'
-/// whose pieces keep at least 128 columns or rows (thinner ones cost the
-/// GEMMs more than they hide where the transfers are fast).
+/// whose pieces keep others_rule_piece_units.
 inline int others_piece_rule(const std::vector<int>& pieces, int64_t widest) {
   int best = pieces.front();
   for (int p : pieces)
-    if (p == pieces.front() || widest / p >= 128) best = p;
+    if (p == pieces.front() || widest / p >= others_rule_piece_units) best = p;
   return best;
 }
 

@@ -28,6 +28,22 @@ struct chunk_rule {
 };
 inline constexpr chunk_rule ag_chunk_rule{1, 2}, rs_chunk_rule{2, 3};
 
+/// The floors of plan_chunks (why each, in its comment; the measurements in
+/// docs/design.md, "Chunks", and docs/results.md, "Piece rate against piece
+/// rows").
+/// Pieces a ring aims at in all (ranks x lanes x chunks): about one piece's
+/// product is exposed, so 12 leave about 1/12 of the work unhidden.
+inline constexpr int ring_pieces_target = 12;
+/// Above an op's preferred count: a piece's message stays at least this big
+/// (per-message latency; on TCP this size still streams at the link rate)
+/// and its product at least this many rows or columns wide.
+inline constexpr int64_t soft_floor_bytes = int64_t{512} << 10;
+inline constexpr int64_t soft_floor_units = 128;
+/// Down to an op's minimum count: the floors below which a piece costs more
+/// than it hides (a GEMM's rate falls off, messages turn latency-bound).
+inline constexpr int64_t hard_floor_bytes = int64_t{128} << 10;
+inline constexpr int64_t hard_floor_units = 32;
+
 /// What a ring plan's chunk count depends on. Every field must be the same
 /// on every rank (global sizes), so that all ranks choose alike.
 struct chunk_request {
@@ -43,18 +59,18 @@ struct chunk_request {
 /// Chunks per shard (per lane) a ring plan uses: the configured count, or,
 /// when it is 0, the plan's choice. A ring exposes about one piece's product
 /// (all-gather: the last; reduce-scatter: the first) that nothing overlaps,
-/// 1 / (ranks * lanes * chunks) of the work, so the plan aims at 12 pieces or
-/// more in all. It starts from `preferred` chunks or more, which give the
+/// 1 / (ranks * lanes * chunks) of the work, so the plan aims at
+/// ring_pieces_target pieces or more in all. It starts from `preferred` chunks or more, which give the
 /// engine's window two messages in flight per lane (all-gather: 2,
 /// reduce-scatter: 3; with one in flight the link drains between steps: a
 /// bidirectional reduce-scatter on the emulated 4-node ring ran 2.1x slower
 /// with 2 chunks than with 3, docs/design.md "Chunks"). Then, in two stages:
 ///   - above `preferred`, fewer chunks while a piece's message would fall
-///     below 512 KiB (per-message latency; on TCP this size still streams at
-///     the link rate) or its product below max(128, knee_units) wide along
-///     the split dimension;
+///     below soft_floor_bytes or its product below max(soft_floor_units,
+///     knee_units) wide along the split dimension;
 ///   - below `preferred`, down to min_chunks, only while a piece would fall
-///     below the hard floors: 128 KiB, or max(32, knee_units) wide.
+///     below the hard floors: hard_floor_bytes, or max(hard_floor_units,
+///     knee_units) wide.
 /// knee_units is the largest over ranks of context::piece_knee (below
 /// AVX-512 oneDNN's sgemm switches to slower kernels for thinner pieces, 1.7x
 /// their rows' cost); the measurements behind the floors are in
@@ -72,9 +88,9 @@ inline int plan_chunks(const chunk_request& r) {
   auto below = [&](int c, int64_t units, int64_t bytes) {
     return r.piece_units / c < std::max(units, r.knee_units) || r.piece_units / c * r.bytes_per_unit < bytes;
   };
-  int c = std::max({r.rule.min_chunks, r.rule.preferred, (12 + pieces - 1) / pieces});
-  while (c > r.rule.preferred && below(c, 128, int64_t{512} << 10)) --c;
-  while (c > r.rule.min_chunks && below(c, 32, int64_t{128} << 10)) --c;
+  int c = std::max({r.rule.min_chunks, r.rule.preferred, (ring_pieces_target + pieces - 1) / pieces});
+  while (c > r.rule.preferred && below(c, soft_floor_units, soft_floor_bytes)) --c;
+  while (c > r.rule.min_chunks && below(c, hard_floor_units, hard_floor_bytes)) --c;
   return c;
 }
 

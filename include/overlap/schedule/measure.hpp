@@ -15,6 +15,7 @@
 #include "overlap/context.hpp"
 #include "overlap/engine/buffer.hpp"
 #include "overlap/engine/progress.hpp"
+#include "overlap/engine/tags.hpp"
 #include "overlap/error.hpp"
 #include "overlap/failure.hpp"
 #include "overlap/mpi/simulator.hpp"
@@ -34,17 +35,19 @@ inline double median_of(std::vector<double> v) {
 /// slowest rank.
 inline double time_exchange(context& ctx, std::byte* out, std::byte* in, int bytes, bool both, int reps) {
   const int to = ctx.ring_at(-1), from = ctx.ring_at(1);
+  constexpr int fwd = engine::tag_value(engine::message_tag::exchange_forward),
+                back = engine::tag_value(engine::message_tag::exchange_backward);
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     OVERLAP_MPI(MPI_Barrier, ctx.comm());
     const double t0 = MPI_Wtime();
     MPI_Request r[4];
     int n = 0;
-    OVERLAP_MPI(MPI_Irecv, in, bytes, MPI_BYTE, from, 901, ctx.comm(), &r[n++]);
-    OVERLAP_MPI(MPI_Isend, out, bytes, MPI_BYTE, to, 901, ctx.comm(), &r[n++]);
+    OVERLAP_MPI(MPI_Irecv, in, bytes, MPI_BYTE, from, fwd, ctx.comm(), &r[n++]);
+    OVERLAP_MPI(MPI_Isend, out, bytes, MPI_BYTE, to, fwd, ctx.comm(), &r[n++]);
     if (both) {
-      OVERLAP_MPI(MPI_Irecv, in + bytes, bytes, MPI_BYTE, to, 902, ctx.comm(), &r[n++]);
-      OVERLAP_MPI(MPI_Isend, out + bytes, bytes, MPI_BYTE, from, 902, ctx.comm(), &r[n++]);
+      OVERLAP_MPI(MPI_Irecv, in + bytes, bytes, MPI_BYTE, to, back, ctx.comm(), &r[n++]);
+      OVERLAP_MPI(MPI_Isend, out + bytes, bytes, MPI_BYTE, from, back, ctx.comm(), &r[n++]);
     }
     OVERLAP_MPI(MPI_Waitall, n, r, MPI_STATUSES_IGNORE);
     double mine = MPI_Wtime() - t0, worst = 0;
@@ -64,10 +67,11 @@ inline double time_exchange(context& ctx, std::byte* out, std::byte* in, int byt
 /// more, one at a time, and the median of the slowest rank's is the latency.
 inline double time_latency(context& ctx, std::byte* out, std::byte* in, int bytes, int reps) {
   const int to = ctx.ring_at(-1), from = ctx.ring_at(1);
+  constexpr int tag = engine::tag_value(engine::message_tag::latency_chain);
   auto exchange = [&] {
     MPI_Request r[2];
-    OVERLAP_MPI(MPI_Irecv, in, bytes, MPI_BYTE, from, 905, ctx.comm(), &r[0]);
-    OVERLAP_MPI(MPI_Isend, out, bytes, MPI_BYTE, to, 905, ctx.comm(), &r[1]);
+    OVERLAP_MPI(MPI_Irecv, in, bytes, MPI_BYTE, from, tag, ctx.comm(), &r[0]);
+    OVERLAP_MPI(MPI_Isend, out, bytes, MPI_BYTE, to, tag, ctx.comm(), &r[1]);
     OVERLAP_MPI(MPI_Waitall, 2, r, MPI_STATUSES_IGNORE);
   };
   OVERLAP_MPI(MPI_Barrier, ctx.comm());
@@ -201,14 +205,16 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
   engine::buffer<std::byte> out(2 * static_cast<size_t>(msg)), in(2 * static_cast<size_t>(msg));
   std::memset(out.data(), 1, out.size());
   const int to = ctx.ring_at(-1), from = ctx.ring_at(1);
+  constexpr int fwd = engine::tag_value(engine::message_tag::slowdown_forward),
+                back = engine::tag_value(engine::message_tag::slowdown_backward);
   std::vector<double> per_byte;
   for (int rep = 0; rep < 5; ++rep) {  // median of 5: where ranks share cores, single runs vary by 20%
     OVERLAP_MPI(MPI_Barrier, ctx.comm());
     mpi::request_group& g = ctx.requests();
-    OVERLAP_MPI(MPI_Irecv, in.data(), msg, MPI_BYTE, from, 903, ctx.comm(), g.add());
-    OVERLAP_MPI(MPI_Irecv, in.data() + msg, msg, MPI_BYTE, to, 904, ctx.comm(), g.add());
-    OVERLAP_MPI(MPI_Isend, out.data(), msg, MPI_BYTE, to, 903, ctx.comm(), g.add());
-    OVERLAP_MPI(MPI_Isend, out.data() + msg, msg, MPI_BYTE, from, 904, ctx.comm(), g.add());
+    OVERLAP_MPI(MPI_Irecv, in.data(), msg, MPI_BYTE, from, fwd, ctx.comm(), g.add());
+    OVERLAP_MPI(MPI_Irecv, in.data() + msg, msg, MPI_BYTE, to, back, ctx.comm(), g.add());
+    OVERLAP_MPI(MPI_Isend, out.data(), msg, MPI_BYTE, to, fwd, ctx.comm(), g.add());
+    OVERLAP_MPI(MPI_Isend, out.data() + msg, msg, MPI_BYTE, from, back, ctx.comm(), g.add());
     const double t0 = MPI_Wtime();
     {
       engine::progress_scope progress(ctx.progress(), g);
