@@ -98,7 +98,10 @@ int main(int argc, char** argv) {
         };
         auto ag_chunks = [&](int lanes) { return chunks(overlap::detail::ag_chunk_rule, lanes); };
         const nlohmann::json up = candidates(
-            l, g, R, [&](const overlap::candidate& cand) { return overlap::detail::ag_work(geo, n_r, R, cand, 4, 4); },
+            l, g, R,
+            [&](const overlap::candidate& cand) {
+              return overlap::detail::ag_op<float>::work_of(geo, n_r, R, cand, 4, 4);
+            },
             ag_chunks);
         // Down-projection: RS rows, A = H_r (tokens x ffn / R), B = W2_r (ffn / R x hidden).
         const overlap::shard_layout rows = overlap::shard_layout::balanced(tokens, R);
@@ -106,7 +109,7 @@ int main(int argc, char** argv) {
         const nlohmann::json down = candidates(
             l, g, R,
             [&](const overlap::candidate& cand) {
-              return overlap::detail::rs_work(true, tokens, hidden, n_r, rows, R, cand, 4, 4);
+              return overlap::detail::rs_op<float>::work_of(true, tokens, hidden, n_r, rows, R, cand, 4, 4);
             },
             rs_chunks);
         std::cout << nlohmann::json{{"gbit", gbit},

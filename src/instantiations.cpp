@@ -11,14 +11,17 @@
 
 namespace overlap::detail {
 
-#define OVERLAP_INSTANTIATE(T)                                                                              \
-  template void all_gather_matmul_impl<T>(context&, const ag_args<T>&, const ag_options&);                  \
-  template schedule all_gather_matmul_schedule_impl<T>(context&, const ag_args<T>&, const ag_options&);     \
-  template void matmul_reduce_scatter_impl<T>(context&, const rs_args<T>&, const rs_options&);              \
-  template schedule matmul_reduce_scatter_schedule_impl<T>(context&, const rs_args<T>&, const rs_options&); \
-  template pending all_gather_matmul_start_impl<T>(context&, const ag_args<T>&, const ag_options&);         \
-  template pending matmul_reduce_scatter_start_impl<T>(context&, const rs_args<T>&, const rs_options&);
+// Every op's three entry points (ops/entry_points.hpp) for element type T:
+// the one list of explicit instantiations. A new op adds its line here.
+#define OVERLAP_ENTRY_POINTS(Op, Args, Options)                         \
+  template void op_call<Op>(context&, const Args&, const Options&);     \
+  template pending op_start<Op>(context&, const Args&, const Options&); \
+  template schedule op_schedule<Op>(context&, const Args&, const Options&);
+#define OVERLAP_INSTANTIATE(T)                           \
+  OVERLAP_ENTRY_POINTS(ag_op<T>, ag_args<T>, ag_options) \
+  OVERLAP_ENTRY_POINTS(rs_op<T>, rs_args<T>, rs_options)
 OVERLAP_FOR_EACH_ELEMENT(OVERLAP_INSTANTIATE)
 #undef OVERLAP_INSTANTIATE
+#undef OVERLAP_ENTRY_POINTS
 
 }  // namespace overlap::detail

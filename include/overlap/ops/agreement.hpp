@@ -100,6 +100,56 @@ struct agreed_field {
   int64_t Row::*member;
 };
 
+/// The part of an exchanged row that every matmul op has: its layout
+/// option and the options that must agree (an op's Row::agreed names them),
+/// then this rank's sizes. An op's row derives from it and adds its own.
+struct matmul_row {
+  int64_t layout, strategy, chunks, transpose_a, transpose_b, activation, phases, algorithm, accumulate, batch;
+  int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
+  int64_t c_rows, c_cols;
+  /// Pieces split one dimension of the output; this rank's GEMM keeps its rate above this many.
+  int64_t knee;
+};
+
+/// This rank's matmul_row: `layout` is the op's layout option, `chunks`
+/// its configured chunks, `knee` from context::piece_knee.
+template <class T, class Options>
+matmul_row matmul_row_of(const context& ctx, int64_t layout, int64_t chunks, const Options& opt,
+                         const matrix_view<const T>& a, const matrix_view<const T>& b, const matrix_view<T>& c,
+                         int64_t knee) {
+  const dims2 la = op_dims(a, opt.transpose_a), lb = op_dims(b, opt.transpose_b);
+  return {layout,
+          static_cast<int64_t>(opt.strategy),
+          chunks,
+          opt.transpose_a,
+          opt.transpose_b,
+          static_cast<int64_t>(opt.epilogue.activation),
+          static_cast<int64_t>(ctx.config().phases),
+          static_cast<int64_t>(opt.algorithm),
+          opt.accumulate,
+          opt.batch.count,
+          la.rows,
+          la.cols,
+          lb.rows,
+          lb.cols,
+          c.rows,
+          c.cols,
+          knee};
+}
+
+/// A rule across ranks: rank r's value of `field` (a member of Row or of a
+/// base) equals rank 0's, else std::invalid_argument naming `name` and both
+/// values. Every rank checks the same table, so all throw alike.
+template <class Row, class Field>
+void require_agreed(const context& ctx, const arg_checks& checks, const std::vector<Row>& table, size_t r, Field field,
+                    const std::string& name) {
+  const int64_t v0 = table.front().*field, vr = table[r].*field;
+  if (vr != v0)
+    throw std::invalid_argument(checks.op() + ": " + name + " must agree across ranks (" + ctx.rank_name(0) + ": " +
+                                std::to_string(v0) + ", " + ctx.rank_name(static_cast<int>(r)) + ": " +
+                                std::to_string(vr) + ")");
+}
+
 /// A row's values in declaration order (Row: a struct of int64_t only).
 template <class Row>
 void append_values(std::vector<int64_t>& out, const Row& row) {

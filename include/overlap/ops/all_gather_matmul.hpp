@@ -7,6 +7,7 @@
 #include "overlap/context.hpp"
 #include "overlap/flavour.hpp"
 #include "overlap/matrix.hpp"
+#include "overlap/ops/entry_points.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/pending.hpp"
 #include "overlap/schedule/schedule.hpp"
@@ -22,14 +23,9 @@ struct ag_args {
   bool has_out = false;
 };
 
-/// The op, defined in all_gather_matmul-inl.hpp (header-only flavour) or in
-/// the compiled library.
+/// The op's traits type, defined in all_gather_matmul-inl.hpp.
 template <class T>
-void all_gather_matmul_impl(context& ctx, const ag_args<T>& x, const ag_options& opt);
-template <class T>
-schedule all_gather_matmul_schedule_impl(context& ctx, const ag_args<T>& x, const ag_options& opt);
-template <class T>
-pending all_gather_matmul_start_impl(context& ctx, const ag_args<T>& x, const ag_options& opt);
+struct ag_op;
 
 }  // namespace detail
 
@@ -46,7 +42,7 @@ template <class T>
 void all_gather_matmul(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
                        const ag_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  detail::all_gather_matmul_impl<T>(ctx, detail::ag_args<T>{a, b, c, {}, false}, opt);
+  detail::op_call<detail::ag_op<T>>(ctx, detail::ag_args<T>{a, b, c, {}, false}, opt);
 }
 
 /// As above, and also writes the gathered operand into gathered_out (in its
@@ -56,7 +52,7 @@ template <class T>
 void all_gather_matmul(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
                        matrix_view<T> gathered_out, const ag_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  detail::all_gather_matmul_impl<T>(ctx, detail::ag_args<T>{a, b, c, gathered_out, true}, opt);
+  detail::op_call<detail::ag_op<T>>(ctx, detail::ag_args<T>{a, b, c, gathered_out, true}, opt);
 }
 
 /// all_gather_matmul, started: the checks, the agreement and the plan happen
@@ -76,7 +72,7 @@ template <class T>
 [[nodiscard]] pending start_all_gather_matmul(context& ctx, matrix_view<const T> a, matrix_view<const T> b,
                                               matrix_view<T> c, const ag_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  return detail::all_gather_matmul_start_impl<T>(ctx, detail::ag_args<T>{a, b, c, {}, false}, opt);
+  return detail::op_start<detail::ag_op<T>>(ctx, detail::ag_args<T>{a, b, c, {}, false}, opt);
 }
 /// As above, with the gathered operand also written into gathered_out.
 template <class T>
@@ -84,7 +80,7 @@ template <class T>
                                               matrix_view<T> c, matrix_view<T> gathered_out,
                                               const ag_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  return detail::all_gather_matmul_start_impl<T>(ctx, detail::ag_args<T>{a, b, c, gathered_out, true}, opt);
+  return detail::op_start<detail::ag_op<T>>(ctx, detail::ag_args<T>{a, b, c, gathered_out, true}, opt);
 }
 
 /// The schedule all_gather_matmul runs for these arguments (the same on
@@ -94,7 +90,7 @@ template <class T>
 schedule all_gather_matmul_schedule(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
                                     const ag_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  return detail::all_gather_matmul_schedule_impl<T>(ctx, detail::ag_args<T>{a, b, c, {}, false}, opt);
+  return detail::op_schedule<detail::ag_op<T>>(ctx, detail::ag_args<T>{a, b, c, {}, false}, opt);
 }
 
 }  // namespace overlap

@@ -190,6 +190,24 @@ inline void check_common_options(arg_checks& checks, const char* opts, overlap::
                               to_string(s) + " cannot run it (use bulk or automatic)");
 }
 
+/// The checks of one rank that every matmul op makes, in this order: its
+/// layout option (`layout`, e.g. ".gathered") and the options every op has
+/// (`opts`: "ag_options"), the views a, b and c, that c overlaps neither
+/// input, the bias, and the batch.
+template <class T, class Options, class Layout>
+void check_matmul_args(arg_checks& checks, const char* opts, const char* layout, Layout value, const Options& opt,
+                       const matrix_view<const T>& a, const matrix_view<const T>& b, const matrix_view<T>& c) {
+  checks.valid(opts, layout, value);
+  check_common_options(checks, opts, opt.strategy, opt.algorithm, opt.epilogue);
+  checks.view("a", a);
+  checks.view("b", b);
+  checks.view("c", c);
+  checks.disjoint("c", c, "a", a);
+  checks.disjoint("c", c, "b", b);
+  checks.bias(opt.epilogue.bias, c);
+  checks.batch(opt.batch, c, a, b);
+}
+
 /// The backend for T under ctx's config as a plan-key value; a combination no
 /// backend has becomes a failed check (reported on every rank by agree()).
 template <class T>

@@ -27,6 +27,7 @@
 #include "overlap/ops/others.hpp"
 #include "overlap/ops/packing.hpp"
 #include "overlap/ops/pipeline.hpp"
+#include "overlap/ops/plan.hpp"
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/verbose.hpp"
 #include "overlap/schedule/choose.hpp"
@@ -35,51 +36,32 @@
 namespace overlap {
 namespace detail {
 
-struct rs_step {
-  int64_t r0 = 0, c0 = 0, nr = 0, nc = 0;  ///< the output piece in global C coordinates
-  bool dst_c = false;                      ///< the final step: the product goes to this rank's c
-  bool acc_in_c = false;                   ///< the accumulator lives in c (else in a slot)
-  int64_t slot_offset = 0;                 ///< bytes into the slot buffer
-  int64_t ld = 0;                          ///< of the accumulator
-  mpi::layout wire;                        ///< the accumulator as a message (block_types)
-  bool recv = false;                       ///< its accumulator arrives from the next rank before this step
-  bool forward = false;                    ///< its result goes to the previous rank at the next step
-  bool add_slot = false;                   ///< c = product + the fp32 accumulator in the slot (bf16, final step)
-  bool finish = false;  ///< final step, c's block strided: the product sums into the slot, a pass writes c
-  bool compute = true;  ///< false: the hierarchical plan's lane 0 entry, which only moves sums
-  gemm_desc desc;       ///< what `kernel` computes
-  gemm_desc merge;      ///< hierarchical, lane 0, recv: adds the slot into lane 1's accumulator
-  std::shared_ptr<const gemm_kernel> kernel;
-  [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
+/// A ring step's output piece (global C coordinates), where its
+/// accumulator lives, and where its product goes. Its accumulator is sent
+/// at the next step, once computed (rs_ring_pattern::send).
+struct rs_step : ring_step {
+  bool dst_c = false;     ///< the final step: the product goes to this rank's c
+  bool acc_in_c = false;  ///< the accumulator lives in c (else in a slot, slot_offset in bytes)
+  bool add_slot = false;  ///< c = product + the fp32 accumulator in the slot (bf16, final step)
+  bool finish = false;    ///< final step, c's block strided: the product sums into the slot, a pass writes c
+  gemm_desc merge;        ///< hierarchical, lane 0, recv: adds the slot into lane 1's accumulator
+  [[nodiscard]] bool in_slot() const noexcept { return !acc_in_c; }
 };
 
+/// A plan of matmul_reduce_scatter: the shared parts (op_plan), the
+/// scattered output's geometry, the accumulators' type, and what the bulk
+/// schedule adds.
 template <class T>
-struct rs_plan final : plan_base {
+struct rs_plan final : op_plan<T, rs_step, std::byte> {
   bool rows = true;  ///< scattered by rows (else columns)
   int64_t m = 0, n = 0;
-  shard_layout layout;  ///< the scattered dimension over the ranks
-  overlap::strategy strategy = overlap::strategy::ring;
+  shard_layout layout;     ///< the scattered dimension over the ranks
   dtype acc = dtype::f32;  ///< what accumulators are summed and sent in
-  // ring (and bidirectional)
-  int lanes = 1;  ///< 2: bidirectional or hierarchical (lane 0 between nodes, lane 1 inside them)
-  [[nodiscard]] bool two_levels() const { return strategy == overlap::strategy::hierarchical; }
-  int n_steps = 0;
-  std::vector<rs_step> steps;  ///< step t, lane l at [t * lanes + l]
-  engine::ring_window window;
-  engine::buffer<std::byte> slots;
-  block_types types;
-  b_packing pack;  ///< scattered by rows: every piece reads all of b (packed once per call where the backend can)
   // bulk
   engine::buffer<std::byte> product_ws, result_ws;
   std::vector<int> counts;
   std::vector<std::shared_ptr<const gemm_kernel>> bulk_kernels;  ///< one per output block
   gemm_desc finish;  ///< the bulk pass over c: convert the reduced result, bias, activation
-  // algorithm::others
-  overlap::algorithm algorithm = overlap::algorithm::named;
-  others_plan<T> others;
-  overlap::schedule sched;  ///< what runs, and the candidates when the model chose
-  saved_output<T> saved;    ///< rs_options::accumulate
-  overlap::batch batch;     ///< rs_options::batch (this rank's strides)
 };
 
 /// How a piece's product enters its destination.
@@ -88,59 +70,6 @@ struct rs_piece_output {
   bool last = false;        ///< into c (type T, the epilogue runs), else into an accumulator (type acc)
   bool add_slot = false;    ///< c = product + the fp32 accumulator in a slot (bf16, final step)
 };
-
-/// The GEMM of an nr x nc output piece (ld of its destination) with all of K.
-template <class T>
-gemm_desc rs_gemm(const rs_args<T>& x, const rs_options& opt, dtype acc, int64_t nr, int64_t nc, int64_t ld,
-                  const rs_piece_output& how) {
-  gemm_desc d;
-  d.m = nr, d.n = nc, d.k = op_dims(x.a, opt.transpose_a).cols;
-  d.lda = x.a.ld, d.ldb = x.b.ld, d.ldc = ld;
-  d.trans_a = opt.transpose_a, d.trans_b = opt.transpose_b;
-  d.accumulate = how.accumulate;
-  d.in = dtype_of<T>();
-  d.out = how.last ? dtype_of<T>() : acc;
-  if (how.add_slot) d.addend = true, d.ld_addend = nc, d.addend_type = acc;
-  if (how.last) d.bias = static_cast<bool>(opt.epilogue.bias), d.act = opt.epilogue.activation;
-  return d;
-}
-
-/// Output shard `shard` as row and column ranges of C.
-template <class T>
-std::pair<range, range> rs_block(const rs_plan<T>& plan, int shard) {
-  range rows{0, plan.m}, cols{0, plan.n};
-  (plan.rows ? rows : cols) = range{plan.layout.offset(shard), plan.layout.size(shard)};
-  return {rows, cols};
-}
-
-/// The bulk plan: one product in blocks laid out as MPI_Reduce_scatter wants
-/// them (by rows that is C itself; by columns, each rank's column block
-/// contiguous), the reduce-scatter, and a pass over c.
-template <class T>
-void rs_build_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt) {
-  const int R = ctx.size();
-  const dtype t = dtype_of<T>(), acc = plan.acc;
-  plan.product_ws = engine::buffer<std::byte>(static_cast<size_t>(plan.m * plan.n) * size_of(acc));
-  plan.counts.resize(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) {
-    const auto [rows, cols] = rs_block(plan, r);
-    plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(rows.len * cols.len, "reduce-scatter count");
-    if (!plan.rows || r == 0) {
-      const int64_t nr = plan.rows ? plan.m : rows.len, nc = plan.rows ? plan.n : cols.len;
-      plan.bulk_kernels.push_back(ctx.make_kernel(rs_gemm(x, opt, acc, nr, nc, nc, {})));
-    }
-  }
-  // The reduced block lands in c when c is dense and of the accumulator's
-  // type; otherwise in result_ws, and the finishing pass adds it into c.
-  const bool via_ws = x.c.ld != x.c.cols || acc != t;
-  if (via_ws) plan.result_ws = engine::buffer<std::byte>(static_cast<size_t>(x.c.rows * x.c.cols) * size_of(acc));
-  gemm_desc& f = plan.finish;
-  f.m = x.c.rows, f.n = x.c.cols, f.k = 0, f.ldc = x.c.ld;
-  f.accumulate = !via_ws;
-  f.bias = static_cast<bool>(opt.epilogue.bias), f.act = opt.epilogue.activation;
-  f.in = f.out = t;
-  f.addend = via_ws, f.ld_addend = x.c.cols, f.addend_type = acc;
-}
 
 /// Where a piece sits in its shard's chain of partial sums and in the plan.
 struct rs_piece {
@@ -152,198 +81,6 @@ struct rs_piece {
   int slot = 0;               ///< the slot its accumulator uses, unless it is in c
 };
 
-/// A step computing piece `at`: this rank's partial product for it, added
-/// to the accumulator that arrived (unless first), forwarded (unless last).
-template <class T>
-rs_step rs_piece_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const rs_piece& at,
-                      engine::ring_slots& slots) {
-  auto [rows, cols] = rs_block(plan, at.shard);
-  range& chunked = plan.rows ? rows : cols;
-  chunked = chunked.chunk(at.parts, at.part).chunk(at.chunks, at.chunk);
-  rs_step st;
-  st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
-  st.dst_c = at.last;
-  // The last accumulator arrives in c itself where its place there is one
-  // contiguous block of the accumulators' type. Otherwise (a bf16 product's
-  // fp32 sums, a strided block of c, a batch) it arrives in a slot and is
-  // added while c is written: Open MPI 4.1's TCP path corrupts large messages
-  // sent from contiguous memory into a strided receive type (docs/design.md,
-  // "Transfers land in contiguous blocks").
-  const bool c_block = plan.batch.count == 1 && (st.nr <= 1 || x.c.ld == st.nc);
-  st.acc_in_c = st.dst_c && plan.acc == dtype_of<T>() && c_block;
-  // c = product + slot in the GEMM only where c's block is dense: oneDNN 2.6
-  // runs that post-op against a strided c in its reference kernel (hundreds
-  // of times slower); there the GEMM sums into the slot and a pass writes c.
-  st.add_slot = st.dst_c && !st.acc_in_c && !at.first && c_block;
-  st.finish = st.dst_c && !c_block;
-  if (st.acc_in_c) {
-    st.ld = x.c.ld;
-  } else {
-    st.ld = st.nc;
-    st.slot_offset = at.slot;  // scaled to bytes later
-    slots.elems = std::max(slots.elems, st.nr * st.nc);
-  }
-  st.recv = st.nonempty() && !at.first;
-  st.forward = st.nonempty() && !at.last;
-  const bool into_c = st.dst_c && !st.finish;
-  st.desc = rs_gemm(x, opt, plan.acc, st.nr, st.nc, into_c ? x.c.ld : st.ld,
-                    {!at.first && !st.add_slot, into_c, st.add_slot});
-  // Pieces of a row-scattered output read all of b (a batch's members read different b's).
-  st.desc.pack_b = plan.rows && plan.batch.count == 1;
-  st.kernel = ctx.make_step_kernel(st.desc);
-  return st;
-}
-
-/// Ring step t = i * chunks + j of lane l (docs in rs_build_ring).
-template <class T>
-rs_step rs_ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int i, int j, int l,
-                     int chunks, engine::ring_slots& slots) {
-  const int R = ctx.size();
-  rs_piece at;
-  at.shard = ctx.ring_at(l == 0 ? i + 1 : -i - 1);
-  at.part = l, at.parts = slots.lanes, at.chunk = j, at.chunks = chunks;
-  at.first = i == 0, at.last = i == R - 1;
-  at.slot = ((i * chunks + j) % slots.per_lane) * slots.lanes + l;
-  return rs_piece_step(ctx, plan, x, opt, at, slots);
-}
-
-/// The slots' byte offsets, the accumulators' datatypes (one message
-/// carries every batch member's) and the slots themselves, once every step
-/// of a ring plan is known.
-template <class T>
-void rs_finish_ring(rs_plan<T>& plan, const engine::ring_slots& slots) {
-  const auto acc_bytes = static_cast<int64_t>(size_of(plan.acc));
-  const int64_t members = plan.batch.count;
-  for (auto& st : plan.steps) {
-    if (!st.acc_in_c) st.slot_offset *= slots.elems * members * acc_bytes;
-    // A slot holds every member's accumulator one after the other: one contiguous block.
-    if (st.recv || st.forward) st.wire = plan.types.get(st.nr, st.nc, st.ld, members, st.nr * st.nc);
-  }
-  plan.slots =
-      engine::buffer<std::byte>(static_cast<size_t>(slots.elems * members * slots.per_lane * slots.lanes * acc_bytes));
-}
-
-/// The ring plan (positions on the context's ring: p + i is ring_at(i)).
-/// Lane 0: at step t = i * chunks + j this rank adds its
-/// partial product for chunk j of the output shard of p + i + 1 to the
-/// accumulator that came from p + 1 and, at step t + 1, passes it on to
-/// p - 1. After R rounds the accumulator of its own shard has visited every
-/// rank and lands in c. With two lanes (bidirectional) each shard is halved
-/// along the scattered dimension and lane 1 runs the second halves the other
-/// way (the shard of p - i - 1, from p - 1 to p + 1). The accumulator a step
-/// needs was computed by its neighbour `chunks` steps earlier and sent one
-/// step later, so receives are posted lead = chunks - 1 steps ahead and sends
-/// may stay in flight as long; 2 * chunks - 1 slots per lane are never
-/// rewritten while in use.
-template <class T>
-void rs_build_ring(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int chunks) {
-  const int R = ctx.size();
-  plan.types = block_types(plan.acc);
-  plan.window = {chunks - 1, chunks - 2};
-  plan.n_steps = R * chunks;
-  engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, plan.lanes, 0};
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < chunks; ++j)
-      for (int l = 0; l < plan.lanes; ++l)
-        plan.steps.push_back(rs_ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
-  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
-  rs_finish_ring(plan, slots);
-}
-
-/// The hierarchical plan, the all-gather's (ag_build_hierarchical) run
-/// backwards: S ranks on each of N nodes, R = N * S; this rank is local rank
-/// j of node a (in the order by node). Step t = (r * S + k) * C + h adds
-/// this rank's product for piece h (of C) of the shard of local rank
-/// j + k + 1 of node a + r + 1. Lane 1 runs inside the node (from local rank
-/// j + 1 to j - 1): a piece's accumulator starts at k = 0 and goes round the
-/// node, so that at k = S - 1 it reaches the rank with the shard's local
-/// index holding the node's sum. Lane 0 runs between nodes (from rank j of
-/// node a + 1 to rank j of node a - 1): there, at k = S - 1 of round r > 0,
-/// the sum the next node finished a round earlier is added too, and the
-/// result goes on to node a - 1, until at round N - 1 the shard is this
-/// rank's own and the sum lands in c. Each node link carries R - S
-/// accumulators per rank instead of the flat ring's R - 1. Lane 1 has C - 1
-/// steps to deliver (so C >= 2 overlaps it), lane 0 a round (S * C - 1
-/// steps): receives are posted that far ahead and sends may stay in flight
-/// as long, in 2 S C - 1 slots per lane. Both lanes' entries of a step
-/// describe the same piece; lane 1's computes, lane 0's receives the other
-/// node's sum (added before the product) and forwards lane 1's accumulator.
-template <class T>
-void rs_build_hierarchical(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int chunks) {
-  const int R = ctx.size(), S = ctx.node_slots(), N = R / S, C = chunks;
-  plan.types = block_types(plan.acc);
-  plan.lanes = 2;
-  plan.window = {S * C - 1, S * C - 2};
-  plan.n_steps = R * C;
-  engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, 2, 0};
-  for (int t = 0; t < plan.n_steps; ++t) {
-    const int r = t / (S * C), k = t / C % S;
-    rs_piece at;
-    at.shard = ctx.node_peer(r + 1, k + 1);
-    at.chunk = t % C, at.chunks = C;
-    at.first = k == 0, at.last = t / C == R - 1;
-    at.slot = t % slots.per_lane * 2 + 1;
-    rs_step inside = rs_piece_step(ctx, plan, x, opt, at, slots);
-    inside.forward = inside.forward && k < S - 1;
-    rs_step between;
-    between.r0 = inside.r0, between.nr = inside.nr, between.c0 = inside.c0, between.nc = inside.nc;
-    between.compute = false;
-    between.ld = inside.nc;
-    between.slot_offset = int64_t{t % slots.per_lane} * 2;
-    slots.elems = std::max(slots.elems, between.nr * between.nc);  // lane 1's may be in c, this one's never
-    between.recv = inside.nonempty() && k == S - 1 && r > 0;
-    between.forward = inside.nonempty() && k == S - 1 && r < N - 1;
-    // The other node's sum into this node's: accumulator += slot (no product).
-    between.merge = gemm_desc::shape(inside.nr, inside.nc, 0).strides(0, 0, inside.ld).types(plan.acc, plan.acc);
-    between.merge.accumulate = true, between.merge.addend = true;
-    between.merge.ld_addend = between.ld, between.merge.addend_type = plan.acc;
-    plan.steps.push_back(std::move(between));
-    plan.steps.push_back(std::move(inside));
-  }
-  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
-  rs_finish_ring(plan, slots);
-}
-
-/// The inputs of rs_others_build. Rows: the rows of every peer's A that meet
-/// this rank's output rows are exchanged (MPI_Ialltoallv), every peer's B is
-/// gathered in `pieces` column pieces (one MPI_Iallgatherv each); columns: B's
-/// columns exchanged, A gathered in row pieces. Received blocks lie in ring
-/// order from rank p + 1 on, this rank's own last, so that the peers' blocks
-/// are one run.
-template <class T>
-void rs_others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_options& opt, const std::vector<int64_t>& ks,
-                      int p, int pieces) {
-  const int R = static_cast<int>(ks.size()), next = (p + 1) % R;
-  const bool ta = opt.transpose_a, tb = opt.transpose_b;
-  const shard_layout& sh = plan.layout;
-  const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p), free = plan.rows ? plan.n : plan.m;
-  std::vector<int64_t> sent, got;
-  for (int q = 0; q < R; ++q) sent.push_back(sh.size(q) * kp), got.push_back(own * ks[static_cast<size_t>(q)]);
-  o.exchange = true;
-  o.sent_at = others_counts(sent);
-  o.exchanged_at = others_counts(got, next);
-  for (int q = 0; q < R; ++q) {
-    const range block{sh.offset(q), sh.size(q)};
-    const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
-    o.exchange_out.push_back(plan.rows ? stored_block(others_src::caller_a, ta, block, {0, kp}, dst)
-                                       : stored_block(others_src::caller_b, tb, {0, kp}, block, dst));
-  }
-  int64_t base = 0;
-  for (int j = 0; j < pieces; ++j) {
-    const range pc = others_piece(free, j, pieces);
-    std::vector<int64_t> counts(ks.size());
-    for (size_t q = 0; q < ks.size(); ++q) counts[q] = ks[q] * pc.len;
-    others_gather ga;
-    ga.at = others_counts(counts, next);
-    ga.base = base;
-    const int64_t to = base + ga.at.displs[static_cast<size_t>(p)];
-    ga.own = plan.rows ? stored_block(others_src::caller_b, tb, {0, kp}, pc, to)
-                       : stored_block(others_src::caller_a, ta, pc, {0, kp}, to);
-    base += ga.at.total();
-    o.gathers.push_back(std::move(ga));
-  }
-}
-
 /// Where a GEMM of rs_others_build reads an operand: source, element offset,
 /// leading dimension.
 struct rs_operand {
@@ -351,205 +88,14 @@ struct rs_operand {
   int64_t off = 0, ld = 1;
 };
 
-/// One operand of the peers' K made of their received blocks (one per K_q
-/// of `ks`, one after the other from element `at` of `from`, each `extent` x
-/// K_q in op's terms): where K runs down the stored blocks they already form
-/// one dense matrix; where it runs across (`k_across`) g assembles them side
-/// by side at element `to` of the assembled buffer (`blocks`, the copies
-/// its GEMM makes before it runs).
-inline rs_operand rs_assemble(std::vector<others_concat>& blocks, others_src from, int64_t at,
-                              const std::vector<int64_t>& ks, int64_t extent, bool k_across, int64_t to) {
-  if (!k_across) return {from, at, packed_ld(extent)};
-  const int64_t k = std::accumulate(ks.begin(), ks.end(), int64_t{0});
-  int64_t col = 0;
-  for (int64_t kq : ks) {
-    blocks.push_back({from, at, extent, kq, to + col, k});
-    at += extent * kq, col += kq;
-  }
-  return {others_src::assembled, to, packed_ld(k)};
-}
-
-/// The epilogue of the last GEMM of rs_others_build's sum.
-inline void rs_others_epilogue(others_gemm& g, const rs_options& opt) {
-  g.desc.bias = static_cast<bool>(opt.epilogue.bias), g.desc.act = opt.epilogue.activation;
-}
-
-/// rs_others_build's first term: this rank's own K_p from the caller's
-/// operands, its rows of op(A_p) and all of op(B_p), or all of op(A_p) and
-/// its columns of op(B_p); into c, or (bf16) into fp32 products.
-template <class T>
-void rs_others_own(context& ctx, const rs_plan<T>& plan, others_plan<T>& o, const rs_args<T>& x, const rs_options& opt,
-                   int64_t kp, bool last) {
-  const int p = ctx.rank();
-  const bool ta = opt.transpose_a, tb = opt.transpose_b, fp32_sum = o.out != dtype_of<T>();
-  const int64_t own = plan.layout.size(p), at = plan.layout.offset(p);
-  const int64_t m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
-  others_gemm g;
-  g.peer = p;
-  g.a = others_src::caller_a, g.b = others_src::caller_b;
-  if (plan.rows) g.a_off = ta ? at : at * x.a.ld;
-  if (!plan.rows) g.b_off = tb ? at * x.b.ld : at;
-  g.to_c = !fp32_sum;
-  g.desc = gemm_desc::shape(m, n, kp)
-               .strides(x.a.ld, x.b.ld, fp32_sum ? n : x.c.ld)
-               .transposed(ta, tb)
-               .types(dtype_of<T>(), o.out);
-  if (last) rs_others_epilogue(g, opt);
-  g.kernel = ctx.make_kernel(g.desc);
-  o.gemms.push_back(std::move(g));
-}
-
-/// rs_others_build's second term: the peers' K (`peers`: their K_q in the
-/// order their blocks lie), one GEMM per piece of the gathered operand,
-/// added to the first term. K runs across a stored block of op(A) unless A
-/// is stored transposed, and across one of op(B) when B is. The assembled
-/// buffer: the exchanged operand (own x K, assembled before the first
-/// piece's GEMM), then each piece of the gathered one (len x K).
-template <class T>
-void rs_others_peers(context& ctx, const rs_plan<T>& plan, others_plan<T>& o, const rs_args<T>& x,
-                     const rs_options& opt, const std::vector<int64_t>& peers, int pieces) {
-  const int p = ctx.rank();
-  const bool ta = opt.transpose_a, tb = opt.transpose_b, fp32_sum = o.out != dtype_of<T>();
-  const int64_t own = plan.layout.size(p), free = plan.rows ? plan.n : plan.m, n = plan.rows ? plan.n : own;
-  const int64_t k = std::accumulate(peers.begin(), peers.end(), int64_t{0});
-  const bool ex_across = plan.rows ? !ta : tb, ga_across = plan.rows ? tb : !ta;
-  std::vector<others_concat> exchanged;
-  const rs_operand ex = rs_assemble(exchanged, others_src::exchanged, 0, peers, own, ex_across, 0);
-  int64_t to = ex_across ? own * k : 0;
-  for (int j = 0; j < pieces; ++j) {
-    const range pc = others_piece(free, j, pieces);
-    others_gemm g;
-    if (j == 0) g.assemble = exchanged;
-    g.peer = p;
-    g.inputs = j;  // the exchange (with piece 0) and piece j
-    g.to_c = true;
-    const rs_operand ga = rs_assemble(g.assemble, others_src::gathered, o.gathers[static_cast<size_t>(j)].base, peers,
-                                      pc.len, ga_across, to);
-    if (ga_across) to += pc.len * k;
-    const rs_operand& a = plan.rows ? ex : ga;
-    const rs_operand& b = plan.rows ? ga : ex;
-    g.a = a.src, g.a_off = a.off, g.b = b.src, g.b_off = b.off;
-    g.out = plan.rows ? pc.begin : pc.begin * x.c.ld;
-    g.bias_off = plan.rows ? pc.begin : 0;
-    g.desc = gemm_desc::shape(plan.rows ? own : pc.len, plan.rows ? pc.len : own, k)
-                 .strides(a.ld, b.ld, x.c.ld)
-                 .transposed(ta, tb)
-                 .types(dtype_of<T>(), dtype_of<T>())
-                 .accumulating(!fp32_sum);
-    if (fp32_sum) {
-      g.addend = true, g.addend_off = plan.rows ? pc.begin : pc.begin * n;
-      g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
-    }
-    rs_others_epilogue(g, opt);
-    g.kernel = ctx.make_kernel(g.desc);
-    o.gemms.push_back(std::move(g));
-  }
-}
-
-/// algorithm::others for matmul_reduce_scatter: instead of partial sums of
-/// the whole output, the inputs travel (rs_others_inputs), and this rank
-/// computes its block of c itself in two terms. First its own K_p, from its
-/// own operands, while the collectives move the peers' blocks; then the
-/// peers' K, one GEMM over all of it per piece of the gathered operand, once
-/// the piece arrived: rows, c[:, piece] += op(A)[my rows, peers' K] @
-/// op(B)[peers' K, piece]; columns, c[piece, :] += op(A)[piece, peers' K] @
-/// op(B)[peers' K, my cols]. Two passes over c, not one per peer (bf16: the
-/// first term in fp32, added while the second writes c). `ks[q]`: rank q's K_q.
-template <class T>
-void rs_others_build(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
-                     const std::vector<int64_t>& ks, int pieces) {
-  others_plan<T>& o = plan.others;
-  const int R = ctx.size(), p = ctx.rank();
-  pieces = std::max(pieces, 1);
-  rs_others_inputs(plan, o, opt, ks, p, pieces);
-  const bool fp32_sum = dtype_of<T>() == dtype::bf16 && R > 1;
-  o.out = fp32_sum ? dtype::f32 : dtype_of<T>();
-  rs_others_own(ctx, plan, o, x, opt, ks[static_cast<size_t>(p)], R == 1);
-  std::vector<int64_t> peers(static_cast<size_t>(R - 1));  // the peers' K_q in the order their blocks lie
-  for (int i = 1; i < R; ++i) peers[static_cast<size_t>(i - 1)] = ks[static_cast<size_t>((p + i) % R)];
-  if (R > 1) rs_others_peers(ctx, plan, o, x, opt, peers, pieces);
-  const int64_t own = plan.layout.size(p);
-  o.output = others_output::local;
-  others_allocate(o, fp32_sum ? (plan.rows ? own * plan.n : plan.m * own) : 0);
-}
-
-/// What a candidate schedule of matmul_reduce_scatter does on the busiest
-/// rank, for the cost model. ks[q]: rank q's K_q; `out`: the scattered
-/// dimension over the ranks; elem/acc: bytes of an element and of a partial sum.
-inline work rs_work(bool rows, int64_t m, int64_t n, const std::vector<int64_t>& ks, const shard_layout& out, int R,
-                    const candidate& c, int64_t elem, int64_t acc) {
-  const int64_t kmax = *std::max_element(ks.begin(), ks.end()), shard = out.max_size();
-  auto k = [&](int q) { return ks[static_cast<size_t>(q)]; };
-  work w;
-  if (c.algorithm == algorithm::others) {
-    // Rows: A's row blocks exchanged, B gathered in column pieces; columns: A
-    // gathered in row pieces, B's column blocks exchanged. This rank's own
-    // K while they move, then one GEMM over the peers' K per piece.
-    w.pipelined = true;
-    w.pieces = std::max(c.chunks, 1);
-    const int64_t free = rows ? n : m, peers = std::accumulate(ks.begin(), ks.end(), int64_t{0}) - kmax;
-    w.allgather_block = double(kmax * free * elem);
-    w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return out.size(q) * k(p); });
-    w.gemms.push_back(rows ? gemm_work{shard, n, kmax} : gemm_work{m, shard, kmax});
-    for (int j = 0; j < w.pieces && R > 1; ++j) {
-      const int64_t len = others_piece(free, j, w.pieces).len;
-      w.gemms.push_back(rows ? gemm_work{shard, len, peers} : gemm_work{len, shard, peers});
-    }
-    return w;
-  }
-  if (c.strategy == strategy::bulk) {
-    w.gemms.push_back({m, n, kmax});
-    w.reduce_scatter_block = double(shard * (rows ? n : m) * acc);
-    return w;
-  }
-  const int lanes = c.strategy == strategy::bidirectional ? 2 : 1;
-  const int64_t split = ceil_div(shard, int64_t{lanes} * c.chunks);
-  w.ring = true;
-  w.lanes = lanes;
-  w.steps = R * c.chunks;
-  w.transfer_steps = (R - 1) * c.chunks;
-  w.piece = rows ? gemm_work{split, n, kmax} : gemm_work{m, split, kmax};
-  w.step_bytes = double(split * (rows ? n : m) * acc);
-  return w;
-}
-
-/// Step 1 of preparing a call: the checks each rank makes alone (options,
-/// views, aliasing, shapes); returns the backend for the plan key. Messages
-/// are built only for a rule that fails.
-template <class T>
-int rs_local_checks(const context& ctx, arg_checks& checks, const rs_args<T>& x, const rs_options& opt) {
-  checks.valid("rs_options", ".scattered", opt.scattered);
-  check_common_options(checks, "rs_options", opt.strategy, opt.algorithm, opt.epilogue);
-  checks.view("a", x.a);
-  checks.view("b", x.b);
-  checks.view("c", x.c);
-  checks.disjoint("c", x.c, "a", x.a);
-  checks.disjoint("c", x.c, "b", x.b);
-  checks.bias(opt.epilogue.bias, x.c);
-  checks.batch(opt.batch, x.c, x.a, x.b);
-  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
-  const bool ta = opt.transpose_a, tb = opt.transpose_b;
-  require_equal(checks, ta, tb, lb.rows, "b.rows", la.cols, "a.cols", ", this rank's K");
-  if (opt.scattered == scattered::rows)
-    require_equal(checks, ta, tb, x.c.cols, "c.cols", lb.cols, "b.cols");
-  else
-    require_equal(checks, ta, tb, x.c.rows, "c.rows", la.rows, "a.rows");
-  return checked_backend<T>(ctx, checks);
-}
-
 /// What each rank contributes when the ranks exchange their calls (on a plan
 /// miss anywhere): the options, which must agree (agreed names them), and
 /// this rank's sizes. Exchanged as one MPI datatype (exchange_rows).
-struct rs_exchanged {
-  int64_t scattered, strategy, chunks, transpose_a, transpose_b, activation, bf16_transfers, phases, algorithm,
-      accumulate, batch;
-  int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
-  int64_t c_rows, c_cols;
-  /// Pieces split the scattered dimension; this rank's GEMM keeps its rate above this many.
-  int64_t knee;
+struct rs_exchanged : matmul_row {
+  int64_t bf16_transfers;
 
   static constexpr std::array<agreed_field<rs_exchanged>, 11> agreed{{
-      {"rs_options.scattered", &rs_exchanged::scattered},
+      {"rs_options.scattered", &rs_exchanged::layout},
       {"rs_options.strategy", &rs_exchanged::strategy},
       {"config.rs_chunks", &rs_exchanged::chunks},
       {"rs_options.transpose_a", &rs_exchanged::transpose_a},
@@ -563,30 +109,6 @@ struct rs_exchanged {
   }};
 };
 
-/// This rank's row of the exchange.
-template <class T>
-rs_exchanged rs_row_of(const context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
-  return {static_cast<int64_t>(opt.scattered),
-          static_cast<int64_t>(opt.strategy),
-          ctx.config().rs_chunks,
-          opt.transpose_a,
-          opt.transpose_b,
-          static_cast<int64_t>(opt.epilogue.activation),
-          opt.bf16_transfers,
-          static_cast<int64_t>(ctx.config().phases),
-          static_cast<int64_t>(opt.algorithm),
-          opt.accumulate,
-          opt.batch.count,
-          la.rows,
-          la.cols,
-          lb.rows,
-          lb.cols,
-          x.c.rows,
-          x.c.cols,
-          ctx.piece_knee(dtype_of<T>(), opt.scattered == scattered::rows ? lb.cols : la.rows)};
-}
-
 /// What the exchanged table says about the whole problem.
 struct rs_global {
   bool rows = true;
@@ -596,77 +118,548 @@ struct rs_global {
   int64_t knee_units = 0;   ///< the largest GEMM rate knee over ranks
 };
 
-/// Step 3: the rules that span ranks, on the exchanged table (element r =
-/// rank r's row); every rank sees the same table, so all throw alike.
-inline rs_global rs_global_checks(const context& ctx, const arg_checks& checks, const rs_options& opt,
-                                  const std::vector<rs_exchanged>& table) {
-  auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
-  const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
-  const rs_exchanged& first = table.front();
-  rs_global g;
-  g.rows = opt.scattered == scattered::rows;
-  std::vector<int64_t> sizes;
-  for (size_t r = 0; r < table.size(); ++r) {
-    for (const auto& [field, name] :
-         {std::pair{&rs_exchanged::a_rows, an + ".rows (M)"}, std::pair{&rs_exchanged::b_cols, bn + ".cols (N)"}})
-      if (table[r].*field != first.*field)
-        fail(name + " must agree across ranks (" + ctx.rank_name(0) + ": " + std::to_string(first.*field) + ", " +
-             ctx.rank_name(static_cast<int>(r)) + ": " + std::to_string(table[r].*field) + ")");
-    sizes.push_back(g.rows ? table[r].c_rows : table[r].c_cols);
-    g.ks.push_back(table[r].a_cols);
-    g.knee_units = std::max(g.knee_units, table[r].knee);
-  }
-  g.m = first.a_rows;
-  g.n = first.b_cols;
-  g.layout = shard_layout(sizes);
-  const int64_t want = g.rows ? g.m : g.n;
-  if (g.layout.total() != want)
-    fail(std::string(g.rows ? "the sum of c.rows over ranks (" : "the sum of c.cols over ranks (") +
-         std::to_string(g.layout.total()) + ") must equal " + (g.rows ? an + ".rows (M = " : bn + ".cols (N = ") +
-         std::to_string(want) + ")");
-  return g;
-}
-
-/// The type partial sums travel and are summed in: bf16 products' in fp32,
-/// unless a ring may send bf16 (MPI cannot sum bf16, so bulk reduces in fp32).
-inline dtype rs_acc_type(dtype t, const rs_options& opt, overlap::strategy s) {
-  const dtype wide = t == dtype::bf16 ? dtype::f32 : t;
-  return s == strategy::bulk || !opt.bf16_transfers ? wide : t;
-}
-
-/// Step 4: the schedule, as asked or as the cost model chooses (the same on
-/// every rank: it depends on the exchanged table and one calibration).
 template <class T>
-schedule rs_choose(context& ctx, const rs_options& opt, const rs_global& g) {
-  const int R = ctx.size();
-  const dtype t = dtype_of<T>();
-  // Chunks split the scattered dimension; the choice depends on global sizes only.
-  auto chunks_for = [&](int lanes) {
-    const int64_t acc = static_cast<int64_t>(size_of(rs_acc_type(t, opt, strategy::ring)));
-    chunk_request r;
-    r.configured = ctx.config().rs_chunks, r.rule = rs_chunk_rule, r.ranks = R, r.lanes = lanes;
-    r.piece_units = g.layout.total() / R / lanes, r.bytes_per_unit = (g.rows ? g.n : g.m) * acc;
-    r.one_node = ctx.one_node(), r.knee_units = g.knee_units;
-    return plan_chunks(r);
-  };
-  // Hierarchical: pieces of a shard go round the node one step behind each
-  // other, so that each one's accumulator has a step to arrive (>= 2 pieces).
-  const int configured = ctx.config().rs_chunks;
-  schedule_request req;
-  req.strategy = opt.strategy, req.algorithm = opt.algorithm, req.hierarchical = true;
-  // The other-operands algorithm gathers B (rows) or A (columns) in pieces of
-  // its free dimension, N or M, the same on every rank: as configured, else
-  // the model's count, else one (without the model nothing says whether a
-  // piece's products hide the next piece's transfer, and thin pieces cost
-  // GEMM rate).
-  const int64_t free = g.rows ? g.n : g.m;
-  req.others_pieces = others_piece_counts(configured, free);
-  req.others_rule = req.others_pieces.front();
-  req.hierarchical_chunks = configured > 0 ? configured : 2;
-  return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) {
-    return rs_work(g.rows, g.m, g.n, g.ks, g.layout, R, c, sizeof(T), size_of(rs_acc_type(t, opt, c.strategy)));
-  });
-}
+class rs_ring_pattern;
+
+/// matmul_reduce_scatter as an op of the shared pipeline
+/// (ops/pipeline.hpp): what is its own, from the checks of one rank to the
+/// bulk run.
+template <class T>
+struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_global, rs_ring_pattern<T>> {
+  static constexpr op_id id = op_id::matmul_reduce_scatter;
+  static constexpr const char* layout_field = "scattered";
+
+  static const char* layout_name(const rs_options& o) { return to_string(o.scattered); }
+  /// The plan key's part that only this rank's views decide.
+  static void append_strides(plan_key& key, const rs_args<T>& x, const rs_options& o) {
+    key.insert(key.end(), {x.a.ld, x.b.ld, x.c.ld, o.batch.a, o.batch.b, o.batch.c});
+  }
+  static int configured_chunks(const config& c) { return c.rs_chunks; }
+  static void describe(rs_plan<T>& p, const rs_options& o, const rs_global& g) {
+    p.rows = g.rows, p.m = g.m, p.n = g.n, p.layout = g.layout;
+    p.acc = acc_type(dtype_of<T>(), o, p.strategy);
+  }
+  static std::string summary(const rs_plan<T>& p, const rs_global& g) {
+    return (p.algorithm == algorithm::others ? std::string(" moving the inputs") : std::string()) +
+           ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(p.m) + " x " +
+           std::to_string(p.n) + ", accumulators " + to_string(p.acc);
+  }
+  static std::string plan_notes(const rs_plan<T>& /*p*/) { return ""; }
+
+  // The checks, the exchange and the choice (ops/pipeline.hpp, prepare).
+
+  /// Step 1 of preparing a call: the checks each rank makes alone (options,
+  /// views, aliasing, shapes); returns the backend for the plan key. Messages
+  /// are built only for a rule that fails.
+  static int local_checks(const context& ctx, arg_checks& checks, const rs_args<T>& x, const rs_options& opt) {
+    check_matmul_args(checks, "rs_options", ".scattered", opt.scattered, opt, x.a, x.b, x.c);
+    const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+    const bool ta = opt.transpose_a, tb = opt.transpose_b;
+    require_equal(checks, ta, tb, lb.rows, "b.rows", la.cols, "a.cols", ", this rank's K");
+    if (opt.scattered == scattered::rows)
+      require_equal(checks, ta, tb, x.c.cols, "c.cols", lb.cols, "b.cols");
+    else
+      require_equal(checks, ta, tb, x.c.rows, "c.rows", la.rows, "a.rows");
+    return checked_backend<T>(ctx, checks);
+  }
+
+  /// This rank's row of the exchange.
+  static rs_exchanged row_of(const context& ctx, const rs_args<T>& x, const rs_options& opt) {
+    // Pieces split the scattered dimension: their GEMMs' rate depends on the other one.
+    const int64_t other =
+        opt.scattered == scattered::rows ? op_dims(x.b, opt.transpose_b).cols : op_dims(x.a, opt.transpose_a).rows;
+    const matmul_row common = matmul_row_of(ctx, static_cast<int64_t>(opt.scattered), ctx.config().rs_chunks, opt, x.a,
+                                            x.b, x.c, ctx.piece_knee(dtype_of<T>(), other));
+    return {common, opt.bf16_transfers};
+  }
+
+  /// Step 3: the rules that span ranks, on the exchanged table (element r =
+  /// rank r's row); every rank sees the same table, so all throw alike.
+  static rs_global global_checks(const context& ctx, const arg_checks& checks, const rs_options& opt,
+                                 const std::vector<rs_exchanged>& table) {
+    auto fail = [&](const std::string& msg) { throw std::invalid_argument(checks.op() + ": " + msg); };
+    const std::string an = op_name("a", opt.transpose_a), bn = op_name("b", opt.transpose_b);
+    const rs_exchanged& first = table.front();
+    rs_global g;
+    g.rows = opt.scattered == scattered::rows;
+    std::vector<int64_t> sizes;
+    for (size_t r = 0; r < table.size(); ++r) {
+      require_agreed(ctx, checks, table, r, &rs_exchanged::a_rows, an + ".rows (M)");
+      require_agreed(ctx, checks, table, r, &rs_exchanged::b_cols, bn + ".cols (N)");
+      sizes.push_back(g.rows ? table[r].c_rows : table[r].c_cols);
+      g.ks.push_back(table[r].a_cols);
+      g.knee_units = std::max(g.knee_units, table[r].knee);
+    }
+    g.m = first.a_rows;
+    g.n = first.b_cols;
+    g.layout = shard_layout(sizes);
+    const int64_t want = g.rows ? g.m : g.n;
+    if (g.layout.total() != want)
+      fail(std::string(g.rows ? "the sum of c.rows over ranks (" : "the sum of c.cols over ranks (") +
+           std::to_string(g.layout.total()) + ") must equal " + (g.rows ? an + ".rows (M = " : bn + ".cols (N = ") +
+           std::to_string(want) + ")");
+    return g;
+  }
+
+  /// The type partial sums travel and are summed in: bf16 products' in fp32,
+  /// unless a ring may send bf16 (MPI cannot sum bf16, so bulk reduces in fp32).
+  static dtype acc_type(dtype t, const rs_options& opt, overlap::strategy s) {
+    const dtype wide = t == dtype::bf16 ? dtype::f32 : t;
+    return s == strategy::bulk || !opt.bf16_transfers ? wide : t;
+  }
+
+  /// Step 4: the schedule, as asked or as the cost model chooses (the same on
+  /// every rank: it depends on the exchanged table and one calibration).
+  static schedule choose(context& ctx, const rs_options& opt, const rs_global& g) {
+    const int R = ctx.size();
+    const dtype t = dtype_of<T>();
+    // Chunks split the scattered dimension; the choice depends on global sizes only.
+    auto chunks_for = [&](int lanes) {
+      const int64_t acc = static_cast<int64_t>(size_of(acc_type(t, opt, strategy::ring)));
+      chunk_request r;
+      r.configured = ctx.config().rs_chunks, r.rule = rs_chunk_rule, r.ranks = R, r.lanes = lanes;
+      r.piece_units = g.layout.total() / R / lanes, r.bytes_per_unit = (g.rows ? g.n : g.m) * acc;
+      r.one_node = ctx.one_node(), r.knee_units = g.knee_units;
+      return plan_chunks(r);
+    };
+    // Hierarchical: pieces of a shard go round the node one step behind each
+    // other, so that each one's accumulator has a step to arrive (>= 2 pieces).
+    const int configured = ctx.config().rs_chunks;
+    schedule_request req;
+    req.strategy = opt.strategy, req.algorithm = opt.algorithm, req.hierarchical = true;
+    // The other-operands algorithm gathers B (rows) or A (columns) in pieces of
+    // its free dimension, N or M, the same on every rank: as configured, else
+    // the model's count, else one (without the model nothing says whether a
+    // piece's products hide the next piece's transfer, and thin pieces cost
+    // GEMM rate).
+    const int64_t free = g.rows ? g.n : g.m;
+    req.others_pieces = others_piece_counts(configured, free);
+    req.others_rule = req.others_pieces.front();
+    req.hierarchical_chunks = configured > 0 ? configured : 2;
+    return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) {
+      return work_of(g.rows, g.m, g.n, g.ks, g.layout, R, c, sizeof(T), size_of(acc_type(t, opt, c.strategy)));
+    });
+  }
+
+  /// What a candidate schedule of matmul_reduce_scatter does on the busiest
+  /// rank, for the cost model. ks[q]: rank q's K_q; `out`: the scattered
+  /// dimension over the ranks; elem/acc: bytes of an element and of a partial sum.
+  static work work_of(bool rows, int64_t m, int64_t n, const std::vector<int64_t>& ks, const shard_layout& out, int R,
+                      const candidate& c, int64_t elem, int64_t acc) {
+    const int64_t kmax = *std::max_element(ks.begin(), ks.end()), shard = out.max_size();
+    auto k = [&](int q) { return ks[static_cast<size_t>(q)]; };
+    work w;
+    if (c.algorithm == algorithm::others) {
+      // Rows: A's row blocks exchanged, B gathered in column pieces; columns: A
+      // gathered in row pieces, B's column blocks exchanged. This rank's own
+      // K while they move, then one GEMM over the peers' K per piece.
+      w.pipelined = true;
+      w.pieces = std::max(c.chunks, 1);
+      const int64_t free = rows ? n : m, peers = std::accumulate(ks.begin(), ks.end(), int64_t{0}) - kmax;
+      w.allgather_block = double(kmax * free * elem);
+      w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return out.size(q) * k(p); });
+      w.gemms.push_back(rows ? gemm_work{shard, n, kmax} : gemm_work{m, shard, kmax});
+      for (int j = 0; j < w.pieces && R > 1; ++j) {
+        const int64_t len = others_piece(free, j, w.pieces).len;
+        w.gemms.push_back(rows ? gemm_work{shard, len, peers} : gemm_work{len, shard, peers});
+      }
+      return w;
+    }
+    if (c.strategy == strategy::bulk) {
+      w.gemms.push_back({m, n, kmax});
+      w.reduce_scatter_block = double(shard * (rows ? n : m) * acc);
+      return w;
+    }
+    work r = ring_work(c, R);
+    const int64_t split = ceil_div(shard, int64_t{r.lanes} * c.chunks);
+    r.piece = rows ? gemm_work{split, n, kmax} : gemm_work{m, split, kmax};
+    r.step_bytes = double(split * (rows ? n : m) * acc);
+    return r;
+  }
+
+  // The plans.
+
+  /// The bulk plan: one product in blocks laid out as MPI_Reduce_scatter wants
+  /// them (by rows that is C itself; by columns, each rank's column block
+  /// contiguous), the reduce-scatter, and a pass over c.
+  static void build_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt) {
+    const int R = ctx.size();
+    const dtype t = dtype_of<T>(), acc = plan.acc;
+    plan.product_ws = engine::buffer<std::byte>(static_cast<size_t>(plan.m * plan.n) * size_of(acc));
+    plan.counts.resize(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      const auto [rows, cols] = block_of(plan, r);
+      plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(rows.len * cols.len, "reduce-scatter count");
+      if (!plan.rows || r == 0) {
+        const int64_t nr = plan.rows ? plan.m : rows.len, nc = plan.rows ? plan.n : cols.len;
+        plan.bulk_kernels.push_back(ctx.make_kernel(gemm(x, opt, acc, nr, nc, nc, {})));
+      }
+    }
+    // The reduced block lands in c when c is dense and of the accumulator's
+    // type; otherwise in result_ws, and the finishing pass adds it into c.
+    const bool via_ws = x.c.ld != x.c.cols || acc != t;
+    if (via_ws) plan.result_ws = engine::buffer<std::byte>(static_cast<size_t>(x.c.rows * x.c.cols) * size_of(acc));
+    gemm_desc& f = plan.finish;
+    f.m = x.c.rows, f.n = x.c.cols, f.k = 0, f.ldc = x.c.ld;
+    f.accumulate = !via_ws;
+    f.bias = static_cast<bool>(opt.epilogue.bias), f.act = opt.epilogue.activation;
+    f.in = f.out = t;
+    f.addend = via_ws, f.ld_addend = x.c.cols, f.addend_type = acc;
+  }
+
+  /// The GEMM of an nr x nc output piece (ld of its destination) with all of K.
+  static gemm_desc gemm(const rs_args<T>& x, const rs_options& opt, dtype acc, int64_t nr, int64_t nc, int64_t ld,
+                        const rs_piece_output& how) {
+    gemm_desc d;
+    d.m = nr, d.n = nc, d.k = op_dims(x.a, opt.transpose_a).cols;
+    d.lda = x.a.ld, d.ldb = x.b.ld, d.ldc = ld;
+    d.trans_a = opt.transpose_a, d.trans_b = opt.transpose_b;
+    d.accumulate = how.accumulate;
+    d.in = dtype_of<T>();
+    d.out = how.last ? dtype_of<T>() : acc;
+    if (how.add_slot) d.addend = true, d.ld_addend = nc, d.addend_type = acc;
+    if (how.last) d.bias = static_cast<bool>(opt.epilogue.bias), d.act = opt.epilogue.activation;
+    return d;
+  }
+
+  /// Output shard `shard` as row and column ranges of C.
+  static std::pair<range, range> block_of(const rs_plan<T>& plan, int shard) {
+    range rows{0, plan.m}, cols{0, plan.n};
+    (plan.rows ? rows : cols) = range{plan.layout.offset(shard), plan.layout.size(shard)};
+    return {rows, cols};
+  }
+
+  /// The ring plan (positions on the context's ring: p + i is ring_at(i)).
+  /// Lane 0: at step t = i * chunks + j this rank adds its
+  /// partial product for chunk j of the output shard of p + i + 1 to the
+  /// accumulator that came from p + 1 and, at step t + 1, passes it on to
+  /// p - 1. After R rounds the accumulator of its own shard has visited every
+  /// rank and lands in c. With two lanes (bidirectional) each shard is halved
+  /// along the scattered dimension and lane 1 runs the second halves the other
+  /// way (the shard of p - i - 1, from p - 1 to p + 1). The accumulator a step
+  /// needs was computed by its neighbour `chunks` steps earlier and sent one
+  /// step later, so receives are posted lead = chunks - 1 steps ahead and sends
+  /// may stay in flight as long; 2 * chunks - 1 slots per lane are never
+  /// rewritten while in use.
+  static void build_ring(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int chunks) {
+    const int R = ctx.size();
+    plan.types = block_types(plan.acc);
+    plan.window = {chunks - 1, chunks - 2};
+    plan.n_steps = R * chunks;
+    engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, plan.lanes, 0};
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < chunks; ++j)
+        for (int l = 0; l < plan.lanes; ++l) plan.steps.push_back(ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
+    finish_ring(ctx, plan, slots);
+  }
+
+  /// The hierarchical plan, the all-gather's (ag_build_hierarchical) run
+  /// backwards: S ranks on each of N nodes, R = N * S; this rank is local rank
+  /// j of node a (in the order by node). Step t = (r * S + k) * C + h adds
+  /// this rank's product for piece h (of C) of the shard of local rank
+  /// j + k + 1 of node a + r + 1. Lane 1 runs inside the node (from local rank
+  /// j + 1 to j - 1): a piece's accumulator starts at k = 0 and goes round the
+  /// node, so that at k = S - 1 it reaches the rank with the shard's local
+  /// index holding the node's sum. Lane 0 runs between nodes (from rank j of
+  /// node a + 1 to rank j of node a - 1): there, at k = S - 1 of round r > 0,
+  /// the sum the next node finished a round earlier is added too, and the
+  /// result goes on to node a - 1, until at round N - 1 the shard is this
+  /// rank's own and the sum lands in c. Each node link carries R - S
+  /// accumulators per rank instead of the flat ring's R - 1. Lane 1 has C - 1
+  /// steps to deliver (so C >= 2 overlaps it), lane 0 a round (S * C - 1
+  /// steps): receives are posted that far ahead and sends may stay in flight
+  /// as long, in 2 S C - 1 slots per lane. Both lanes' entries of a step
+  /// describe the same piece; lane 1's computes, lane 0's receives the other
+  /// node's sum (added before the product) and forwards lane 1's accumulator.
+  static void build_hierarchical(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+                                 int chunks) {
+    const int R = ctx.size(), S = ctx.node_slots(), N = R / S, C = chunks;
+    plan.types = block_types(plan.acc);
+    plan.lanes = 2;
+    plan.window = {S * C - 1, S * C - 2};
+    plan.n_steps = R * C;
+    engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, 2, 0};
+    for (int t = 0; t < plan.n_steps; ++t) {
+      const int r = t / (S * C), k = t / C % S;
+      rs_piece at;
+      at.shard = ctx.node_peer(r + 1, k + 1);
+      at.chunk = t % C, at.chunks = C;
+      at.first = k == 0, at.last = t / C == R - 1;
+      at.slot = t % slots.per_lane * 2 + 1;
+      rs_step inside = piece_step(ctx, plan, x, opt, at, slots);
+      inside.send = inside.send && k < S - 1;
+      rs_step between;
+      between.r0 = inside.r0, between.nr = inside.nr, between.c0 = inside.c0, between.nc = inside.nc;
+      between.compute = false;
+      between.ld = inside.nc;
+      between.slot_offset = int64_t{t % slots.per_lane} * 2;
+      slots.elems = std::max(slots.elems, between.nr * between.nc);  // lane 1's may be in c, this one's never
+      between.recv = inside.nonempty() && k == S - 1 && r > 0;
+      between.send = inside.nonempty() && k == S - 1 && r < N - 1;
+      // The other node's sum into this node's: accumulator += slot (no product).
+      between.merge = gemm_desc::shape(inside.nr, inside.nc, 0).strides(0, 0, inside.ld).types(plan.acc, plan.acc);
+      between.merge.accumulate = true, between.merge.addend = true;
+      between.merge.ld_addend = between.ld, between.merge.addend_type = plan.acc;
+      plan.steps.push_back(std::move(between));
+      plan.steps.push_back(std::move(inside));
+    }
+    finish_ring(ctx, plan, slots);
+  }
+
+  /// Ring step t = i * chunks + j of lane l (docs in rs_build_ring).
+  static rs_step ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int i, int j,
+                           int l, int chunks, engine::ring_slots& slots) {
+    const int R = ctx.size();
+    rs_piece at;
+    at.shard = ctx.ring_at(l == 0 ? i + 1 : -i - 1);
+    at.part = l, at.parts = slots.lanes, at.chunk = j, at.chunks = chunks;
+    at.first = i == 0, at.last = i == R - 1;
+    at.slot = ((i * chunks + j) % slots.per_lane) * slots.lanes + l;
+    return piece_step(ctx, plan, x, opt, at, slots);
+  }
+
+  /// A step computing piece `at`: this rank's partial product for it, added
+  /// to the accumulator that arrived (unless first), forwarded (unless last).
+  static rs_step piece_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+                            const rs_piece& at, engine::ring_slots& slots) {
+    auto [rows, cols] = block_of(plan, at.shard);
+    range& chunked = plan.rows ? rows : cols;
+    chunked = chunked.chunk(at.parts, at.part).chunk(at.chunks, at.chunk);
+    rs_step st;
+    st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
+    st.dst_c = at.last;
+    // The last accumulator arrives in c itself where its place there is one
+    // contiguous block of the accumulators' type. Otherwise (a bf16 product's
+    // fp32 sums, a strided block of c, a batch) it arrives in a slot and is
+    // added while c is written: Open MPI 4.1's TCP path corrupts large messages
+    // sent from contiguous memory into a strided receive type (docs/design.md,
+    // "Transfers land in contiguous blocks").
+    const bool c_block = plan.batch.count == 1 && (st.nr <= 1 || x.c.ld == st.nc);
+    st.acc_in_c = st.dst_c && plan.acc == dtype_of<T>() && c_block;
+    // c = product + slot in the GEMM only where c's block is dense: oneDNN 2.6
+    // runs that post-op against a strided c in its reference kernel (hundreds
+    // of times slower); there the GEMM sums into the slot and a pass writes c.
+    st.add_slot = st.dst_c && !st.acc_in_c && !at.first && c_block;
+    st.finish = st.dst_c && !c_block;
+    if (st.acc_in_c) {
+      st.ld = x.c.ld;
+    } else {
+      st.ld = st.nc;
+      st.slot_offset = at.slot;  // scaled to bytes later
+      slots.elems = std::max(slots.elems, st.nr * st.nc);
+    }
+    st.recv = st.nonempty() && !at.first;
+    st.send = st.nonempty() && !at.last;
+    const bool into_c = st.dst_c && !st.finish;
+    st.desc =
+        gemm(x, opt, plan.acc, st.nr, st.nc, into_c ? x.c.ld : st.ld, {!at.first && !st.add_slot, into_c, st.add_slot});
+    // Pieces of a row-scattered output read all of b (a batch's members read different b's).
+    st.desc.pack_b = plan.rows && plan.batch.count == 1;
+    st.kernel = ctx.make_step_kernel(st.desc);
+    return st;
+  }
+
+  /// Completes a ring plan (finish_ring): slots hold accumulators, and a
+  /// slot holds every batch member's, one after the other.
+  static void finish_ring(context& ctx, rs_plan<T>& plan, const engine::ring_slots& slots) {
+    detail::finish_ring(ctx, plan, slots, static_cast<int64_t>(size_of(plan.acc)),
+                        [](const rs_step& st) { return st.nr * st.nc; });
+  }
+
+  // The inputs' plans (algorithm::others).
+
+  /// algorithm::others for matmul_reduce_scatter: instead of partial sums of
+  /// the whole output, the inputs travel (rs_others_inputs), and this rank
+  /// computes its block of c itself in two terms. First its own K_p, from its
+  /// own operands, while the collectives move the peers' blocks; then the
+  /// peers' K, one GEMM over all of it per piece of the gathered operand, once
+  /// the piece arrived: rows, c[:, piece] += op(A)[my rows, peers' K] @
+  /// op(B)[peers' K, piece]; columns, c[piece, :] += op(A)[piece, peers' K] @
+  /// op(B)[peers' K, my cols]. Two passes over c, not one per peer (bf16: the
+  /// first term in fp32, added while the second writes c). `g.ks[q]`: rank q's K_q.
+  static void build_others(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+                           const rs_global& g, int pieces) {
+    const std::vector<int64_t>& ks = g.ks;
+    others_plan<T>& o = plan.others;
+    const int R = ctx.size(), p = ctx.rank();
+    pieces = std::max(pieces, 1);
+    others_inputs(plan, o, opt, ks, p, pieces);
+    const bool fp32_sum = dtype_of<T>() == dtype::bf16 && R > 1;
+    o.out = fp32_sum ? dtype::f32 : dtype_of<T>();
+    others_own(ctx, plan, o, x, opt, ks[static_cast<size_t>(p)], R == 1);
+    std::vector<int64_t> peers(static_cast<size_t>(R - 1));  // the peers' K_q in the order their blocks lie
+    for (int i = 1; i < R; ++i) peers[static_cast<size_t>(i - 1)] = ks[static_cast<size_t>((p + i) % R)];
+    if (R > 1) others_peers(ctx, plan, o, x, opt, peers, pieces);
+    const int64_t own = plan.layout.size(p);
+    o.output = others_output::local;
+    others_allocate(o, fp32_sum ? (plan.rows ? own * plan.n : plan.m * own) : 0);
+  }
+
+  /// The inputs of rs_others_build. Rows: the rows of every peer's A that meet
+  /// this rank's output rows are exchanged (MPI_Ialltoallv), every peer's B is
+  /// gathered in `pieces` column pieces (one MPI_Iallgatherv each); columns: B's
+  /// columns exchanged, A gathered in row pieces. Received blocks lie in ring
+  /// order from rank p + 1 on, this rank's own last, so that the peers' blocks
+  /// are one run.
+  static void others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_options& opt,
+                            const std::vector<int64_t>& ks, int p, int pieces) {
+    const int R = static_cast<int>(ks.size()), next = (p + 1) % R;
+    const bool ta = opt.transpose_a, tb = opt.transpose_b;
+    const shard_layout& sh = plan.layout;
+    const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p), free = plan.rows ? plan.n : plan.m;
+    std::vector<int64_t> sent, got;
+    for (int q = 0; q < R; ++q) sent.push_back(sh.size(q) * kp), got.push_back(own * ks[static_cast<size_t>(q)]);
+    o.exchange = true;
+    o.sent_at = others_counts(sent);
+    o.exchanged_at = others_counts(got, next);
+    for (int q = 0; q < R; ++q) {
+      const range block{sh.offset(q), sh.size(q)};
+      const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
+      o.exchange_out.push_back(plan.rows ? stored_block(others_src::caller_a, ta, block, {0, kp}, dst)
+                                         : stored_block(others_src::caller_b, tb, {0, kp}, block, dst));
+    }
+    int64_t base = 0;
+    for (int j = 0; j < pieces; ++j) {
+      const range pc = others_piece(free, j, pieces);
+      std::vector<int64_t> counts(ks.size());
+      for (size_t q = 0; q < ks.size(); ++q) counts[q] = ks[q] * pc.len;
+      others_gather ga;
+      ga.at = others_counts(counts, next);
+      ga.base = base;
+      const int64_t to = base + ga.at.displs[static_cast<size_t>(p)];
+      ga.own = plan.rows ? stored_block(others_src::caller_b, tb, {0, kp}, pc, to)
+                         : stored_block(others_src::caller_a, ta, pc, {0, kp}, to);
+      base += ga.at.total();
+      o.gathers.push_back(std::move(ga));
+    }
+  }
+
+  /// One operand of the peers' K made of their received blocks (one per K_q
+  /// of `ks`, one after the other from element `at` of `from`, each `extent` x
+  /// K_q in op's terms): where K runs down the stored blocks they already form
+  /// one dense matrix; where it runs across (`k_across`) g assembles them side
+  /// by side at element `to` of the assembled buffer (`blocks`, the copies
+  /// its GEMM makes before it runs).
+  static rs_operand assemble(std::vector<others_concat>& blocks, others_src from, int64_t at,
+                             const std::vector<int64_t>& ks, int64_t extent, bool k_across, int64_t to) {
+    if (!k_across) return {from, at, packed_ld(extent)};
+    const int64_t k = std::accumulate(ks.begin(), ks.end(), int64_t{0});
+    int64_t col = 0;
+    for (int64_t kq : ks) {
+      blocks.push_back({from, at, extent, kq, to + col, k});
+      at += extent * kq, col += kq;
+    }
+    return {others_src::assembled, to, packed_ld(k)};
+  }
+
+  /// rs_others_build's first term: this rank's own K_p from the caller's
+  /// operands, its rows of op(A_p) and all of op(B_p), or all of op(A_p) and
+  /// its columns of op(B_p); into c, or (bf16) into fp32 products.
+  static void others_own(context& ctx, const rs_plan<T>& plan, others_plan<T>& o, const rs_args<T>& x,
+                         const rs_options& opt, int64_t kp, bool last) {
+    const int p = ctx.rank();
+    const bool ta = opt.transpose_a, tb = opt.transpose_b, fp32_sum = o.out != dtype_of<T>();
+    const int64_t own = plan.layout.size(p), at = plan.layout.offset(p);
+    const int64_t m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
+    others_gemm g;
+    g.peer = p;
+    g.a = others_src::caller_a, g.b = others_src::caller_b;
+    if (plan.rows) g.a_off = ta ? at : at * x.a.ld;
+    if (!plan.rows) g.b_off = tb ? at * x.b.ld : at;
+    g.to_c = !fp32_sum;
+    g.desc = gemm_desc::shape(m, n, kp)
+                 .strides(x.a.ld, x.b.ld, fp32_sum ? n : x.c.ld)
+                 .transposed(ta, tb)
+                 .types(dtype_of<T>(), o.out);
+    if (last) others_epilogue(g, opt);
+    g.kernel = ctx.make_kernel(g.desc);
+    o.gemms.push_back(std::move(g));
+  }
+
+  /// rs_others_build's second term: the peers' K (`peers`: their K_q in the
+  /// order their blocks lie), one GEMM per piece of the gathered operand,
+  /// added to the first term. K runs across a stored block of op(A) unless A
+  /// is stored transposed, and across one of op(B) when B is. The assembled
+  /// buffer: the exchanged operand (own x K, assembled before the first
+  /// piece's GEMM), then each piece of the gathered one (len x K).
+  static void others_peers(context& ctx, const rs_plan<T>& plan, others_plan<T>& o, const rs_args<T>& x,
+                           const rs_options& opt, const std::vector<int64_t>& peers, int pieces) {
+    const int p = ctx.rank();
+    const bool ta = opt.transpose_a, tb = opt.transpose_b, fp32_sum = o.out != dtype_of<T>();
+    const int64_t own = plan.layout.size(p), free = plan.rows ? plan.n : plan.m, n = plan.rows ? plan.n : own;
+    const int64_t k = std::accumulate(peers.begin(), peers.end(), int64_t{0});
+    const bool ex_across = plan.rows ? !ta : tb, ga_across = plan.rows ? tb : !ta;
+    std::vector<others_concat> exchanged;
+    const rs_operand ex = assemble(exchanged, others_src::exchanged, 0, peers, own, ex_across, 0);
+    int64_t to = ex_across ? own * k : 0;
+    for (int j = 0; j < pieces; ++j) {
+      const range pc = others_piece(free, j, pieces);
+      others_gemm g;
+      if (j == 0) g.assemble = exchanged;
+      g.peer = p;
+      g.inputs = j;  // the exchange (with piece 0) and piece j
+      g.to_c = true;
+      const rs_operand ga = assemble(g.assemble, others_src::gathered, o.gathers[static_cast<size_t>(j)].base, peers,
+                                     pc.len, ga_across, to);
+      if (ga_across) to += pc.len * k;
+      const rs_operand& a = plan.rows ? ex : ga;
+      const rs_operand& b = plan.rows ? ga : ex;
+      g.a = a.src, g.a_off = a.off, g.b = b.src, g.b_off = b.off;
+      g.out = plan.rows ? pc.begin : pc.begin * x.c.ld;
+      g.bias_off = plan.rows ? pc.begin : 0;
+      g.desc = gemm_desc::shape(plan.rows ? own : pc.len, plan.rows ? pc.len : own, k)
+                   .strides(a.ld, b.ld, x.c.ld)
+                   .transposed(ta, tb)
+                   .types(dtype_of<T>(), dtype_of<T>())
+                   .accumulating(!fp32_sum);
+      if (fp32_sum) {
+        g.addend = true, g.addend_off = plan.rows ? pc.begin : pc.begin * n;
+        g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
+      }
+      others_epilogue(g, opt);
+      g.kernel = ctx.make_kernel(g.desc);
+      o.gemms.push_back(std::move(g));
+    }
+  }
+
+  /// The epilogue of the last GEMM of rs_others_build's sum.
+  static void others_epilogue(others_gemm& g, const rs_options& opt) {
+    g.desc.bias = static_cast<bool>(opt.epilogue.bias), g.desc.act = opt.epilogue.activation;
+  }
+
+  // Running.
+
+  /// The bulk run: one GEMM, the reduce-scatter, and a pass over c.
+  static void bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias) {
+    std::byte* ws = plan.product_ws.data();
+    const auto acc_size = static_cast<int64_t>(size_of(plan.acc));
+    run_local_step(ctx, plan, [&] {
+      if (plan.rows) {
+        plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
+      } else {
+        for (int r = 0; r < ctx.size(); ++r) {
+          const int64_t off = plan.layout.offset(r);
+          const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
+          plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
+        }
+      }
+    });
+    const bool via_ws = plan.finish.addend;
+    void* dst = mpi::any_buffer(via_ws ? static_cast<void*>(plan.result_ws.data()) : static_cast<void*>(x.c.data));
+    const MPI_Datatype type = mpi_type_of(plan.acc);
+    run_collective(
+        ctx, plan, "MPI_Reduce_scatter",
+        [&] { return MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm()); },
+        [&](MPI_Request* r) { return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r); });
+    // c = act(reduced + bias) (the pass also converts an fp32 result to bf16).
+    run_local_step(ctx, plan, [&] { run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data()); });
+  }
+
+  static rs_args<T> member(const rs_args<T>& x, const overlap::batch& b, int64_t m) {
+    return {detail::member(x.a, b.a, m), detail::member(x.b, b.b, m), detail::member(x.c, b.c, m)};
+  }
+  static void before_ring(const context& /*ctx*/, const rs_plan<T>& /*p*/, const rs_args<T>& /*x*/) {}
+};
 
 /// c (nr x nc, ldc) = act(s + bias): the sums s (dense, the accumulators'
 /// type A) written to their strided place in c, in T's wide type.
@@ -682,40 +675,48 @@ void write_block(T* c, int64_t ldc, const A* s, int64_t nr, int64_t nc, const T*
     }
 }
 
-/// The ring pattern of matmul_reduce_scatter, for engine::run_ring.
+/// The ring pattern of matmul_reduce_scatter, for engine::run_ring: a
+/// step's accumulator is sent at the next step, once computed.
 template <class T>
-class rs_ring_pattern {
+class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
+  using base = ring_pattern<rs_ring_pattern<T>, rs_plan<T>>;
+  using base::plan_;
+
  public:
   rs_ring_pattern(rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias, int rank)
-      : plan_(plan), x_(x), opt_(opt), bias_(bias), own_(plan.layout.offset(rank)) {}
-  [[nodiscard]] int steps() const { return plan_.n_steps; }
-  [[nodiscard]] engine::ring_window window() const { return plan_.window; }
-  [[nodiscard]] engine::transfer recv(int t, int lane) const {
-    const auto& st = step(t, lane);
-    return st.recv ? engine::transfer{piece(st), st.wire.type, st.wire.count} : engine::transfer{};
-  }
-  [[nodiscard]] engine::transfer send(int t, int lane) const {  // the accumulator finished at step t - 1
+      : base(plan),
+        x_(x),
+        opt_(opt),
+        bias_(bias),
+        own_(plan.layout.offset(rank)),
+        two_levels_(plan.strategy == strategy::hierarchical) {}
+  [[nodiscard]] engine::transfer send(int t, int lane) const {
     if (t == 0) return {};
-    const auto& st = step(t - 1, lane);
-    if (!st.forward) return {};
+    const rs_step& st = plan_.step(t - 1, lane);
+    if (!st.send) return {};
     // Hierarchical: both lanes forward the accumulator lane 1's entry computed.
-    return {piece(plan_.two_levels() ? step(t - 1, 1) : st), st.wire.type, st.wire.count};
+    return this->transfer_of(st, two_levels_ ? plan_.step(t - 1, 1) : st);
   }
   void compute(int t) {
     for (int l = 0; l < plan_.lanes; ++l) {
-      const rs_step& st = step(t, l);
+      const rs_step& st = plan_.step(t, l);
       for (int64_t m = 0; m < plan_.batch.count; ++m) {
-        if (plan_.two_levels() && st.recv && !st.compute)  // the next node's sum, into this node's
-          run_degenerate(st.merge, piece(step(t, 1), m), nullptr, piece(st, m));
+        if (two_levels_ && st.recv && !st.compute)  // the next node's sum, into this node's
+          run_degenerate(st.merge, piece(plan_.step(t, 1), m), nullptr, piece(st, m));
         if (st.compute) compute(st, m);
       }
     }
   }
 
- private:
-  [[nodiscard]] const rs_step& step(int t, int lane) const {
-    return plan_.steps[static_cast<size_t>(t) * static_cast<size_t>(plan_.lanes) + static_cast<size_t>(lane)];
+  /// The step's accumulator of batch member m (0 for the transfers: a
+  /// step's datatype reaches the others): in c, or in its slot.
+  [[nodiscard]] void* piece(const rs_step& st, int64_t m = 0) const {
+    const auto member_bytes = static_cast<int64_t>(size_of(plan_.acc)) * st.nr * st.nc;
+    return st.acc_in_c ? static_cast<void*>(in_c(st, m))
+                       : static_cast<void*>(plan_.slots.data() + st.slot_offset + m * member_bytes);
   }
+
+ private:
   /// Batch member m's product of the step's piece.
   void compute(const rs_step& st, int64_t m) {
     // Rows r0.. of op(a) and columns c0.. of op(b), wherever transposes put them.
@@ -732,134 +733,16 @@ class rs_ring_pattern {
       write_block(in_c(st, m), x_.c.ld, static_cast<const float*>(piece(st, m)), st.nr, st.nc, bias, act);
   }
 
-  /// The step's accumulator of batch member m (0 for the transfers: a
-  /// step's datatype reaches the others): in c, or in its slot.
-  [[nodiscard]] void* piece(const rs_step& st, int64_t m = 0) const {
-    const auto member_bytes = static_cast<int64_t>(size_of(plan_.acc)) * st.nr * st.nc;
-    return st.acc_in_c ? static_cast<void*>(in_c(st, m))
-                       : static_cast<void*>(plan_.slots.data() + st.slot_offset + m * member_bytes);
-  }
   [[nodiscard]] T* in_c(const rs_step& st, int64_t m) const {
     T* c = x_.c.data + m * plan_.batch.c;
     return plan_.rows ? c + (st.r0 - own_) * x_.c.ld + st.c0 : c + st.r0 * x_.c.ld + (st.c0 - own_);
   }
-  rs_plan<T>& plan_;
   const rs_args<T>& x_;
   const rs_options& opt_;
   const T* bias_;
-  int64_t own_;  ///< where this rank's output shard starts in C
+  int64_t own_;      ///< where this rank's output shard starts in C
+  bool two_levels_;  ///< the hierarchical schedule
 };
-
-template <class T>
-void rs_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, const T* bias) {
-  std::byte* ws = plan.product_ws.data();
-  const auto acc_size = static_cast<int64_t>(size_of(plan.acc));
-  run_local_step(ctx, plan, [&] {
-    if (plan.rows) {
-      plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
-    } else {
-      for (int r = 0; r < ctx.size(); ++r) {
-        const int64_t off = plan.layout.offset(r);
-        const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
-        plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
-      }
-    }
-  });
-  const bool via_ws = plan.finish.addend;
-  void* dst = mpi::any_buffer(via_ws ? static_cast<void*>(plan.result_ws.data()) : static_cast<void*>(x.c.data));
-  const MPI_Datatype type = mpi_type_of(plan.acc);
-  run_collective(
-      ctx, plan, "MPI_Reduce_scatter",
-      [&] { return MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm()); },
-      [&](MPI_Request* r) { return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r); });
-  // c = act(reduced + bias) (the pass also converts an fp32 result to bf16).
-  run_local_step(ctx, plan, [&] { run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data()); });
-}
-
-/// matmul_reduce_scatter as an op of the shared pipeline (ops/pipeline.hpp).
-template <class T>
-struct rs_op {
-  using element = T;
-  using args = rs_args<T>;
-  using options = rs_options;
-  using plan = rs_plan<T>;
-  using row = rs_exchanged;
-  using global = rs_global;
-  using pattern = rs_ring_pattern<T>;
-  static constexpr op_id id = op_id::matmul_reduce_scatter;
-  static constexpr entry_names names{"overlap::matmul_reduce_scatter", "overlap::start_matmul_reduce_scatter",
-                                     "overlap::matmul_reduce_scatter_schedule"};
-  static constexpr const char* layout_field = "scattered";
-
-  static const char* layout_name(const options& o) { return to_string(o.scattered); }
-  static int local_checks(const context& ctx, arg_checks& checks, const args& x, const options& o) {
-    return rs_local_checks(ctx, checks, x, o);
-  }
-  static row row_of(const context& ctx, const args& x, const options& o) { return rs_row_of(ctx, x, o); }
-  /// The plan key's part that only this rank's views decide.
-  static void append_strides(plan_key& key, const args& x, const options& o) {
-    key.insert(key.end(), {x.a.ld, x.b.ld, x.c.ld, o.batch.a, o.batch.b, o.batch.c});
-  }
-  static global global_checks(const context& ctx, const arg_checks& checks, const options& o,
-                              const std::vector<row>& table) {
-    return rs_global_checks(ctx, checks, o, table);
-  }
-  static schedule choose(context& ctx, const options& o, const global& g) { return rs_choose<T>(ctx, o, g); }
-  static int configured_chunks(const config& c) { return c.rs_chunks; }
-  static void describe(plan& p, const options& o, const global& g) {
-    p.rows = g.rows, p.m = g.m, p.n = g.n, p.layout = g.layout;
-    p.acc = rs_acc_type(dtype_of<T>(), o, p.strategy);
-  }
-  static std::string summary(const plan& p, const global& g) {
-    return (p.algorithm == algorithm::others ? std::string(" moving the inputs") : std::string()) +
-           ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(p.m) + " x " +
-           std::to_string(p.n) + ", accumulators " + to_string(p.acc);
-  }
-  static std::string plan_notes(const plan& /*p*/) { return ""; }
-  static void build_bulk(context& ctx, plan& p, const args& x, const options& o) { rs_build_bulk<T>(ctx, p, x, o); }
-  static void build_ring(context& ctx, plan& p, const args& x, const options& o, int chunks) {
-    rs_build_ring<T>(ctx, p, x, o, chunks);
-  }
-  static void build_hierarchical(context& ctx, plan& p, const args& x, const options& o, int chunks) {
-    rs_build_hierarchical<T>(ctx, p, x, o, chunks);
-  }
-  static void build_others(context& ctx, plan& p, const args& x, const options& o, const global& g, int pieces) {
-    rs_others_build<T>(ctx, p, x, o, g.ks, pieces);
-  }
-  static args member(const args& x, const overlap::batch& b, int64_t m) {
-    return {overlap::detail::member(x.a, b.a, m), overlap::detail::member(x.b, b.b, m),
-            overlap::detail::member(x.c, b.c, m)};
-  }
-  static void bulk(context& ctx, plan& p, const args& y, const options& o, const T* bias) {
-    rs_bulk(ctx, p, y, o, bias);
-  }
-  static void before_ring(const context& /*ctx*/, const plan& /*p*/, const args& /*x*/) {}
-};
-
-template <class T>
-void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  call<rs_op<T>>(ctx, x, opt);
-}
-
-template <class T>
-pending matmul_reduce_scatter_start_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  return start<rs_op<T>>(ctx, x, opt);
-}
-
-template <class T>
-schedule matmul_reduce_scatter_schedule_impl(context& ctx, const rs_args<T>& x, const rs_options& opt) {
-  return schedule_of<rs_op<T>>(ctx, x, opt);
-}
-
-#ifdef OVERLAP_COMPILED
-// Instantiated once in the compiled library (src/instantiations.cpp).
-#define OVERLAP_RS_EXTERN(T)                                                                                       \
-  extern template void matmul_reduce_scatter_impl<T>(context&, const rs_args<T>&, const rs_options&);              \
-  extern template schedule matmul_reduce_scatter_schedule_impl<T>(context&, const rs_args<T>&, const rs_options&); \
-  extern template pending matmul_reduce_scatter_start_impl<T>(context&, const rs_args<T>&, const rs_options&);
-OVERLAP_FOR_EACH_ELEMENT(OVERLAP_RS_EXTERN)
-#undef OVERLAP_RS_EXTERN
-#endif
 
 }  // namespace detail
 }  // namespace overlap

@@ -6,6 +6,7 @@
 #include "overlap/context.hpp"
 #include "overlap/flavour.hpp"
 #include "overlap/matrix.hpp"
+#include "overlap/ops/entry_points.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/pending.hpp"
 #include "overlap/schedule/schedule.hpp"
@@ -19,14 +20,9 @@ struct rs_args {
   matrix_view<T> c;
 };
 
-/// The op, defined in matmul_reduce_scatter-inl.hpp (header-only flavour) or
-/// in the compiled library.
+/// The op's traits type, defined in matmul_reduce_scatter-inl.hpp.
 template <class T>
-void matmul_reduce_scatter_impl(context& ctx, const rs_args<T>& x, const rs_options& opt);
-template <class T>
-schedule matmul_reduce_scatter_schedule_impl(context& ctx, const rs_args<T>& x, const rs_options& opt);
-template <class T>
-pending matmul_reduce_scatter_start_impl(context& ctx, const rs_args<T>& x, const rs_options& opt);
+struct rs_op;
 
 }  // namespace detail
 
@@ -45,7 +41,7 @@ template <class T>
 void matmul_reduce_scatter(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
                            const rs_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  detail::matmul_reduce_scatter_impl<T>(ctx, detail::rs_args<T>{a, b, c}, opt);
+  detail::op_call<detail::rs_op<T>>(ctx, detail::rs_args<T>{a, b, c}, opt);
 }
 
 /// matmul_reduce_scatter, started: as start_all_gather_matmul (checks,
@@ -55,7 +51,7 @@ template <class T>
 [[nodiscard]] pending start_matmul_reduce_scatter(context& ctx, matrix_view<const T> a, matrix_view<const T> b,
                                                   matrix_view<T> c, const rs_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  return detail::matmul_reduce_scatter_start_impl<T>(ctx, detail::rs_args<T>{a, b, c}, opt);
+  return detail::op_start<detail::rs_op<T>>(ctx, detail::rs_args<T>{a, b, c}, opt);
 }
 
 /// The schedule matmul_reduce_scatter runs for these arguments (the same on
@@ -65,7 +61,7 @@ template <class T>
 schedule matmul_reduce_scatter_schedule(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
                                         const rs_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  return detail::matmul_reduce_scatter_schedule_impl<T>(ctx, detail::rs_args<T>{a, b, c}, opt);
+  return detail::op_schedule<detail::rs_op<T>>(ctx, detail::rs_args<T>{a, b, c}, opt);
 }
 
 }  // namespace overlap

@@ -27,6 +27,19 @@ struct op_tags {
   return {{tag_value(message_tag::rs_lane0), tag_value(message_tag::rs_lane1)}, tag_value(message_tag::rs_blocks)};
 }
 
+/// The names an op's entry points give in messages.
+struct entry_names {
+  const char* call;      ///< "overlap::all_gather_matmul"
+  const char* start;     ///< "overlap::start_all_gather_matmul"
+  const char* schedule;  ///< "overlap::all_gather_matmul_schedule"
+};
+[[nodiscard]] constexpr entry_names names_of(op_id op) {
+  if (op == op_id::all_gather_matmul)
+    return {"overlap::all_gather_matmul", "overlap::start_all_gather_matmul", "overlap::all_gather_matmul_schedule"};
+  return {"overlap::matmul_reduce_scatter", "overlap::start_matmul_reduce_scatter",
+          "overlap::matmul_reduce_scatter_schedule"};
+}
+
 }  // namespace overlap::detail
 
 namespace overlap {

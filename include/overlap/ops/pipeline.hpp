@@ -7,18 +7,19 @@
 /// of its plans (bulk, ring, hierarchical, other operands), its bulk run and
 /// its ring pattern. This file does the rest: preparing a call (checks,
 /// agreement, choice, building, caching), running a plan (a batch's members,
-/// packing B, the ring), and the three entry points (call, start,
-/// schedule). docs/design.md, "Adding an op", lists what a traits type
-/// declares.
+/// packing B, the ring), and the three entry points (ops/entry_points.hpp).
+/// docs/design.md, "Adding an op", lists what a traits type declares.
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "overlap/context.hpp"
 #include "overlap/ops/accumulate.hpp"
 #include "overlap/ops/agreement.hpp"
 #include "overlap/ops/checks.hpp"
+#include "overlap/ops/entry_points.hpp"
 #include "overlap/ops/op_id.hpp"
 #include "overlap/ops/others.hpp"
 #include "overlap/ops/pending.hpp"
@@ -28,11 +29,19 @@
 
 namespace overlap::detail {
 
-/// The names an op's entry points give in messages.
-struct entry_names {
-  const char* call;      ///< "overlap::all_gather_matmul"
-  const char* start;     ///< "overlap::start_all_gather_matmul"
-  const char* schedule;  ///< "overlap::all_gather_matmul_schedule"
+/// The types an op's traits type names, for the pipeline: its element
+/// type, operands (with c, the output), options, plan, the row the ranks
+/// exchange, what the exchanged table says about the whole problem, and
+/// its ring pattern (engine/ring.hpp).
+template <class T, class Args, class Options, class Plan, class Row, class Global, class Pattern>
+struct op_types {
+  using element = T;
+  using args = Args;
+  using options = Options;
+  using plan = Plan;
+  using row = Row;
+  using global = Global;
+  using pattern = Pattern;
 };
 
 /// Step 5 of preparing a call: builds the plan of the schedule. Buffers,
@@ -129,28 +138,31 @@ void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, cons
 }
 
 /// The call: prepared and run (with accumulate's save and add) on this thread.
-template <class Op>
-void call(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
-  ctx.check_usable(Op::names.call);
+template <class Op, class Args, class Options>
+void op_call(context& ctx, const Args& x, const Options& opt) {
+  static_assert(std::is_same_v<Args, typename Op::args> && std::is_same_v<Options, typename Op::options>);
+  ctx.check_usable(names_of(Op::id).call);
   typename Op::plan& plan = prepare<Op>(ctx, x, opt);
   run_accumulating(ctx, plan, plan.saved, x.c, [&] { run<Op>(ctx, plan, x, opt); });
 }
 
 /// The call, started: prepared here, run (with accumulate's save and add)
 /// as the worker's job.
-template <class Op>
-pending start(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
-  ctx.check_usable(Op::names.start);
-  engine::worker& w = ctx.start_worker(Op::names.start);
+template <class Op, class Args, class Options>
+pending op_start(context& ctx, const Args& x, const Options& opt) {
+  static_assert(std::is_same_v<Args, typename Op::args> && std::is_same_v<Options, typename Op::options>);
+  ctx.check_usable(names_of(Op::id).start);
+  engine::worker& w = ctx.start_worker(names_of(Op::id).start);
   typename Op::plan& plan = prepare<Op>(ctx, x, opt);
   w.post([&ctx, &plan, x, opt] { run_accumulating(ctx, plan, plan.saved, x.c, [&] { run<Op>(ctx, plan, x, opt); }); });
   return pending(&w);
 }
 
 /// The schedule a call runs (builds and caches its plan).
-template <class Op>
-schedule schedule_of(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
-  ctx.check_usable(Op::names.schedule);
+template <class Op, class Args, class Options>
+schedule op_schedule(context& ctx, const Args& x, const Options& opt) {
+  static_assert(std::is_same_v<Args, typename Op::args> && std::is_same_v<Options, typename Op::options>);
+  ctx.check_usable(names_of(Op::id).schedule);
   return prepare<Op>(ctx, x, opt).sched;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "overlap/schedule/calibration.hpp"
+#include "overlap/schedule/schedule.hpp"
 
 namespace overlap::detail {
 
@@ -60,6 +61,18 @@ double alltoall_max(int R, F&& elems) {
 
 /// ceil(a / b) for b > 0.
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// What every ring candidate does per rank: R rounds of `chunks` steps on
+/// one lane, or two (bidirectional); every round but the first receives its
+/// pieces from a neighbour. The op adds its piece's GEMM and bytes.
+inline work ring_work(const candidate& c, int R) {
+  work w;
+  w.ring = true;
+  w.lanes = c.strategy == strategy::bidirectional ? 2 : 1;
+  w.steps = R * c.chunks;
+  w.transfer_steps = (R - 1) * c.chunks;
+  return w;
+}
 
 /// Seconds of one GEMM at the calibrated rate of its shape.
 inline double gemm_seconds(const gemm_rates& g, const gemm_work& w) {

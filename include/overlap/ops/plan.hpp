@@ -1,0 +1,109 @@
+#pragma once
+/// @file
+/// What every op's plan holds (op_plan) and what every ring plan is made of
+/// (ring_step, finish_ring, ring_pattern): the parts of a plan that do not
+/// depend on the op. An op's plan derives from op_plan and adds its geometry
+/// and its bulk buffers; its ring steps derive from ring_step.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "overlap/backend/gemm.hpp"
+#include "overlap/context.hpp"
+#include "overlap/engine/buffer.hpp"
+#include "overlap/engine/ring.hpp"
+#include "overlap/mpi/datatype.hpp"
+#include "overlap/ops/accumulate.hpp"
+#include "overlap/ops/block_types.hpp"
+#include "overlap/ops/others.hpp"
+#include "overlap/ops/packing.hpp"
+#include "overlap/schedule/schedule.hpp"
+
+namespace overlap::detail {
+
+/// One lane's entry of a ring step: a piece (a block of a matrix in global
+/// coordinates), where it lives while it travels, whether it moves, and the
+/// GEMM that computes with it. The op's step type adds where its piece
+/// lives besides a slot and how its product enters the output.
+struct ring_step {
+  int64_t r0 = 0, c0 = 0, nr = 0, nc = 0;  ///< the piece in global coordinates
+  int64_t slot_offset = 0;                 ///< into the slot buffer (a slot index until finish_ring)
+  int64_t ld = 0;                          ///< leading dimension where it lives
+  mpi::layout wire;                        ///< the piece as a message (block_types, owned by the plan)
+  bool recv = false;                       ///< arrives from the next rank of its lane
+  bool send = false;                       ///< goes to the previous rank of its lane (when: the op's pattern)
+  bool compute = true;                     ///< false: this lane only moves the piece another lane computes
+  gemm_desc desc;                          ///< what `kernel` computes
+  std::shared_ptr<const gemm_kernel> kernel;
+  [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
+};
+
+/// A plan of an op with element type T: the schedule that runs and, for each
+/// kind of schedule, what running it takes. Step: the op's ring step (a
+/// ring_step); Slot: what its ring slots hold.
+template <class T, class Step, class Slot>
+struct op_plan : plan_base {
+  overlap::schedule sched;  ///< what runs, and the candidates when the model chose
+  overlap::strategy strategy = overlap::strategy::ring;
+  overlap::algorithm algorithm = overlap::algorithm::named;
+  overlap::batch batch;   ///< the options' batch (this rank's strides)
+  saved_output<T> saved;  ///< the options' accumulate
+  // a ring (bidirectional, hierarchical)
+  int lanes = 1;  ///< 2: bidirectional, or hierarchical (lane 0 between nodes, lane 1 inside them)
+  int n_steps = 0;
+  std::vector<Step> steps;  ///< step t, lane l at [t * lanes + l]
+  engine::ring_window window;
+  engine::buffer<Slot> slots;
+  block_types types;
+  b_packing pack;  ///< pieces that read all of b read it packed once per call where the backend can
+  // algorithm::others
+  others_plan<T> others;
+
+  [[nodiscard]] const Step& step(int t, int lane) const {
+    return steps[static_cast<size_t>(t) * static_cast<size_t>(lanes) + static_cast<size_t>(lane)];
+  }
+};
+
+/// Completes a ring plan once every step is known: B packed once per call
+/// where the backend can, the slot indices scaled to offsets (`unit`
+/// elements of Slot per element of a piece), the pieces' datatypes (one
+/// message carries every batch member's piece, `member_stride(st)` elements
+/// apart), and the slots themselves. Step: in_slot() says whether its piece
+/// lives in a slot.
+template <class Plan, class MemberStride>
+void finish_ring(context& ctx, Plan& plan, const engine::ring_slots& slots, int64_t unit,
+                 MemberStride&& member_stride) {
+  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
+  const int64_t members = plan.batch.count;
+  for (auto& st : plan.steps) {
+    if (st.in_slot()) st.slot_offset *= slots.elems * members * unit;
+    if (st.send || st.recv) st.wire = plan.types.get(st.nr, st.nc, st.ld, members, member_stride(st));
+  }
+  plan.slots = decltype(plan.slots)(static_cast<size_t>(slots.elems * members * slots.per_lane * slots.lanes * unit));
+}
+
+/// What every op's ring pattern (engine/ring.hpp) shares: its steps and
+/// window come from the plan, and a step receives its piece where the
+/// pattern says it lives (Derived::piece(step)).
+template <class Derived, class Plan>
+class ring_pattern {
+ public:
+  explicit ring_pattern(Plan& plan) : plan_(plan) {}
+  [[nodiscard]] int steps() const { return plan_.n_steps; }
+  [[nodiscard]] engine::ring_window window() const { return plan_.window; }
+  [[nodiscard]] engine::transfer recv(int t, int lane) const {
+    const auto& st = plan_.step(t, lane);
+    return st.recv ? transfer_of(st, st) : engine::transfer{};
+  }
+
+ protected:
+  /// The message of `wire`'s step, at the place where `at` lives.
+  template <class Step>
+  [[nodiscard]] engine::transfer transfer_of(const Step& wire, const Step& at) const {
+    return {static_cast<const Derived&>(*this).piece(at), wire.wire.type, wire.wire.count};
+  }
+  Plan& plan_;
+};
+
+}  // namespace overlap::detail
