@@ -50,7 +50,7 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
       local = detail::failure::capture(std::current_exception());
     }
   }
-  agree_on(local, who);
+  detail::agree_on(*this, local, who);
   share_calibration();
   if (sim_ && cfg_.sim == sim_compute::calibrated) sim_->set_rates(model_->gemm, cfg_.calibration);
   requests_->set_timeout(cfg_.timeout_s);

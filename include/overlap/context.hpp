@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "overlap/agreement.hpp"
 #include "overlap/backend/gemm.hpp"
 #include "overlap/config.hpp"
 #include "overlap/engine/progress.hpp"
@@ -64,16 +65,6 @@ struct plan_base {
   std::string summary;
 };
 using plan_key = std::vector<int64_t>;
-
-/// Buffers of the agreement collectives, owned by the context so that a
-/// collective abandoned by the watchdog never writes into a dead stack frame.
-struct agreement_scratch {
-  int64_t in[8] = {}, out[8] = {};
-  int ints[4] = {};
-  std::vector<int64_t> mine, table;
-  std::string text;
-  plan_key key;  ///< the key of the call being prepared (reused: no allocation on a cached call)
-};
 
 /// Where a fatal error leaves what MPI may still use (requests given up on):
 /// never freed, so a late transfer never lands in freed memory.
@@ -338,45 +329,8 @@ class context {
     } catch (...) {
       local = detail::failure::capture(std::current_exception());
     }
-    agree_on(local, op);
+    detail::agree_on(*this, local, op);
     return *worker_;
-  }
-
-  /// Collective: every rank learns whether any rank's `mine` failed; if one
-  /// did, every rank throws the lowest failing rank's error (same type and
-  /// message, prefixed with `where` and that rank). Used wherever something
-  /// that can fail on one rank only (a check, an allocation, creating a
-  /// primitive) must end the same way everywhere before any transfer.
-  void agree_on(const detail::failure& mine, const std::string& where) {
-    detail::agreement_scratch& s = *scratch_;
-    s.ints[0] = mine.failed() ? 1 : 0;
-    collective(
-        "MPI_Allreduce", [&] { return MPI_Allreduce(s.ints, s.ints + 1, 1, MPI_INT, MPI_MAX, comm_.get()); },
-        [&](MPI_Request* r) { return MPI_Iallreduce(s.ints, s.ints + 1, 1, MPI_INT, MPI_MAX, comm_.get(), r); },
-        [&] { return where + " (agreeing on success)"; });
-    if (s.ints[1] != 0) broadcast_failure(mine, where);
-  }
-  /// Collective, after the ranks learnt that some rank failed: every rank
-  /// throws the lowest failing rank's error.
-  [[noreturn]] void broadcast_failure(const detail::failure& mine, const std::string& where) {
-    detail::agreement_scratch& s = *scratch_;
-    auto describe = [&] { return where + " (reporting a failure)"; };
-    s.ints[2] = mine.failed() ? rank_ : size_;
-    collective(
-        "MPI_Allreduce", [&] { return MPI_Allreduce(s.ints + 2, s.ints + 3, 1, MPI_INT, MPI_MIN, comm_.get()); },
-        [&](MPI_Request* r) { return MPI_Iallreduce(s.ints + 2, s.ints + 3, 1, MPI_INT, MPI_MIN, comm_.get(), r); },
-        describe);
-    const int root = s.ints[3];
-    s.text = rank_ == root ? mine.pack() : std::string();
-    s.ints[0] = static_cast<int>(s.text.size());
-    collective(
-        "MPI_Bcast", [&] { return MPI_Bcast(s.ints, 1, MPI_INT, root, comm_.get()); },
-        [&](MPI_Request* r) { return MPI_Ibcast(s.ints, 1, MPI_INT, root, comm_.get(), r); }, describe);
-    s.text.resize(static_cast<size_t>(s.ints[0]));
-    collective(
-        "MPI_Bcast", [&] { return MPI_Bcast(s.text.data(), s.ints[0], MPI_CHAR, root, comm_.get()); },
-        [&](MPI_Request* r) { return MPI_Ibcast(s.text.data(), s.ints[0], MPI_CHAR, root, comm_.get(), r); }, describe);
-    detail::failure::unpack(s.text).raise(where + ": on " + rank_name(root));
   }
 
   /// A failure after the ranks agreed to run an op: peers may wait for this

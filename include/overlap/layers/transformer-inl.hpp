@@ -124,16 +124,9 @@ transformer_block<T>::transformer_block(context& ctx, const block_shape& s, cons
 
 template <class T>
 void transformer_block<T>::agree(bool ok, const std::string& what) const {
-  const int size = comm_.size(), rank = comm_.rank();
-  int mine = ok ? size : rank, first = size;
-  OVERLAP_MPI(MPI_Allreduce, &mine, &first, 1, MPI_INT, MPI_MIN, comm_.get());
-  if (first == size) return;
-  std::string text = rank == first ? what : std::string();  // the first failing rank's message, for every rank
-  int length = int(text.size());
-  OVERLAP_MPI(MPI_Bcast, &length, 1, MPI_INT, first, comm_.get());
-  text.resize(size_t(length));
-  OVERLAP_MPI(MPI_Bcast, text.data(), length, MPI_CHAR, first, comm_.get());
-  throw std::invalid_argument("overlap::layers::transformer_block: rank " + std::to_string(first) + ": " + text);
+  using overlap::detail::failure;
+  overlap::detail::agree_on(*ctx_, ok ? failure() : failure(failure::kind::invalid_argument, what),
+                            "overlap::layers::transformer_block");
 }
 
 template <class T>

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "overlap/agreement.hpp"
 #include "overlap/context.hpp"
 #include "overlap/failure.hpp"
 #include "overlap/matrix.hpp"
@@ -46,13 +47,13 @@ namespace overlap::detail {
 /// throws std::invalid_argument naming rank 0's and the first rank that differs.
 [[noreturn]] inline void report_mismatched_calls(context& ctx, const arg_checks& checks) {
   agreement_scratch& s = ctx.scratch();
-  s.in[0] = static_cast<int64_t>(checks.id());
-  s.in[1] = static_cast<int64_t>(checks.type());
+  s.mine = {static_cast<int64_t>(checks.id()), static_cast<int64_t>(checks.type())};
   s.table.resize(2 * static_cast<size_t>(ctx.size()));
   ctx.collective(
-      "MPI_Allgather", [&] { return MPI_Allgather(s.in, 2, MPI_INT64_T, s.table.data(), 2, MPI_INT64_T, ctx.comm()); },
+      "MPI_Allgather",
+      [&] { return MPI_Allgather(s.mine.data(), 2, MPI_INT64_T, s.table.data(), 2, MPI_INT64_T, ctx.comm()); },
       [&](MPI_Request* r) {
-        return MPI_Iallgather(s.in, 2, MPI_INT64_T, s.table.data(), 2, MPI_INT64_T, ctx.comm(), r);
+        return MPI_Iallgather(s.mine.data(), 2, MPI_INT64_T, s.table.data(), 2, MPI_INT64_T, ctx.comm(), r);
       },
       [&] { return checks.op() + " (comparing the calls of the ranks)"; });
   int r = 1;
@@ -69,27 +70,29 @@ namespace overlap::detail {
                               "; every rank must call the same op with the same element type, in the same order");
 }
 
-/// Collective. Throws std::invalid_argument on every rank when the ranks
-/// called different ops or element types, or when any rank's checks failed
-/// (the message is the lowest failing rank's). Returns true when every rank
-/// holds a cached plan and all those plans were built together.
+/// Collective: the agreement on an op call (call_vote). Throws
+/// std::invalid_argument on every rank when the ranks called different ops
+/// or element types, or when any rank's checks failed (the message is the
+/// lowest failing rank's). Returns true when every rank holds a cached plan
+/// and all those plans were built together.
 inline bool agree(context& ctx, const arg_checks& checks, const plan_base* cached) {
   agreement_scratch& s = ctx.scratch();
-  // Fingerprints are masked to 62 bits so that negating them cannot overflow;
-  // max(x) and max(-x) give the largest and smallest value of every field.
+  // Fingerprints are masked to 62 bits so that negating them cannot overflow.
   const int64_t fp = cached ? static_cast<int64_t>(cached->fingerprint >> 2) : -1;
-  const auto id = static_cast<int64_t>(checks.id()), type = static_cast<int64_t>(checks.type());
-  const int64_t in[8] = {checks.failed() ? 1 : 0, cached ? 0 : 1, fp, -fp, id, -id, type, -type};
-  std::copy(in, in + 8, s.in);
+  s.in = call_vote::of(checks.failed(), cached == nullptr, fp, static_cast<int64_t>(checks.id()),
+                       static_cast<int64_t>(checks.type()));
+  const int n = call_vote::count;
   ctx.collective(
-      "MPI_Allreduce", [&] { return MPI_Allreduce(s.in, s.out, 8, MPI_INT64_T, MPI_MAX, ctx.comm()); },
-      [&](MPI_Request* r) { return MPI_Iallreduce(s.in, s.out, 8, MPI_INT64_T, MPI_MAX, ctx.comm(), r); },
+      "MPI_Allreduce", [&] { return MPI_Allreduce(&s.in, &s.out, n, MPI_INT64_T, MPI_MAX, ctx.comm()); },
+      [&](MPI_Request* r) { return MPI_Iallreduce(&s.in, &s.out, n, MPI_INT64_T, MPI_MAX, ctx.comm(), r); },
       [&] { return checks.op() + " (argument agreement)"; });
-  if (s.out[4] != -s.out[5] || s.out[6] != -s.out[7]) report_mismatched_calls(ctx, checks);
-  if (s.out[0] != 0)
-    ctx.broadcast_failure(checks.failed() ? failure(failure::kind::invalid_argument, checks.failure()) : failure(),
-                          checks.op());
-  return s.out[1] == 0 && s.out[2] == -s.out[3];
+  const call_vote& all = s.out;
+  if (!call_vote::same(all.op, all.neg_op) || !call_vote::same(all.type, all.neg_type))
+    report_mismatched_calls(ctx, checks);
+  if (all.failed != 0)
+    broadcast_failure(ctx, checks.failed() ? failure(failure::kind::invalid_argument, checks.failure()) : failure(),
+                      checks.op());
+  return all.missing == 0 && call_vote::same(all.fingerprint, all.neg_fingerprint);
 }
 
 /// An option in an op's exchanged row that must be the same on every rank,
@@ -228,7 +231,7 @@ auto build_agreed(context& ctx, const std::string& op, Build&& build) -> decltyp
   } catch (...) {
     local = failure::capture(std::current_exception());
   }
-  ctx.agree_on(local, op);
+  agree_on(ctx, local, op);
   return result;
 }
 

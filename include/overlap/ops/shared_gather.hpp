@@ -144,7 +144,7 @@ void all_gather_matmul(context& ctx, matrix_view<const T> x, const std::vector<m
   } catch (...) {
     local = detail::failure::capture(std::current_exception());
   }
-  ctx.agree_on(local, "overlap::all_gather_matmul (several products)");
+  detail::agree_on(ctx, local, "overlap::all_gather_matmul (several products)");
   ag_options one = opt;
   (parts.lhs ? one.transpose_b : one.transpose_a) = false;  // packed as op(others[i])
   one.accumulate = false;                                   // added while unpacking

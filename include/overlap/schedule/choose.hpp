@@ -86,6 +86,36 @@ schedule forced_others(const context& ctx, const schedule_request& req, dtype t,
   return best;
 }
 
+/// What the context's shape allows, decided here once for every op.
+struct allowed_strategies {
+  /// Two lanes need two distinct neighbours: 3 or more ranks (at 2 the
+  /// one-way ring already carries data both ways on the only link).
+  bool bidirectional = false;
+  /// Two or more nodes of two or more ranks each (context::two_levels), and
+  /// an op that has a hierarchical schedule.
+  bool hierarchical = false;
+  /// Nothing travels on one rank; on one node without a calibration,
+  /// shared-memory copies take the cores that compute (docs/results.md
+  /// measures nothing to hide there): automatic is bulk.
+  bool automatic_is_bulk = false;
+};
+inline allowed_strategies allowed(const context& ctx, const schedule_request& req) {
+  allowed_strategies a;
+  a.bidirectional = ctx.size() >= 3;
+  a.hierarchical = req.hierarchical && ctx.two_levels();
+  a.automatic_is_bulk = ctx.size() == 1 || (ctx.one_node() && !ctx.calibration());
+  return a;
+}
+
+/// The strategy a forced request runs: what the context does not allow
+/// runs as the ring.
+inline overlap::strategy runnable(overlap::strategy asked, const allowed_strategies& can) {
+  if ((asked == strategy::bidirectional && !can.bidirectional) ||
+      (asked == strategy::hierarchical && !can.hierarchical))
+    return strategy::ring;
+  return asked;
+}
+
 /// Collective on a plan miss (every rank runs it with the same inputs).
 /// chunks_for(lanes): the chunk count of a ring with that many lanes;
 /// work_of(candidate): the candidate's work on the busiest rank.
@@ -100,26 +130,23 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
     return x;
   };
   if (req.algorithm == algorithm::others && req.others_allowed) return forced_others(ctx, req, t, work_of);
-  if (req.strategy == strategy::hierarchical) {
-    if (!req.hierarchical || !ctx.two_levels()) return fixed(strategy::ring, algorithm::named);
+  const allowed_strategies can = allowed(ctx, req);
+  if (req.strategy != strategy::automatic) {
+    const overlap::strategy s = runnable(req.strategy, can);
+    if (s != strategy::hierarchical) return fixed(s, algorithm::named);
     schedule x;  // lane 0 between nodes, lane 1 inside them
     x.strategy = strategy::hierarchical, x.algorithm = algorithm::named, x.lanes = 2;
     x.chunks = req.hierarchical_chunks;
     return x;
   }
-  if (req.strategy != strategy::automatic)
-    return fixed(resolve_strategy(req.strategy, R, ctx.one_node()), algorithm::named);
-  // Nothing travels on one rank; on one node without a calibration file
-  // automatic stays bulk (shared-memory copies take the cores that compute:
-  // docs/results.md measures nothing to hide there).
-  if (R == 1 || (ctx.one_node() && !ctx.calibration())) return fixed(strategy::bulk, algorithm::named);
+  if (can.automatic_is_bulk) return fixed(strategy::bulk, algorithm::named);
   calibration& cal = ctx.calibration_to_complete();
   measure_missing(ctx, cal, ctx.links(), t);
   const link_rates& l = cal.links.at(ctx.links());
   const gemm_rates& g = cal.gemm.at(t);
 
   std::vector<schedule> options{fixed(strategy::bulk, algorithm::named), fixed(strategy::ring, algorithm::named)};
-  if (R >= 3) options.push_back(fixed(strategy::bidirectional, algorithm::named));
+  if (can.bidirectional) options.push_back(fixed(strategy::bidirectional, algorithm::named));
   if (req.algorithm == algorithm::automatic && req.others_allowed)
     for (const schedule& s : others_options(req)) options.push_back(s);
   std::vector<candidate> table;

@@ -1,7 +1,6 @@
 #pragma once
 /// @file
-/// How a ring plan resolves the strategy asked for and chooses its chunks
-/// per shard (docs/design.md, "Chunks").
+/// How a ring plan chooses its chunks per shard (docs/design.md, "Chunks").
 
 #include <algorithm>
 #include <cstdint>
@@ -9,18 +8,6 @@
 #include "overlap/schedule/strategy.hpp"
 
 namespace overlap::detail {
-
-/// The strategy a plan runs for the requested one on R ranks when no cost
-/// model decides (schedule/choose.hpp): automatic is bulk when all ranks
-/// share one node (shared-memory copies take the cores that compute, so
-/// there is nothing to hide) and ring otherwise;
-/// bidirectional needs two distinct neighbours (R >= 3), and at R <= 2 the
-/// one-way ring already carries data both ways on the only link.
-inline overlap::strategy resolve_strategy(overlap::strategy s, int ranks, bool one_node) {
-  if (s == strategy::automatic) return one_node ? strategy::bulk : strategy::ring;
-  if (s == strategy::bidirectional && ranks <= 2) return strategy::ring;
-  return s;
-}
 
 /// The (min_chunks, preferred) of each op.
 struct chunk_rule {

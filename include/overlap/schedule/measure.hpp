@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "overlap/agreement.hpp"
 #include "overlap/context.hpp"
 #include "overlap/engine/buffer.hpp"
 #include "overlap/engine/progress.hpp"
@@ -158,7 +159,7 @@ inline gemm_rates measure_gemm(context& ctx, dtype t, const std::vector<int64_t>
   } catch (...) {
     local = failure::capture(std::current_exception());
   }
-  ctx.agree_on(local, "overlap: calibrating GEMM rates");
+  agree_on(ctx, local, "overlap: calibrating GEMM rates");
   gemm_rates g;
   g.sizes = sizes;
   size_t i = 0;
@@ -194,7 +195,7 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
   } catch (...) {
     local = failure::capture(std::current_exception());
   }
-  ctx.agree_on(local, "overlap: calibrating the GEMM slowdown");
+  agree_on(ctx, local, "overlap: calibrating the GEMM slowdown");
   const double alone = time_gemm(*kernel, a.data(), b.data(), c.data(), settling_runs(ctx));
   // Half the slowest rank's GEMM time's worth of data each way, 64 KiB to
   // 64 MiB; the same size on every rank (the messages must match).
@@ -349,7 +350,7 @@ inline collective_rates measure_collectives(context& ctx, const link_rates& l) {
   } catch (...) {
     local = failure::capture(std::current_exception());
   }
-  ctx.agree_on(local, "overlap: calibrating collectives");
+  agree_on(ctx, local, "overlap: calibrating collectives");
   // The model's forms: hops x (latency + block / rate), or (all-to-all)
   // hops x latency + bytes / rate; each solved for the rate.
   auto per_hop = [&](double block, double s) { return block / std::max(s / hops - l.latency_s, 1e-9); };
