@@ -90,27 +90,27 @@ test-isa: build
 # ranks (an odd count with uneven shards, where every schedule communicates;
 # make test runs every count, and CI's time is what limits this run), built
 # in $(BUILD)-asan without the header-only second build of the op suites (the
-# same code); fails on any report (tests/asan.sh).
+# same code); fails on any report (tests/system/asan.sh).
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1
 asan: deps
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" \
 	  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DOVERLAP_BUILD_APPS=OFF -DOVERLAP_BUILD_BENCH=OFF \
 	  -DOVERLAP_HEADER_ONLY_TESTS=OFF -DOVERLAP_TEST_RANKS=3
 	cmake --build $(BUILD)-asan -j $(JOBS)
-	bash tests/asan.sh $(BUILD)-asan
+	bash tests/system/asan.sh $(BUILD)-asan
 
 # ThreadSanitizer over the progress thread: the engine tests (a progress
 # thread testing requests while a step computes, and a failing step),
 # every policy x strategy at 3 ranks, started ops (the worker thread) and the transformer block's
 # weight gradients beside them, built with -fsanitize=thread in
 # $(BUILD)-tsan. Fails on any report. MPI and OpenMP are not instrumented;
-# tests/tsan.supp lists what is suppressed there and why.
+# tests/system/tsan.supp lists what is suppressed there and why.
 TSAN_FLAGS := -fsanitize=thread -g -O1
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" \
 	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DOVERLAP_BUILD_APPS=OFF -DOVERLAP_BUILD_BENCH=OFF -DOVERLAP_HEADER_ONLY_TESTS=OFF
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target backend_test progress_test start_test transformer_test
-	bash tests/tsan.sh $(BUILD)-tsan
+	bash tests/system/tsan.sh $(BUILD)-tsan
 
 # Layout and static checks (.clang-format, .clang-tidy): clang-format must
 # leave every C++ file as it is, and clang-tidy's checks must pass on the

@@ -8,7 +8,7 @@
 # other-operands algorithm (its output blocks go point to point).
 set -euo pipefail
 # The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
-source "$(dirname "$0")/../tools/mpi/stack"
+source "$(dirname "$0")/../../tools/mpi/stack"
 mpi_stack_setup
 bench=${1:?usage: trace_test.sh OVERLAP_BENCH RENDER_PY}
 render=${2:?usage: trace_test.sh OVERLAP_BENCH RENDER_PY}

@@ -3,7 +3,7 @@
 # UndefinedBehaviorSanitizer, run at the ranks the build was configured
 # with (make asan: 3); any report fails the run
 # (UBSan does not recover, ASan and LeakSanitizer exit non-zero).
-# tests/lsan.supp lists the leaks suppressed, all inside Open MPI or oneDNN.
+# tests/system/lsan.supp lists the leaks suppressed, all inside Open MPI or oneDNN.
 set -euo pipefail
 build=${1:?usage: asan.sh ASAN_BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)

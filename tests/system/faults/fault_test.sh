@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A failure must end an MPI job quickly and everywhere (tests/faults/fault_driver.cpp):
+# A failure must end an MPI job quickly and everywhere (tests/system/faults/fault_driver.cpp):
 #  1. a GEMM failing inside a ring on the last rank, OVERLAP_ON_FATAL=abort
 #     (the default), at 2-5 ranks: the job exits non-zero within 10 s and the
 #     message names the op, the step and the ring neighbours;
@@ -19,7 +19,7 @@ set -uo pipefail
 driver=$1
 export OMP_NUM_THREADS=1
 # The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
-source "$(dirname "$0")/../../tools/mpi/stack"
+source "$(dirname "$0")/../../../tools/mpi/stack"
 mpi_stack_setup
 mpi=("$MPIEXEC" "${MPI_FLAGS[@]}")
 out=$(mktemp -d)

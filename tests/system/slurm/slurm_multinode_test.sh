@@ -15,7 +15,7 @@
 set -uo pipefail
 src=$(cd "${1:?usage: slurm_multinode_test.sh SOURCE_DIR BUILD_DIR}" && pwd)
 build=$(cd "${2:?}" && pwd)
-# shellcheck source=tests/slurm/lib.sh
+# shellcheck source=tests/system/slurm/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 vc="$src/tools/vcluster/vcluster"

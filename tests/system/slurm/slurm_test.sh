@@ -8,7 +8,7 @@
 set -uo pipefail
 src=$(cd "${1:?usage: slurm_test.sh SOURCE_DIR BUILD_DIR}" && pwd)
 build=$(cd "${2:?}" && pwd)
-# shellcheck source=tests/slurm/lib.sh
+# shellcheck source=tests/system/slurm/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 slurm_install

@@ -7,7 +7,7 @@
 # summary.py sums; bad shapes fail with a message and a non-zero status.
 set -euo pipefail
 # The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
-source "$(dirname "$0")/../tools/mpi/stack"
+source "$(dirname "$0")/../../tools/mpi/stack"
 mpi_stack_setup
 layer=${1:?usage: layer_app_test.sh OVERLAP_LAYER TOOLS_TRACE_DIR}
 tools=${2:?usage: layer_app_test.sh OVERLAP_LAYER TOOLS_TRACE_DIR}

@@ -4,7 +4,7 @@
 # checks rely on.
 set -euo pipefail
 # The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
-source "$(dirname "$0")/../tools/mpi/stack"
+source "$(dirname "$0")/../../tools/mpi/stack"
 mpi_stack_setup
 bench=${1:?usage: bench_smoke.sh OVERLAP_BENCH}
 json=$(mktemp /tmp/overlap-bench-smoke.XXXXXX.json)

@@ -8,11 +8,11 @@ set -euo pipefail
 way=${1:?usage: consume.sh install|subdir|plain SOURCE_DIR BUILD_DIR}
 src=$(cd "${2:?}" && pwd)
 build=$(cd "${3:?}" && pwd)
-here="$src/tests/consumers"
+here="$src/tests/system/consumers"
 work=$(mktemp -d /tmp/overlap-consume.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 # The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
-source "$(dirname "$0")/../../tools/mpi/stack"
+source "$(dirname "$0")/../../../tools/mpi/stack"
 mpi_stack_setup
 run() { mpi_run 2 "$@"; }
 # The consumers use the build's MPI (its compiler wrapper), as a project of

@@ -1,4 +1,4 @@
-// A program that fails on purpose, for tests/faults/fault_test.sh: the job
+// A program that fails on purpose, for tests/system/faults/fault_test.sh: the job
 // must end (non-zero, quickly, with a message naming the failure) instead of
 // hanging. The fatal policy and the watchdog come from OVERLAP_ON_FATAL and
 // OVERLAP_TIMEOUT_S.
