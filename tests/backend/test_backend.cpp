@@ -336,7 +336,12 @@ TEST(simulated_kernel, calibrated_mode_charges_flops_over_the_calibrated_rate) {
   EXPECT_EQ(inner->runs, 0);
   EXPECT_NEAR(timings->of(d, inner->name()).charge, 32.768e-6, 1e-15);  // the grid interpolates in log space
   if (overlap::mpi::simulated) {
-    EXPECT_NEAR(t1 - t0, 3 * 32.768e-6, 1e-6);
+    // Three charges, plus what SMPI injects for the real time the loop took
+    // between the two MPI calls (host-speed accounting): microseconds, more
+    // on a loaded machine. Less than half a charge of slack still catches a
+    // fourth charge or a missing one.
+    EXPECT_GE(t1 - t0, 3 * 32.768e-6 - 1e-9);
+    EXPECT_LT(t1 - t0, 3.5 * 32.768e-6);
   }
 
   overlap::gemm_desc f64 = d;
