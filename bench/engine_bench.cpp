@@ -73,7 +73,8 @@ struct row_pieces {
     int64_t r0 = 0;
     const auto es = static_cast<int64_t>(size_of(in));
     for (size_t q = 0; q < kernels.size(); ++q) {
-      kernels[q]->run(a.data() + r0 * k * es, pack ? packed.data() : b.data(), c.data() + r0 * n);
+      kernels[q]->run(
+          overlap::gemm_operands().a(a.data() + r0 * k * es).b(pack ? packed.data() : b.data()).c(c.data() + r0 * n));
       r0 += rows[q];
     }
   }

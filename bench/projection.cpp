@@ -84,11 +84,12 @@ int main(int argc, char** argv) {
         const int64_t ffn = 4 * hidden;
         // Up-projection: AG lhs_rows, A = activation (tokens x hidden) sharded by rows,
         // B = this rank's ffn / R columns of W1.
-        overlap::ag_options ao;
-        overlap::detail::ag_geometry geo(ao);
-        geo.layout = overlap::shard_layout::balanced(tokens, R);
-        geo.x_rows = tokens, geo.x_cols = hidden;
         const std::vector<int64_t> n_r = overlap::shard_layout::balanced(ffn, R).sizes();
+        overlap::detail::ag_global column_parallel;
+        column_parallel.full = overlap::detail::ag_geometry(overlap::ag_options{});
+        column_parallel.full.layout = overlap::shard_layout::balanced(tokens, R);
+        column_parallel.full.x_rows = tokens, column_parallel.full.x_cols = hidden;
+        column_parallel.other = n_r;
         // The plan's own chunk choice for these global sizes, on a cluster (not one node).
         auto chunks = [&](overlap::detail::chunk_rule rule, int lanes) {
           overlap::detail::chunk_request r;
@@ -100,16 +101,19 @@ int main(int argc, char** argv) {
         const nlohmann::json up = candidates(
             l, g, R,
             [&](const overlap::candidate& cand) {
-              return overlap::detail::ag_op<float>::work_of(geo, n_r, R, cand, 4, 4);
+              return overlap::detail::ag_op<float>::work_of(column_parallel, R, cand);
             },
             ag_chunks);
         // Down-projection: RS rows, A = H_r (tokens x ffn / R), B = W2_r (ffn / R x hidden).
-        const overlap::shard_layout rows = overlap::shard_layout::balanced(tokens, R);
+        overlap::detail::rs_global row_parallel;
+        row_parallel.rows = true, row_parallel.m = tokens, row_parallel.n = hidden;
+        row_parallel.layout = overlap::shard_layout::balanced(tokens, R);
+        row_parallel.ks = n_r;
         auto rs_chunks = [&](int lanes) { return chunks(overlap::detail::rs_chunk_rule, lanes); };
         const nlohmann::json down = candidates(
             l, g, R,
             [&](const overlap::candidate& cand) {
-              return overlap::detail::rs_op<float>::work_of(true, tokens, hidden, n_r, rows, R, cand, 4, 4);
+              return overlap::detail::rs_op<float>::work_of(row_parallel, R, cand, overlap::rs_options{});
             },
             rs_chunks);
         std::cout << nlohmann::json{{"gbit", gbit},

@@ -84,7 +84,7 @@ inline std::optional<peer> ag_rows_pipeline(int chunks, int64_t m, matrix_view<c
         const auto [row0, rows] = chunk_rows(s->layout, r, chunks, q);
         if (rows == 0) continue;
         const gemm_desc d{rows, b.cols, K, K, b.ld, c.ld};
-        s->be.make(d)->run(s->buf[q % 2].data() + displs[r], b.data, c.data + row0 * c.ld);
+        s->be.make(d)->run(gemm_operands().a(s->buf[q % 2].data() + displs[r]).b(b.data).c(c.data + row0 * c.ld));
       }
     }
   };
@@ -117,7 +117,7 @@ inline std::optional<peer> rs_rows_pipeline(int chunks, int64_t m, matrix_view<c
         s->counts[slot][r] = static_cast<int>(rows * N);
         if (rows > 0) {
           const gemm_desc d{rows, N, a.cols, a.ld, b.ld, N};
-          s->be.make(d)->run(a.data + row0 * a.ld, b.data, s->buf[slot].data() + off);
+          s->be.make(d)->run(gemm_operands().a(a.data + row0 * a.ld).b(b.data).c(s->buf[slot].data() + off));
         }
         off += rows * N;
       }

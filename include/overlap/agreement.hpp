@@ -13,8 +13,8 @@
 ///
 /// The functions take the context as `Ctx` (a template, so that context.hpp
 /// can own the scratch without including this protocol's users): it gives
-/// comm(), rank(), size(), rank_name(), scratch() and collective(), which
-/// runs a collective bounded by the watchdog.
+/// comm(), rank(), size(), rank_name(), scratch(), and what
+/// watched_collective needs (watchdog.hpp).
 
 #include <mpi.h>
 
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "overlap/failure.hpp"
+#include "overlap/watchdog.hpp"
 
 namespace overlap::detail {
 
@@ -72,18 +73,18 @@ template <class Ctx>
   MPI_Comm comm = ctx.comm();
   auto describe = [&] { return where + " (reporting a failure)"; };
   v.rank = mine.failed() ? ctx.rank() : ctx.size();
-  ctx.collective(
-      "MPI_Allreduce", [&] { return MPI_Allreduce(&v.rank, &v.first, 1, MPI_INT, MPI_MIN, comm); },
+  watched_collective(
+      ctx, "MPI_Allreduce", [&] { return MPI_Allreduce(&v.rank, &v.first, 1, MPI_INT, MPI_MIN, comm); },
       [&](MPI_Request* r) { return MPI_Iallreduce(&v.rank, &v.first, 1, MPI_INT, MPI_MIN, comm, r); }, describe);
   const int root = v.first;
   s.text = ctx.rank() == root ? mine.pack() : std::string();
   v.length = static_cast<int>(s.text.size());
-  ctx.collective(
-      "MPI_Bcast", [&] { return MPI_Bcast(&v.length, 1, MPI_INT, root, comm); },
+  watched_collective(
+      ctx, "MPI_Bcast", [&] { return MPI_Bcast(&v.length, 1, MPI_INT, root, comm); },
       [&](MPI_Request* r) { return MPI_Ibcast(&v.length, 1, MPI_INT, root, comm, r); }, describe);
   s.text.resize(static_cast<size_t>(v.length));
-  ctx.collective(
-      "MPI_Bcast", [&] { return MPI_Bcast(s.text.data(), v.length, MPI_CHAR, root, comm); },
+  watched_collective(
+      ctx, "MPI_Bcast", [&] { return MPI_Bcast(s.text.data(), v.length, MPI_CHAR, root, comm); },
       [&](MPI_Request* r) { return MPI_Ibcast(s.text.data(), v.length, MPI_CHAR, root, comm, r); }, describe);
   failure::unpack(s.text).raise(where + ": on " + ctx.rank_name(root));
 }
@@ -96,8 +97,8 @@ void agree_on(Ctx& ctx, const failure& mine, const std::string& where) {
   failure_vote& v = ctx.scratch().failure;
   MPI_Comm comm = ctx.comm();
   v.failed = mine.failed() ? 1 : 0;
-  ctx.collective(
-      "MPI_Allreduce", [&] { return MPI_Allreduce(&v.failed, &v.any_failed, 1, MPI_INT, MPI_MAX, comm); },
+  watched_collective(
+      ctx, "MPI_Allreduce", [&] { return MPI_Allreduce(&v.failed, &v.any_failed, 1, MPI_INT, MPI_MAX, comm); },
       [&](MPI_Request* r) { return MPI_Iallreduce(&v.failed, &v.any_failed, 1, MPI_INT, MPI_MAX, comm, r); },
       [&] { return where + " (agreeing on success)"; });
   if (v.any_failed != 0) broadcast_failure(ctx, mine, where);

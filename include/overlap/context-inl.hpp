@@ -39,7 +39,7 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
     local = detail::failure::capture(std::current_exception());
     cfg_ = overlap::config{};
   }
-  comm_ = dup(comm, cfg_.timeout_s, who);
+  comm_ = detail::watched_dup(comm, cfg_.timeout_s, who);
   rank_ = comm_.rank();
   size_ = comm_.size();
   choose_progress(local);
@@ -51,7 +51,10 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
     }
   }
   detail::agree_on(*this, local, who);
-  share_calibration();
+  // Rank 0's calibration (read in prepare_local), the same on every rank.
+  if (!cfg_.calibration.empty())
+    model_ = overlap::calibration::broadcast(comm_.get(), 0, rank_ == 0 ? *model_ : overlap::calibration{},
+                                             cfg_.calibration);
   if (sim_ && cfg_.sim == sim_compute::calibrated) sim_->set_rates(model_->gemm, cfg_.calibration);
   requests_->set_timeout(cfg_.timeout_s);
   place_ranks();
@@ -62,6 +65,27 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
                  nodes_ == 1 ? " (all on one node)" : (" on " + std::to_string(nodes_) + " nodes").c_str(),
                  describe(cfg_).c_str(), gemm_path(dtype::bf16).c_str(),
                  progress_why_.empty() ? "" : ("; progress chosen on rank 0's node: " + progress_why_).c_str());
+}
+
+[[noreturn]] OVERLAP_FUNC void context::fatal(const std::string& what, const char* call, int code,
+                                              error_source source) {
+  const bool abort = cfg_.on_fatal == fatal_policy::abort;
+  std::fprintf(stderr, "overlap: fatal error on rank %d of %d (world rank %d): %s; OVERLAP_ON_FATAL=%s: %s\n", rank_,
+               size_, detail::world_rank(), what.c_str(), to_string(cfg_.on_fatal),
+               abort ? "aborting the job (MPI_Abort)" : "throwing; this context is no longer usable");
+  std::fflush(stderr);
+  if (abort) {
+    MPI_Abort(comm_.get(), 70);
+    std::abort();  // MPI_Abort does not return; should it, never hang
+  }
+  failure_ = what;
+  requests_->leak();
+  auto& g = detail::leaked();
+  for (auto& entry : plans_) g.plans.push_back(std::move(entry.second));
+  g.scratch.push_back(std::move(scratch_));
+  scratch_ = std::make_unique<detail::agreement_scratch>();
+  drop_plans();
+  throw error(source, code, call, what);
 }
 
 OVERLAP_FUNC void context::choose_progress(detail::failure& local) {
@@ -135,9 +159,14 @@ class trace_observer final : public mpi::request_group::observer {
   trace_observer(engine::trace_recorder* rec, std::vector<int> world) : rec_(rec), world_(std::move(world)) {}
   [[nodiscard]] double now() const override { return rec_->now(); }
   void completed(const mpi::request_group::about& what) override {
-    const long long bytes = what.bytes();
-    const int peer = world_.empty() || what.peer < 0 ? what.peer : world_[static_cast<size_t>(what.peer)];
-    rec_->transfer(what.send, peer, bytes, what.lane, what.posted, rec_->now());
+    engine::trace_recorder::transfer_span s;
+    s.send = what.send;
+    s.peer_world = world_.empty() || what.peer < 0 ? what.peer : world_[static_cast<size_t>(what.peer)];
+    s.bytes = what.bytes();
+    s.lane = what.lane;
+    s.posted = what.posted;
+    s.completed = rec_->now();
+    rec_->transfer(s);
   }
 
  private:

@@ -197,32 +197,6 @@ class context {
   [[nodiscard]] int64_t piece_knee(dtype t, int64_t other) const noexcept;
   /// The kernel of a product (the backend for d.in under this config).
   [[nodiscard]] std::shared_ptr<const gemm_kernel> make_kernel(const gemm_desc& d);
-  /// The kernel of a ring step: under progress_policy::poll, poll_chunks row
-  /// bands of C with an MPI_Testall of the outstanding requests between two
-  /// bands, but no band thinner than the GEMM path's rate knee (piece_knee:
-  /// fewer bands rather than slower ones); otherwise make_kernel(d).
-  [[nodiscard]] std::shared_ptr<const gemm_kernel> make_step_kernel(const gemm_desc& d) {
-    const int64_t knee = piece_knee(d.in, d.n);
-    const int64_t bands = std::min<int64_t>(cfg_.poll_chunks, knee > 0 ? d.m / knee : d.m);
-    if (cfg_.progress != progress_policy::poll || bands < 2 || d.n == 0) return make_kernel(d);
-    std::vector<banded_kernel::band> parts;
-    // Bands read the plan's packed B where their kernels agree on its layout
-    // (reading B as stored cost the AMX path about half its rate), else B as stored.
-    for (const bool packed : {d.pack_b, false}) {
-      parts.clear();
-      for (int64_t i = 0; i < bands; ++i) {
-        const int64_t r0 = d.m / bands * i + std::min(i, d.m % bands);
-        const int64_t r1 = d.m / bands * (i + 1) + std::min(i + 1, d.m % bands);
-        gemm_desc sub = d;
-        sub.m = r1 - r0;
-        sub.pack_b = packed;
-        parts.push_back({r0, make_kernel(sub)});
-      }
-      if (banded_kernel::shares_packed_b(parts)) break;
-    }
-    // The group lives on the heap: its address survives moves of the context.
-    return std::make_shared<banded_kernel>(d, std::move(parts), &context::poll, requests_.get());
-  }
   /// The cost model's inputs: loaded from config().calibration when the
   /// context was created (the same on every rank), or measured on first need
   /// (null until then).
@@ -280,35 +254,6 @@ class context {
                              "); end the job, or create a new context on all ranks");
   }
 
-  /// Runs a collective of an op: `blocking` (returns an MPI code) when the
-  /// watchdog is off, else `start` (posts the non-blocking form into its
-  /// MPI_Request*) and a bounded wait. An MPI error or a timeout is fatal
-  /// (fatal()); describe() names what the call is for, e.g. the op and phase.
-  template <class Blocking, class Start, class Describe>
-  void collective(const char* call, Blocking&& blocking, Start&& start, Describe&& describe) {
-    int rc = MPI_SUCCESS;
-    if (cfg_.timeout_s <= 0) {
-      rc = blocking();
-    } else {
-      MPI_Request req = MPI_REQUEST_NULL;
-      rc = start(&req);
-      if (rc == MPI_SUCCESS) {
-        const bool done = mpi::poll_until(
-            [&] {
-              int flag = 0;
-              rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-              return rc != MPI_SUCCESS || flag != 0;
-            },
-            cfg_.timeout_s);
-        if (!done)
-          fatal("watchdog: " + describe() + ": waited more than " + std::to_string(cfg_.timeout_s) + " s in " + call +
-                    " for the other " + std::to_string(size_ - 1) + " ranks of the context",
-                call, 0, error_source::watchdog);
-      }
-    }
-    if (rc != MPI_SUCCESS) fatal(describe() + ": " + detail::mpi_error_text(rc), call, rc, error_source::mpi);
-  }
-
   /// Collective: the worker that runs started ops (created on first use, on
   /// every rank; MPI_THREAD_MULTIPLE needed), agreed like any other failure.
   engine::worker& start_worker(const char* op) {
@@ -338,63 +283,11 @@ class context {
   /// world) to stderr and applies config().on_fatal: MPI_Abort on the
   /// context's communicator, or mark the context failed (its plans and
   /// requests are given up on, not freed) and throw overlap::error.
-  [[noreturn]] void fatal(const std::string& what, const char* call, int code, error_source source) {
-    const bool abort = cfg_.on_fatal == fatal_policy::abort;
-    std::fprintf(stderr, "overlap: fatal error on rank %d of %d (world rank %d): %s; OVERLAP_ON_FATAL=%s: %s\n", rank_,
-                 size_, detail::world_rank(), what.c_str(), to_string(cfg_.on_fatal),
-                 abort ? "aborting the job (MPI_Abort)" : "throwing; this context is no longer usable");
-    std::fflush(stderr);
-    if (abort) {
-      MPI_Abort(comm_.get(), 70);
-      std::abort();  // MPI_Abort does not return; should it, never hang
-    }
-    failure_ = what;
-    requests_->leak();
-    auto& g = detail::leaked();
-    for (auto& entry : plans_) g.plans.push_back(std::move(entry.second));
-    g.scratch.push_back(std::move(scratch_));
-    scratch_ = std::make_unique<detail::agreement_scratch>();
-    drop_plans();
-    throw error(source, code, call, what);
-  }
+  [[noreturn]] void fatal(const std::string& what, const char* call, int code, error_source source);
 
  private:
   /// Collective: checks, duplicates comm, agrees on what may fail on one rank.
   context(MPI_Comm comm, std::optional<overlap::config> given);
-
-  /// MPI_Comm_dup, bounded by the watchdog when it is on (MPI_Comm_idup).
-  [[nodiscard]] static mpi::communicator dup(MPI_Comm comm, int timeout_s, const std::string& who) {
-    if (timeout_s <= 0) return mpi::communicator::borrow(comm).dup();
-    MPI_Comm copy = MPI_COMM_NULL;
-    MPI_Request req = MPI_REQUEST_NULL;
-    OVERLAP_MPI(MPI_Comm_idup, comm, &copy, &req);
-    const bool done = mpi::poll_until(
-        [&] {
-          int flag = 0;
-          OVERLAP_MPI(MPI_Test, &req, &flag, MPI_STATUS_IGNORE);
-          return flag != 0;
-        },
-        timeout_s);
-    if (!done) {
-      const std::string what = "watchdog: " + who + ": waited more than " + std::to_string(timeout_s) +
-                               " s in MPI_Comm_idup for the other ranks of the communicator";
-      std::fprintf(stderr, "overlap: fatal error (world rank %d): %s\n", detail::world_rank(), what.c_str());
-      throw error(error_source::watchdog, 0, "MPI_Comm_idup", what);
-    }
-    return mpi::communicator::adopt(copy);
-  }
-
-  /// Collective: rank 0's calibration (read in prepare_local) to every rank.
-  void share_calibration() {
-    if (cfg_.calibration.empty()) return;
-    detail::agreement_scratch& s = *scratch_;
-    s.text = rank_ == 0 ? model_->to_json() : std::string();
-    int64_t n = static_cast<int64_t>(s.text.size());
-    OVERLAP_MPI(MPI_Bcast, &n, 1, MPI_INT64_T, 0, comm_.get());
-    s.text.resize(static_cast<size_t>(n));
-    OVERLAP_MPI(MPI_Bcast, s.text.data(), static_cast<int>(n), MPI_CHAR, 0, comm_.get());
-    model_ = overlap::calibration::from_json(s.text, cfg_.calibration);
-  }
 
   /// What a context sets up on this rank alone.
   /// Collective: resolves progress_policy::automatic from the node (a
@@ -408,8 +301,6 @@ class context {
     index_.clear();
     plans_.clear();
   }
-
-  static void poll(void* group) { static_cast<mpi::request_group*>(group)->test_all(); }
 
   /// Collective: where the ranks sit (nodes, world ranks) and the ring that
   /// follows (config().ring, which must agree across ranks).

@@ -22,7 +22,10 @@ enum class error_source {
 class error : public std::runtime_error {
  public:
   error(error_source source, int code, std::string call, const std::string& detail)
-      : std::runtime_error(format(source, code, call, detail)), source_(source), code_(code), call_(std::move(call)) {}
+      : std::runtime_error(format(source, code, call) + (detail.empty() ? "" : ": " + detail)),
+        source_(source),
+        code_(code),
+        call_(std::move(call)) {}
 
   [[nodiscard]] error_source source() const noexcept { return source_; }
   /// The MPI error code or the backend's status value.
@@ -31,7 +34,8 @@ class error : public std::runtime_error {
   [[nodiscard]] const std::string& call() const noexcept { return call_; }
 
  private:
-  static std::string format(error_source source, int code, const std::string& call, const std::string& detail) {
+  /// The message up to its detail: the call, the rank, the source and code.
+  static std::string format(error_source source, int code, const std::string& call) {
     std::string msg = "overlap: ";
     msg += call;
     msg += " failed";
@@ -48,7 +52,6 @@ class error : public std::runtime_error {
       msg += " (timeout)";
     else
       msg += (source == error_source::mpi ? " (MPI error " : " (backend status ") + std::to_string(code) + ")";
-    if (!detail.empty()) msg += ": " + detail;
     return msg;
   }
 

@@ -25,9 +25,13 @@ struct matrix_view {
   matrix_view(const matrix_view<U>& other)  // NOLINT(google-explicit-constructor)
       : data(other.data), rows(other.rows), cols(other.cols), ld(other.ld) {}
   matrix_view() = default;
-  matrix_view(T* d, int64_t r, int64_t c, int64_t l) : data(d), rows(r), cols(c), ld(l) {}
+  // (data, rows, cols, ld): the order of every BLAS and of this type's fields,
+  // which callers know; a struct here would be the same four names again.
+  matrix_view(T* d, int64_t r, int64_t c, int64_t l)  // NOLINT(bugprone-easily-swappable-parameters)
+      : data(d), rows(r), cols(c), ld(l) {}
   /// A dense view (ld == cols).
-  matrix_view(T* d, int64_t r, int64_t c) : data(d), rows(r), cols(c), ld(c) {}
+  matrix_view(T* d, int64_t r, int64_t c)  // NOLINT(bugprone-easily-swappable-parameters)
+      : data(d), rows(r), cols(c), ld(c) {}
 
   [[nodiscard]] bool empty() const noexcept { return rows == 0 || cols == 0; }
   [[nodiscard]] T& operator()(int64_t i, int64_t j) const { return data[i * ld + j]; }

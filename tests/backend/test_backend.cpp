@@ -36,7 +36,7 @@ void check_backend(Backend& be) {
           auto C = C0;
           overlap::gemm_desc desc{m, n, k, as.ld, bs.ld, C.ld, ta, tb, acc};
           desc.in = desc.out = overlap::dtype_of<T>();
-          be.make(desc)->run(as.data.data(), bs.data.data(), C.data.data());
+          be.make(desc)->run(overlap::gemm_operands().a(as.data.data()).b(bs.data.data()).c(C.data.data()));
           auto ref = naive_matmul(A, B);
           if (acc)
             for (int64_t i = 0; i < m; ++i)
@@ -109,7 +109,7 @@ void check_bf16(bool widen) {
         if (mode == 0) {
           d.out = overlap::dtype::f32;
           matrix<float> C(m, n);
-          be.make(d, widen)->run(A.data.data(), B.data.data(), C.data.data());
+          be.make(d, widen)->run(overlap::gemm_operands().a(A.data.data()).b(B.data.data()).c(C.data.data()));
           expect_near_block(C, ref, 0, 0, k, what);
           continue;
         }
@@ -129,7 +129,12 @@ void check_bf16(bool widen) {
           }
         reference_epilogue(ref, bias_ref, d.act);
         const void* addend = mode == 3 ? static_cast<const void*>(Db.data.data()) : Df.data.data();
-        be.make(d, widen)->run(A.data.data(), B.data.data(), C.data.data(), bias.data(), addend);
+        be.make(d, widen)->run(overlap::gemm_operands()
+                                   .a(A.data.data())
+                                   .b(B.data.data())
+                                   .c(C.data.data())
+                                   .bias(bias.data())
+                                   .addend(addend));
         expect_near_block(C, ref, 0, 0, k + 2, what);
       }
 }
@@ -163,8 +168,10 @@ TEST(backend, packed_b_gives_the_same_product) {
         std::vector<std::byte> packed(kernel->packed_b_bytes());
         if (!packed.empty()) kernel->pack_b(b, packed.data());
         matrix<float> C(m, n);
-        kernel->run(widen ? static_cast<const void*>(LA.data.data()) : Af.data.data(),
-                    packed.empty() ? b : packed.data(), C.data.data());
+        kernel->run(overlap::gemm_operands()
+                        .a(widen ? static_cast<const void*>(LA.data.data()) : Af.data.data())
+                        .b(packed.empty() ? b : packed.data())
+                        .c(C.data.data()));
         const auto ref = widen ? naive_matmul(LA, LB) : naive_matmul(Af, LBf);
         expect_near_block(C, ref, 0, 0, k + 1,
                           std::string(widen ? "widened bf16" : "f32") + (tb ? " b^T" : "") + " via " + kernel->name() +
@@ -198,7 +205,12 @@ TEST(backend, epilogues_on_strided_outputs_run_an_optimised_kernel) {
                                    (acc ? " acc" : "") + (relu ? " relu" : "");
           EXPECT_NE(kernel->name().rfind("ref", 0), 0u) << what;
           auto C = C0;
-          kernel->run(A.data.data(), B.data.data(), C.data.data(), bias.data.data(), D.data.data());
+          kernel->run(overlap::gemm_operands()
+                          .a(A.data.data())
+                          .b(B.data.data())
+                          .c(C.data.data())
+                          .bias(bias.data.data())
+                          .addend(D.data.data()));
           for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) {
               double want =
@@ -246,7 +258,7 @@ namespace {
 class counting_kernel final : public overlap::gemm_kernel {
  public:
   mutable int runs = 0;
-  void run(const void*, const void*, void*, const void*, const void*) const override { ++runs; }
+  void run(const overlap::gemm_operands& /*io*/) const override { ++runs; }
 };
 
 struct sampled {
@@ -261,10 +273,10 @@ sampled sample(bool accumulate, bool c_is_operand) {
   auto inner = std::make_shared<counting_kernel>();
   overlap::backend::simulated_kernel k(inner, timings, d);
   float a = 0, b = 0, c = 0;
-  k.run(&a, c_is_operand ? &c : &b, &c, nullptr, nullptr);
+  k.run(overlap::gemm_operands().a(&a).b(c_is_operand ? &c : &b).c(&c));
   const int first = inner->runs;
-  k.run(&a, c_is_operand ? &c : &b, &c, nullptr, nullptr);
-  k.run(&a, c_is_operand ? &c : &b, &c, nullptr, nullptr);
+  k.run(overlap::gemm_operands().a(&a).b(c_is_operand ? &c : &b).c(&c));
+  k.run(overlap::gemm_operands().a(&a).b(c_is_operand ? &c : &b).c(&c));
   const overlap::backend::sim_timings::entry& e = timings->of(d, inner->name());
   return {first, inner->runs, static_cast<int>(e.runs.size()), e.charge};
 }
@@ -295,7 +307,7 @@ TEST(simulated_kernel, shared_timings_sample_a_kernel_shape_once_per_simulation)
   class named_kernel final : public overlap::gemm_kernel {
    public:
     mutable int runs = 0;
-    void run(const void*, const void*, void*, const void*, const void*) const override { ++runs; }
+    void run(const overlap::gemm_operands& /*io*/) const override { ++runs; }
     [[nodiscard]] std::string name() const override { return "test_backend's shared-sampling kernel"; }
   };
   const overlap::gemm_desc d = overlap::gemm_desc::shape(7, 5, 3);  // a shape no other test samples
@@ -305,9 +317,9 @@ TEST(simulated_kernel, shared_timings_sample_a_kernel_shape_once_per_simulation)
   auto inner1 = std::make_shared<named_kernel>(), inner2 = std::make_shared<named_kernel>(),
        inner3 = std::make_shared<named_kernel>();
   float a = 0, b = 0, c = 0;
-  overlap::backend::simulated_kernel(inner1, first, d).run(&a, &b, &c, nullptr, nullptr);
-  overlap::backend::simulated_kernel(inner2, second, d).run(&a, &b, &c, nullptr, nullptr);
-  overlap::backend::simulated_kernel(inner3, alone, d).run(&a, &b, &c, nullptr, nullptr);
+  overlap::backend::simulated_kernel(inner1, first, d).run(overlap::gemm_operands().a(&a).b(&b).c(&c));
+  overlap::backend::simulated_kernel(inner2, second, d).run(overlap::gemm_operands().a(&a).b(&b).c(&c));
+  overlap::backend::simulated_kernel(inner3, alone, d).run(overlap::gemm_operands().a(&a).b(&b).c(&c));
   EXPECT_EQ(inner1->runs, 3);                                // its samples, back to back
   EXPECT_EQ(inner2->runs, overlap::mpi::simulated ? 1 : 3);  // sampled already, or its own
   EXPECT_EQ(inner3->runs, 3);                                // never shared
@@ -331,7 +343,7 @@ TEST(simulated_kernel, calibrated_mode_charges_flops_over_the_calibrated_rate) {
   overlap::backend::simulated_kernel k(inner, timings, d);
   float a = 0, b = 0, c = 0;
   const double t0 = overlap::mpi::simulated ? MPI_Wtime() : 0;
-  for (int i = 0; i < 3; ++i) k.run(&a, &b, &c, nullptr, nullptr);
+  for (int i = 0; i < 3; ++i) k.run(overlap::gemm_operands().a(&a).b(&b).c(&c));
   const double t1 = overlap::mpi::simulated ? MPI_Wtime() : 0;
   EXPECT_EQ(inner->runs, 0);
   EXPECT_NEAR(timings->of(d, inner->name()).charge, 32.768e-6, 1e-15);  // the grid interpolates in log space

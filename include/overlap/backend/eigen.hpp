@@ -17,11 +17,11 @@ class eigen_gemm final : public gemm_kernel {
  public:
   explicit eigen_gemm(const gemm_desc& d) : d_(d) {}
 
-  void run(const void* av, const void* bv, void* cv, const void* bias, const void* addend) const override {
-    if (overlap::detail::run_degenerate(d_, cv, bias, addend)) return;
-    const T* a = static_cast<const T*>(av);
-    const T* b = static_cast<const T*>(bv);
-    T* c = static_cast<T*>(cv);
+  void run(const gemm_operands& io) const override {
+    if (overlap::detail::run_degenerate(d_, io)) return;
+    const T* a = static_cast<const T*>(io.a());
+    const T* b = static_cast<const T*>(io.b());
+    T* c = static_cast<T*>(io.c());
     using mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     using stride = Eigen::OuterStride<>;
     using cmap = Eigen::Map<const mat, Eigen::Unaligned, stride>;
@@ -37,7 +37,7 @@ class eigen_gemm final : public gemm_kernel {
       apply(cm, am * bm.transpose());
     else
       apply(cm, am * bm);
-    overlap::detail::apply_epilogue(d_, c, bias, addend);
+    overlap::detail::apply_epilogue(d_, io);
   }
 
  private:

@@ -4,7 +4,8 @@
 ///
 /// A backend turns a gemm_desc (shapes, strides, transposes, element types,
 /// beta, epilogue) into a kernel once, when a plan is built; the ring loop then
-/// only calls kernel.run(a, b, c, ...) with this step's pointers. Backends:
+/// only calls kernel.run(gemm_operands().a(pa).b(pb).c(pc)) with this step's
+/// pointers. Backends:
 /// onednn (default; f32 and bf16) and eigen (header-only fallback; f32, f64).
 
 #include <cmath>
@@ -77,15 +78,38 @@ struct gemm_desc {
   bool operator==(const gemm_desc& o) const { return tie() == o.tie(); }
 };
 
+/// The buffers of one GEMM run, set by name (five pointers in a row are
+/// easily swapped): gemm_operands().a(pa).b(pb).c(pc).bias(pbias). `a` and
+/// `b` are read, `c` is written; `bias` (n values of the desc's output type)
+/// and `addend` only when the desc has them.
+class gemm_operands {
+ public:
+  gemm_operands& a(const void* p) noexcept { return a_ = p, *this; }
+  gemm_operands& b(const void* p) noexcept { return b_ = p, *this; }
+  gemm_operands& c(void* p) noexcept { return c_ = p, *this; }
+  gemm_operands& bias(const void* p) noexcept { return bias_ = p, *this; }
+  gemm_operands& addend(const void* p) noexcept { return addend_ = p, *this; }
+  [[nodiscard]] const void* a() const noexcept { return a_; }
+  [[nodiscard]] const void* b() const noexcept { return b_; }
+  [[nodiscard]] void* c() const noexcept { return c_; }
+  [[nodiscard]] const void* bias() const noexcept { return bias_; }
+  [[nodiscard]] const void* addend() const noexcept { return addend_; }
+
+ private:
+  const void* a_ = nullptr;
+  const void* b_ = nullptr;
+  void* c_ = nullptr;
+  const void* bias_ = nullptr;
+  const void* addend_ = nullptr;
+};
+
 /// A GEMM of one fixed gemm_desc, ready to run on any pointers of the desc's
 /// types. Not thread-safe.
 class gemm_kernel {
  public:
   virtual ~gemm_kernel() = default;
-  /// bias: n values when the desc has a bias; addend: when the desc has one.
   /// b is the packed copy when packed_b_bytes() > 0.
-  virtual void run(const void* a, const void* b, void* c, const void* bias = nullptr,
-                   const void* addend = nullptr) const = 0;
+  virtual void run(const gemm_operands& io) const = 0;
   /// Bytes of the packed copy of B this kernel reads, or 0 when it reads B as
   /// stored (the desc did not ask for packing, or the backend has no packed
   /// layout on this CPU: oneDNN 2.6 has one from AVX512_CORE on).
@@ -125,10 +149,10 @@ class banded_kernel final : public gemm_kernel {
   [[nodiscard]] size_t packed_b_bytes() const override { return bands_.front().kernel->packed_b_bytes(); }
   [[nodiscard]] uint64_t packed_b_layout() const override { return bands_.front().kernel->packed_b_layout(); }
   void pack_b(const void* b, void* dst) const override { bands_.front().kernel->pack_b(b, dst); }
-  void run(const void* a, const void* b, void* c, const void* bias, const void* addend) const override {
-    const auto* pa = static_cast<const std::byte*>(a);
-    auto* pc = static_cast<std::byte*>(c);
-    const auto* pd = static_cast<const std::byte*>(addend);
+  void run(const gemm_operands& io) const override {
+    const auto* pa = static_cast<const std::byte*>(io.a());
+    auto* pc = static_cast<std::byte*>(io.c());
+    const auto* pd = static_cast<const std::byte*>(io.addend());
     for (size_t i = 0; i < bands_.size(); ++i) {
       if (i > 0) between_(arg_);
       const int64_t r0 = bands_[i].r0;
@@ -136,7 +160,9 @@ class banded_kernel final : public gemm_kernel {
       const int64_t a_off = (d_.trans_a ? r0 : r0 * d_.lda) * static_cast<int64_t>(size_of(d_.in));
       const int64_t c_off = r0 * d_.ldc * static_cast<int64_t>(size_of(d_.out));
       const int64_t d_off = r0 * d_.ld_addend * static_cast<int64_t>(size_of(d_.addend_type));
-      bands_[i].kernel->run(pa + a_off, b, pc + c_off, bias, pd == nullptr ? nullptr : pd + d_off);
+      gemm_operands rows = io;
+      rows.a(pa + a_off).c(pc + c_off).addend(pd == nullptr ? nullptr : pd + d_off);
+      bands_[i].kernel->run(rows);
     }
   }
 
@@ -159,8 +185,10 @@ inline double activate(double x, activation a) {
 
 /// C = act(C [+ D] [+ bias]) as a pass over C, for backends without fused
 /// post-ops and for shapes that need no library call.
-inline void apply_epilogue(const gemm_desc& d, void* c, const void* bias, const void* addend) {
+inline void apply_epilogue(const gemm_desc& d, const gemm_operands& io) {
   if (!d.has_epilogue() && !d.addend) return;
+  void* c = io.c();
+  const void *bias = io.bias(), *addend = io.addend();
   for (int64_t i = 0; i < d.m; ++i)
     for (int64_t j = 0; j < d.n; ++j) {
       double v = load(d.out, c, i * d.ldc + j);
@@ -173,13 +201,13 @@ inline void apply_epilogue(const gemm_desc& d, void* c, const void* bias, const 
 /// The shapes every backend handles the same way without calling the library:
 /// an empty output, or an empty contraction (C = 0 or C unchanged, then the
 /// addend and epilogue). Returns true when it handled the call.
-inline bool run_degenerate(const gemm_desc& d, void* c, const void* bias, const void* addend) {
+inline bool run_degenerate(const gemm_desc& d, const gemm_operands& io) {
   if (d.m == 0 || d.n == 0) return true;
   if (d.k != 0) return false;
   if (!d.accumulate)
     for (int64_t i = 0; i < d.m; ++i)
-      for (int64_t j = 0; j < d.n; ++j) store(d.out, c, i * d.ldc + j, 0.0);
-  apply_epilogue(d, c, bias, addend);
+      for (int64_t j = 0; j < d.n; ++j) store(d.out, io.c(), i * d.ldc + j, 0.0);
+  apply_epilogue(d, io);
   return true;
 }
 }  // namespace detail

@@ -14,6 +14,7 @@
 
 #include "overlap/backend/gemm.hpp"
 #include "overlap/error.hpp"
+#include "overlap/matrix.hpp"
 
 namespace overlap::backend {
 
@@ -107,21 +108,12 @@ inline bool native_bf16() {
   return ok;
 }
 
-/// dst (rows x cols, ld_dst) = float(src) (ld_src): widens a bf16 block.
-inline void widen(const bfloat16* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const bfloat16* s = src + i * ld_src;
-    float* d = dst + i * ld_dst;
-    for (int64_t j = 0; j < cols; ++j) d[j] = static_cast<float>(s[j]);
-  }
-}
-/// dst (bf16, ld_dst) = round(src) (f32, ld_src).
-inline void narrow(const float* src, int64_t ld_src, bfloat16* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* s = src + i * ld_src;
-    bfloat16* d = dst + i * ld_dst;
-    for (int64_t j = 0; j < cols; ++j) d[j] = bfloat16(s[j]);
-  }
+/// dst = src converted element by element (src's rows x cols): widens a
+/// bf16 block to f32, or rounds an f32 block to bf16.
+template <class S, class D>
+void convert_block(matrix_view<const S> src, matrix_view<D> dst) {
+  for (int64_t i = 0; i < src.rows; ++i)
+    for (int64_t j = 0; j < src.cols; ++j) dst(i, j) = static_cast<D>(src(i, j));
 }
 }  // namespace detail
 
@@ -171,22 +163,22 @@ class onednn_gemm final : public gemm_kernel {
     });
   }
 
-  void run(const void* a, const void* b, void* c, const void* bias, const void* addend) const override {
-    if (overlap::detail::run_degenerate(d_, c, bias, addend)) return;
+  void run(const gemm_operands& io) const override {
+    if (overlap::detail::run_degenerate(d_, io)) return;
     detail::onednn_call("dnnl::matmul::execute", [&] {
-      a_mem_.set_data_handle(const_cast<void*>(a));
-      b_mem_.set_data_handle(const_cast<void*>(b));
-      if (d_.bias) bias_mem_.set_data_handle(const_cast<void*>(bias));
+      a_mem_.set_data_handle(const_cast<void*>(io.a()));
+      b_mem_.set_data_handle(const_cast<void*>(io.b()));
+      if (d_.bias) bias_mem_.set_data_handle(const_cast<void*>(io.bias()));
       if (staged_) {
-        c_stage_.strided.set_data_handle(c);
+        c_stage_.strided.set_data_handle(io.c());
         if (d_.accumulate) execute(c_stage_.in, c_stage_.in_args);  // C += : the dense copy starts from C
         if (d_.addend) {
-          addend_stage_.strided.set_data_handle(const_cast<void*>(addend));
+          addend_stage_.strided.set_data_handle(const_cast<void*>(io.addend()));
           execute(addend_stage_.in, addend_stage_.in_args);
         }
       } else {
-        c_mem_.set_data_handle(c);
-        if (d_.addend) addend_mem_.set_data_handle(const_cast<void*>(addend));
+        c_mem_.set_data_handle(io.c());
+        if (d_.addend) addend_mem_.set_data_handle(const_cast<void*>(io.addend()));
       }
       execute(prim_, args_);  // args_ holds handles to the memories above
       if (staged_) execute(c_stage_.out, c_stage_.out_args);
@@ -341,29 +333,35 @@ class onednn_widened_gemm final : public gemm_kernel {
     f32_ = std::make_unique<onednn_gemm>(h, w);
   }
 
-  void run(const void* a, const void* b, void* c, const void* bias, const void* addend) const override {
-    if (overlap::detail::run_degenerate(d_, c, bias, addend)) return;
-    detail::widen(static_cast<const bfloat16*>(a), d_.lda, a_.data(), a_cols_, a_rows_, a_cols_);
+  void run(const gemm_operands& io) const override {
+    if (overlap::detail::run_degenerate(d_, io)) return;
+    detail::convert_block<bfloat16>({static_cast<const bfloat16*>(io.a()), a_rows_, a_cols_, d_.lda},
+                                    matrix_view<float>(a_.data(), a_rows_, a_cols_));
+    gemm_operands wide = io;
+    wide.a(a_.data());
     // pack_b: b is already the widened copy (pack_b() made it once per call).
-    const float* wb = static_cast<const float*>(b);
     if (!d_.pack_b) {
-      detail::widen(static_cast<const bfloat16*>(b), d_.ldb, b_.data(), b_cols_, b_rows_, b_cols_);
-      wb = b_.data();
+      detail::convert_block<bfloat16>({static_cast<const bfloat16*>(io.b()), b_rows_, b_cols_, d_.ldb},
+                                      matrix_view<float>(b_.data(), b_rows_, b_cols_));
+      wide.b(b_.data());
     }
-    const void* add = addend;
     if (!addend_.empty()) {
-      detail::widen(static_cast<const bfloat16*>(addend), d_.ld_addend, addend_.data(), d_.n, d_.m, d_.n);
-      add = addend_.data();
+      detail::convert_block<bfloat16>({static_cast<const bfloat16*>(io.addend()), d_.m, d_.n, d_.ld_addend},
+                                      matrix_view<float>(addend_.data(), d_.m, d_.n));
+      wide.addend(addend_.data());
     }
     if (d_.out == dtype::f32) {
-      f32_->run(a_.data(), wb, c, bias, add);
+      f32_->run(wide);
       return;
     }
-    auto* cb = static_cast<bfloat16*>(c);
-    if (d_.accumulate) detail::widen(cb, d_.ldc, c_.data(), d_.n, d_.m, d_.n);
-    if (d_.bias) detail::widen(static_cast<const bfloat16*>(bias), d_.n, bias_.data(), d_.n, 1, d_.n);
-    f32_->run(a_.data(), wb, c_.data(), bias_.data(), add);
-    detail::narrow(c_.data(), d_.n, cb, d_.ldc, d_.m, d_.n);
+    auto* cb = static_cast<bfloat16*>(io.c());
+    if (d_.accumulate)
+      detail::convert_block<bfloat16>({cb, d_.m, d_.n, d_.ldc}, matrix_view<float>(c_.data(), d_.m, d_.n));
+    if (d_.bias)
+      detail::convert_block<bfloat16>({static_cast<const bfloat16*>(io.bias()), 1, d_.n},
+                                      matrix_view<float>(bias_.data(), 1, d_.n));
+    f32_->run(wide.c(c_.data()).bias(bias_.data()));
+    detail::convert_block<float>({c_.data(), d_.m, d_.n}, matrix_view<bfloat16>(cb, d_.m, d_.n, d_.ldc));
   }
   /// With pack_b, B is widened once per plan call (dense, as stored) instead
   /// of by every piece.
@@ -375,7 +373,8 @@ class onednn_widened_gemm final : public gemm_kernel {
   }
   void pack_b(const void* b, void* dst) const override {
     if (packed_b_bytes() == 0) return;
-    detail::widen(static_cast<const bfloat16*>(b), d_.ldb, static_cast<float*>(dst), b_cols_, b_rows_, b_cols_);
+    detail::convert_block<bfloat16>({static_cast<const bfloat16*>(b), b_rows_, b_cols_, d_.ldb},
+                                    matrix_view<float>(static_cast<float*>(dst), b_rows_, b_cols_));
   }
   [[nodiscard]] std::string name() const override {
     return "widened bf16 -> " + (f32_ ? f32_->name() : std::string("none (empty product)")) +

@@ -102,7 +102,7 @@ class simulated_kernel final : public gemm_kernel {
     if (timings_->mode() == sim_compute::calibrated) entry_->charge = timings_->calibrated_seconds(d);
   }
 
-  void run(const void* a, const void* b, void* c, const void* bias, const void* addend) const override {
+  void run(const gemm_operands& io) const override {
     mpi::untimed_scope untimed;
     sim_timings::entry& e = *entry_;
     if (timings_->mode() == sim_compute::calibrated) {
@@ -110,15 +110,15 @@ class simulated_kernel final : public gemm_kernel {
       return;
     }
     if (e.runs.size() >= timings_->samples()) {
-      if (timings_->mode() != sim_compute::skipped) inner_->run(a, b, c, bias, addend);
+      if (timings_->mode() != sim_compute::skipped) inner_->run(io);
       mpi::charge_compute(e.charge);
       return;
     }
-    const bool repeatable = !accumulates_ && c != a && c != b && c != addend;
+    const bool repeatable = !accumulates_ && io.c() != io.a() && io.c() != io.b() && io.c() != io.addend();
     double took = 0;
     do {
       const auto t0 = std::chrono::steady_clock::now();  // the real clock: SMPI's timers are simulated
-      inner_->run(a, b, c, bias, addend);
+      inner_->run(io);
       took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       e.runs.push_back(took);
     } while (repeatable && e.runs.size() < timings_->samples());

@@ -54,18 +54,27 @@ class trace_recorder {
                      {"dur", end - begin},      {"pid", rank_},    {"tid", int(t)}, {"args", std::move(args)}};
     add(std::move(e));
   }
-  /// A transfer from its post to its observed completion: an asynchronous
-  /// span (its own row in the viewer, transfers may overlap).
-  void transfer(bool send, int peer_world, long long bytes, int lane, double posted, double completed) {
+  /// A transfer from its post to its observed completion.
+  struct transfer_span {
+    bool send = false;
+    int peer_world = -1;  ///< the peer's rank in MPI_COMM_WORLD
+    long long bytes = 0;
+    int lane = 0;
+    double posted = 0, completed = 0;  ///< microseconds, as now()
+  };
+  /// A transfer, as an asynchronous span (its own row in the viewer,
+  /// transfers may overlap).
+  void transfer(const transfer_span& s) {
     std::lock_guard<std::mutex> lock(mutex_);
     const long id = next_id_++;
-    const std::string name = std::string(send ? "send to " : "receive from ") + "rank " + std::to_string(peer_world);
-    const nlohmann::json args{{"peer", peer_world}, {"bytes", bytes}, {"lane", lane}};
+    const std::string name =
+        std::string(s.send ? "send to " : "receive from ") + "rank " + std::to_string(s.peer_world);
+    const nlohmann::json args{{"peer", s.peer_world}, {"bytes", s.bytes}, {"lane", s.lane}};
     events_.push_back({{"name", name},
                        {"cat", "transfer"},
                        {"ph", "b"},
                        {"id", id},
-                       {"ts", posted},
+                       {"ts", s.posted},
                        {"pid", rank_},
                        {"tid", int(track::steps)},
                        {"args", args}});
@@ -73,7 +82,7 @@ class trace_recorder {
                        {"cat", "transfer"},
                        {"ph", "e"},
                        {"id", id},
-                       {"ts", completed},
+                       {"ts", s.completed},
                        {"pid", rank_},
                        {"tid", int(track::steps)}});
   }

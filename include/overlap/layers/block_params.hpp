@@ -32,12 +32,17 @@ struct block_layout {
   shard_layout seq_shards, head_shards, ffn_shards;
 
   block_layout() = default;
-  block_layout(const block_shape& s, int p, int ranks)
+  /// The shards of `ranks` ranks, as rank 0 sees them (on_rank(p) for p).
+  block_layout(const block_shape& s, int ranks)
       : shape(s),
-        rank(p),
         seq_shards(shard_layout::balanced(s.seq, ranks)),
         head_shards(shard_layout::balanced(s.heads, ranks)),
         ffn_shards(shard_layout::balanced(s.ffn, ranks)) {}
+  [[nodiscard]] block_layout on_rank(int p) const {
+    block_layout l = *this;
+    l.rank = p;
+    return l;
+  }
 
   [[nodiscard]] int64_t head_dim() const { return shape.hidden / shape.heads; }
   /// This rank's tokens, attention width (local heads x head_dim) and MLP width.

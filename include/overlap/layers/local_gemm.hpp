@@ -15,7 +15,12 @@
 
 namespace overlap::layers {
 
-/// C = op(A) op(B) (or C += with accumulate), row-major with leading
+/// Which operand a local product reads transposed: C = A B, A B^T or A^T B.
+enum class product { ab, abt, atb };
+/// Whether a local product replaces C or is added to it.
+enum class into { replace, add };
+
+/// C = op(A) op(B) (or C += with into::add), row-major with leading
 /// dimensions, in float (oneDNN) or double (Eigen). Local: no communication.
 /// Kernels are cached by shape and kept for the object's lifetime. Not
 /// thread-safe: one caller at a time.
@@ -35,11 +40,13 @@ class local_gemm {
 
   /// m x n result of op(a) (m x k) times op(b) (k x n); a transposed is
   /// stored k x m, b transposed is stored n x k.
-  void run(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const operands& x, bool accumulate = false) {
-    gemm_desc d = gemm_desc::shape(m, n, k).strides(x.lda, x.ldb, x.ldc).transposed(ta, tb);
-    d.types(dtype_of<A>(), dtype_of<A>()).accumulating(accumulate);
-    if (overlap::detail::run_degenerate(d, x.c, nullptr, nullptr)) return;
-    kernel(d).run(x.a, x.b, x.c);
+  void run(product p, int64_t m, int64_t n, int64_t k, const operands& x, into w = into::replace) {
+    gemm_desc d =
+        gemm_desc::shape(m, n, k).strides(x.lda, x.ldb, x.ldc).transposed(p == product::atb, p == product::abt);
+    d.types(dtype_of<A>(), dtype_of<A>()).accumulating(w == into::add);
+    const gemm_operands io = gemm_operands().a(x.a).b(x.b).c(x.c);
+    if (overlap::detail::run_degenerate(d, io)) return;
+    kernel(d).run(io);
   }
 
  private:

@@ -16,12 +16,35 @@ namespace overlap::layers::math {
 
 constexpr double layer_norm_eps = 1e-5;
 
-/// y = (x - mean) / sqrt(var + eps) * g + b per row of x (rows x n); keeps
-/// mean and 1/sqrt(var + eps) per row for the backward pass.
+/// A layer norm's learned gain and bias (n values each).
+template <class G>
+struct norm_params {
+  const G* gain = nullptr;
+  const G* bias = nullptr;
+};
+/// A layer norm's statistics per row, kept for its backward pass: the mean
+/// and 1 / sqrt(var + eps).
+template <class A>
+struct norm_stats {
+  A* mean = nullptr;
+  A* rstd = nullptr;
+};
+/// The gradients of a layer norm's gain and bias (n values each).
+template <class A>
+struct norm_grads {
+  A* gain = nullptr;
+  A* bias = nullptr;
+};
+
+/// y (dense, as x) = (x - mean) / sqrt(var + eps) * gain + bias per row of
+/// x (dense, rows x n); keeps the row statistics for the backward pass.
 template <class A, class G, class Y>
-void layer_norm(const A* x, int64_t rows, int64_t n, const G* g, const G* b, Y* y, A* mean, A* rstd) {
+void layer_norm(matrix_view<const A> x, norm_params<G> p, Y* y, norm_stats<A> stats) {
+  const int64_t rows = x.rows, n = x.cols;
+  const G *g = p.gain, *b = p.bias;
+  A *mean = stats.mean, *rstd = stats.rstd;
   for (int64_t i = 0; i < rows; ++i) {
-    const A* xi = x + i * n;
+    const A* xi = x.data + i * n;
     double s = 0, s2 = 0;
     for (int64_t j = 0; j < n; ++j) s += xi[j];
     const double mu = s / double(n);
@@ -32,11 +55,14 @@ void layer_norm(const A* x, int64_t rows, int64_t n, const G* g, const G* b, Y* 
   }
 }
 
-/// Backward of layer_norm: dx += d(loss)/dx for dy; dg, db += this rank's
-/// rows' share of the parameter gradients.
+/// Backward of layer_norm: dx += d(loss)/dx for dy (dense, as x); grads +=
+/// this rank's rows' share of the parameter gradients.
 template <class A, class G>
-void layer_norm_backward(const A* x, const A* dy, int64_t rows, int64_t n, const G* g, const A* mean, const A* rstd,
-                         A* dx, A* dg, A* db) {
+void layer_norm_backward(matrix_view<const A> xv, const A* dy, const G* g, norm_stats<const A> stats, A* dx,
+                         norm_grads<A> grads) {
+  const int64_t rows = xv.rows, n = xv.cols;
+  const A *x = xv.data, *mean = stats.mean, *rstd = stats.rstd;
+  A *dg = grads.gain, *db = grads.bias;
   std::vector<double> xhat(static_cast<size_t>(n)), dxhat(static_cast<size_t>(n));
   for (int64_t i = 0; i < rows; ++i) {
     double m1 = 0, m2 = 0;
@@ -92,33 +118,48 @@ A causal_softmax_row(A* row, int64_t i, int64_t end, A scale) {
   return mx * scale + std::log(sum);
 }
 
-/// Causal softmax attention of every local head. p is seq x seq scratch;
-/// lse (heads x seq) keeps each row's log-sum-exp for the backward pass.
+/// What attention writes and its backward pass reads again: the output o
+/// (seq x width) and each row's log-sum-exp (heads x seq).
 template <class A>
-void attention(local_gemm<A>& gemm, const attention_shape& s, const A* qkv, A* o, A* lse, std::vector<A>& p) {
+struct attention_result {
+  A* o = nullptr;
+  A* lse = nullptr;
+};
+
+/// Causal softmax attention of every local head. p is seq x seq scratch.
+template <class A>
+void attention(local_gemm<A>& gemm, const attention_shape& s, const A* qkv, attention_result<A> out,
+               std::vector<A>& p) {
   const int64_t n = s.seq, w = s.width(), ld = 3 * w;
+  A *o = out.o, *lse = out.lse;
   p.resize(static_cast<size_t>(n * n));
   for (int64_t h = 0; h < s.heads; ++h) {
     const A* q = qkv + h * s.dh;
     for (int64_t r0 = 0; r0 < n; r0 += s.block) {
       const int64_t r1 = std::min(n, r0 + s.block), m = r1 - r0;
       A* pb = p.data() + r0 * n;
-      gemm.run(false, true, m, r1, s.dh, {q + r0 * ld, ld, q + w, ld, pb, n});  // S = Q K^T (rows r0..r1)
+      gemm.run(product::abt, m, r1, s.dh, {q + r0 * ld, ld, q + w, ld, pb, n});  // S = Q K^T (rows r0..r1)
       for (int64_t i = r0; i < r1; ++i) lse[h * n + i] = causal_softmax_row(p.data() + i * n, i, r1, A(s.scale()));
-      gemm.run(false, false, m, s.dh, r1, {pb, n, q + 2 * w, ld, o + r0 * w + h * s.dh, w});  // O = P V
+      gemm.run(product::ab, m, s.dh, r1, {pb, n, q + 2 * w, ld, o + r0 * w + h * s.dh, w});  // O = P V
     }
   }
 }
 
+/// Rows [begin, end) of a head's probabilities.
+struct row_block {
+  int64_t begin = 0, end = 0;
+};
+
 /// Rows r0..r1 of head h's probabilities again (columns 0..r1), from Q, K
 /// and the saved log-sum-exp.
 template <class A>
-void attention_probabilities(local_gemm<A>& gemm, const attention_shape& s, const A* qkv, const A* lse, int64_t h,
-                             int64_t r0, int64_t r1, A* p) {
-  const int64_t n = s.seq, w = s.width(), ld = 3 * w;
+void attention_probabilities(local_gemm<A>& gemm, const attention_shape& s, const A* qkv, attention_result<const A> fwd,
+                             int64_t h, row_block rows, A* p) {
+  const int64_t n = s.seq, w = s.width(), ld = 3 * w, r0 = rows.begin, r1 = rows.end;
+  const A* lse = fwd.lse;
   const A* q = qkv + h * s.dh;
   const A scale = A(s.scale());
-  gemm.run(false, true, r1 - r0, r1, s.dh, {q + r0 * ld, ld, q + w, ld, p + r0 * n, n});
+  gemm.run(product::abt, r1 - r0, r1, s.dh, {q + r0 * ld, ld, q + w, ld, p + r0 * n, n});
   for (int64_t i = r0; i < r1; ++i) {
     A* row = p + i * n;
     for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(row[j] * scale - lse[h * n + i]);
@@ -129,9 +170,10 @@ void attention_probabilities(local_gemm<A>& gemm, const attention_shape& s, cons
 /// Backward of attention: dqkv (seq x 3*width) = d(loss)/d[Q | K | V] for
 /// do = d(loss)/do. p and dp are seq x seq scratch.
 template <class A>
-void attention_backward(local_gemm<A>& gemm, const attention_shape& s, const A* qkv, const A* o, const A* lse,
+void attention_backward(local_gemm<A>& gemm, const attention_shape& s, const A* qkv, attention_result<const A> fwd,
                         const A* d_o, A* dqkv, std::vector<A>& p, std::vector<A>& dp) {
   const int64_t n = s.seq, w = s.width(), ld = 3 * w;
+  const A* o = fwd.o;
   p.resize(static_cast<size_t>(n * n)), dp.resize(static_cast<size_t>(n * n));
   for (int64_t i = 0; i < n; ++i) std::fill(dqkv + i * ld + w, dqkv + i * ld + 3 * w, A(0));  // dK, dV add up
   for (int64_t h = 0; h < s.heads; ++h) {
@@ -140,17 +182,18 @@ void attention_backward(local_gemm<A>& gemm, const attention_shape& s, const A* 
     for (int64_t r0 = 0; r0 < n; r0 += s.block) {
       const int64_t r1 = std::min(n, r0 + s.block), m = r1 - r0;
       A *pb = p.data() + r0 * n, *db = dp.data() + r0 * n;
-      attention_probabilities(gemm, s, qkv, lse, h, r0, r1, p.data());
-      gemm.run(true, false, r1, s.dh, m, {pb, n, d_o + r0 * w + c, w, dqkv + 2 * w + c, ld}, true);  // dV += P^T dO
-      gemm.run(false, true, m, r1, s.dh, {d_o + r0 * w + c, w, v, ld, db, n});                       // dP = dO V^T
+      attention_probabilities(gemm, s, qkv, fwd, h, {r0, r1}, p.data());
+      gemm.run(product::atb, r1, s.dh, m, {pb, n, d_o + r0 * w + c, w, dqkv + 2 * w + c, ld},
+               into::add);                                                       // dV += P^T dO
+      gemm.run(product::abt, m, r1, s.dh, {d_o + r0 * w + c, w, v, ld, db, n});  // dP = dO V^T
       for (int64_t i = r0; i < r1; ++i) {
         A delta = 0;  // sum_j dP_ij P_ij = dO_i . O_i
         for (int64_t j = 0; j < s.dh; ++j) delta += d_o[i * w + c + j] * o[i * w + c + j];
         for (int64_t j = 0; j < r1; ++j)
           dp[size_t(i * n + j)] = p[size_t(i * n + j)] * (dp[size_t(i * n + j)] - delta) * A(s.scale());
       }
-      gemm.run(false, false, m, s.dh, r1, {db, n, k, ld, dqkv + r0 * ld + c, ld});           // dQ = dS K
-      gemm.run(true, false, r1, s.dh, m, {db, n, q + r0 * ld, ld, dqkv + w + c, ld}, true);  // dK += dS^T Q
+      gemm.run(product::ab, m, s.dh, r1, {db, n, k, ld, dqkv + r0 * ld + c, ld});                  // dQ = dS K
+      gemm.run(product::atb, r1, s.dh, m, {db, n, q + r0 * ld, ld, dqkv + w + c, ld}, into::add);  // dK += dS^T Q
     }
   }
 }

@@ -42,11 +42,11 @@ void narrow(const std::vector<A>& v, std::vector<T>& out) {
   std::transform(v.begin(), v.end(), out.begin(), [](A x) { return cast<T>(x); });
 }
 
-/// out[j] += sum over rows of m (rows x cols).
+/// out[j] += sum over the rows of m.
 template <class A>
-void add_column_sums(const A* m, int64_t rows, int64_t cols, std::vector<A>& out) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[size_t(j)] += m[i * cols + j];
+void add_column_sums(matrix_view<const A> m, std::vector<A>& out) {
+  for (int64_t i = 0; i < m.rows; ++i)
+    for (int64_t j = 0; j < m.cols; ++j) out[size_t(j)] += m(i, j);
 }
 
 template <class V>
@@ -97,7 +97,7 @@ transformer_block<T>::transformer_block(context& ctx, const block_shape& s, cons
         "heads, ffn must agree)");
   std::string what;
   try {
-    l_ = block_layout(s, ctx.rank(), ctx.size());
+    l_ = block_layout(s, ctx.size()).on_rank(ctx.rank());
     w_ = block_params<T>(l_);
     g_ = block_params<acc>(l_);
     const auto n = size_t(l_.rows()), d = size_t(s.hidden), S = size_t(s.seq), w = size_t(l_.width()),
@@ -159,7 +159,8 @@ void transformer_block<T>::forward(matrix_view<const T> x, matrix_view<T> out) {
     detail::phase_span ph(tr, "layer norm 1");
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < d; ++j) x_[size_t(i * d + j)] = detail::cast<acc>(x(i, j));
-    math::layer_norm(x_.data(), n, d, w_.ln1_g.data(), w_.ln1_b.data(), y1_.data(), mean1_.data(), rstd1_.data());
+    math::layer_norm<acc, T>({x_.data(), n, d}, {w_.ln1_g.data(), w_.ln1_b.data()}, y1_.data(),
+                             {mean1_.data(), rstd1_.data()});
   }
   {
     detail::phase_span ph(tr, "QKV projection (all-gather matmul)");
@@ -178,7 +179,8 @@ void transformer_block<T>::forward(matrix_view<const T> x, matrix_view<T> out) {
   {
     detail::phase_span ph(tr, "residual, layer norm 2");
     for (size_t i = 0; i < h_.size(); ++i) h_[i] = x_[i] + detail::cast<acc>(a_t_[i]);
-    math::layer_norm(h_.data(), n, d, w_.ln2_g.data(), w_.ln2_b.data(), y2_.data(), mean2_.data(), rstd2_.data());
+    math::layer_norm<acc, T>({h_.data(), n, d}, {w_.ln2_g.data(), w_.ln2_b.data()}, y2_.data(),
+                             {mean2_.data(), rstd2_.data()});
   }
   mlp_forward(out);
   have_forward_ = true;
@@ -189,7 +191,7 @@ void transformer_block<T>::attention_forward() {
   detail::phase_span ph(ctx_->tracer(), "attention (local heads)");
   const math::attention_shape s{l_.shape.seq, l_.head_shards.size(l_.rank), l_.head_dim(), opt_.attention_block};
   const acc* qkv = detail::widen(qkv_t_, qkv_);
-  math::attention(gemm_, s, qkv, o_.data(), lse_.data(), p_);
+  math::attention(gemm_, s, qkv, {o_.data(), lse_.data()}, p_);
   detail::narrow(o_, o_t_);
 }
 
@@ -248,15 +250,15 @@ void transformer_block<T>::backward(matrix_view<const T> dout, matrix_view<T> dx
       dz_t_[size_t(i * d + j)] = dout(i, j);
       dh_[size_t(i * d + j)] = detail::cast<acc>(dout(i, j));
     }
-  detail::add_column_sums(dh_.data(), n, d, g_.b2);
+  detail::add_column_sums<acc>({dh_.data(), n, d}, g_.b2);
   mlp_backward();  // dh_ holds dout: the layer norm 2 backward adds to it
-  detail::add_column_sums(dh_.data(), n, d, g_.bo);
+  detail::add_column_sums<acc>({dh_.data(), n, d}, g_.bo);
   attention_backward();
   {
     detail::phase_span ph(ctx_->tracer(), "layer norm 1 backward, residual");
     const acc* dy = detail::widen(dy_t_, dy_);
-    math::layer_norm_backward(x_.data(), dy, n, d, w_.ln1_g.data(), mean1_.data(), rstd1_.data(), dh_.data(),
-                              g_.ln1_g.data(), g_.ln1_b.data());
+    math::layer_norm_backward<acc, T>({x_.data(), n, d}, dy, w_.ln1_g.data(), {mean1_.data(), rstd1_.data()},
+                                      dh_.data(), {g_.ln1_g.data(), g_.ln1_b.data()});
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < d; ++j) dx(i, j) = detail::cast<T>(dh_[size_t(i * d + j)]);
   }
@@ -289,13 +291,13 @@ void transformer_block<T>::mlp_backward() {
     detail::phase_span ph(tr, "MLP down weight gradient");
     const acc* u = detail::widen(u_t_, conv_a_);
     const acc* dzg = detail::widen(dzg_t_, conv_b_);
-    gemm_.run(true, false, f, d, S, {u, f, dzg, d, g_.w2.data(), d});  // dW2 = u^T dZ
-    detail::add_column_sums(du_.data(), S, f, g_.b1);
+    gemm_.run(product::atb, f, d, S, {u, f, dzg, d, g_.w2.data(), d});  // dW2 = u^T dZ
+    detail::add_column_sums<acc>({du_.data(), S, f}, g_.b1);
   });
   detail::phase_span ph(tr, "layer norm 2 backward");
   const acc* dy = detail::widen(dy_t_, dy_);
-  math::layer_norm_backward(h_.data(), dy, n, d, w_.ln2_g.data(), mean2_.data(), rstd2_.data(), dh_.data(),
-                            g_.ln2_g.data(), g_.ln2_b.data());
+  math::layer_norm_backward<acc, T>({h_.data(), n, d}, dy, w_.ln2_g.data(), {mean2_.data(), rstd2_.data()}, dh_.data(),
+                                    {g_.ln2_g.data(), g_.ln2_b.data()});
 }
 
 template <class T>
@@ -317,13 +319,14 @@ void transformer_block<T>::attention_backward() {
     detail::phase_span ph(tr, "MLP up weight gradient");
     const int64_t f = l_.ffn_width();
     const acc* y2g = detail::widen(y2g_, conv_a_);
-    gemm_.run(true, false, d, f, S, {y2g, d, du_.data(), f, g_.w1.data(), f});  // dW1 = y2^T dU
+    gemm_.run(product::atb, d, f, S, {y2g, d, du_.data(), f, g_.w1.data(), f});  // dW1 = y2^T dU
   });
   {
     detail::phase_span ph(tr, "attention backward (local heads)");
     const math::attention_shape s{S, l_.head_shards.size(l_.rank), l_.head_dim(), opt_.attention_block};
     const acc* d_o = detail::widen(do_t_, do_);
-    math::attention_backward(gemm_, s, detail::widen(qkv_t_, qkv_), o_.data(), lse_.data(), d_o, dqkv_.data(), p_, dp_);
+    math::attention_backward(gemm_, s, detail::widen(qkv_t_, qkv_), {o_.data(), lse_.data()}, d_o, dqkv_.data(), p_,
+                             dp_);
     detail::narrow(dqkv_, dqkv_t_);
   }
   auto op = [&](bool started) {
@@ -334,10 +337,10 @@ void transformer_block<T>::attention_backward() {
   overlapped(op, [&] {
     detail::phase_span ph(tr, "attention weight gradients");
     const acc* dhg = detail::widen(dhg_t_, conv_a_);
-    gemm_.run(true, false, w, d, S, {o_.data(), w, dhg, d, g_.wo.data(), d});  // dWo = o^T dA
+    gemm_.run(product::atb, w, d, S, {o_.data(), w, dhg, d, g_.wo.data(), d});  // dWo = o^T dA
     const acc* y1g = detail::widen(y1g_, conv_b_);
-    gemm_.run(true, false, d, 3 * w, S, {y1g, d, dqkv_.data(), 3 * w, g_.wqkv.data(), 3 * w});  // dWqkv = y1^T dQKV
-    detail::add_column_sums(dqkv_.data(), S, 3 * w, g_.bqkv);
+    gemm_.run(product::atb, d, 3 * w, S, {y1g, d, dqkv_.data(), 3 * w, g_.wqkv.data(), 3 * w});  // dWqkv = y1^T dQKV
+    detail::add_column_sums<acc>({dqkv_.data(), S, 3 * w}, g_.bqkv);
   });
 }
 

@@ -28,6 +28,7 @@
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/checks.hpp"
 #include "overlap/ops/op_id.hpp"
+#include "overlap/watchdog.hpp"
 
 namespace overlap::detail {
 
@@ -49,8 +50,8 @@ namespace overlap::detail {
   agreement_scratch& s = ctx.scratch();
   s.mine = {static_cast<int64_t>(checks.id()), static_cast<int64_t>(checks.type())};
   s.table.resize(2 * static_cast<size_t>(ctx.size()));
-  ctx.collective(
-      "MPI_Allgather",
+  watched_collective(
+      ctx, "MPI_Allgather",
       [&] { return MPI_Allgather(s.mine.data(), 2, MPI_INT64_T, s.table.data(), 2, MPI_INT64_T, ctx.comm()); },
       [&](MPI_Request* r) {
         return MPI_Iallgather(s.mine.data(), 2, MPI_INT64_T, s.table.data(), 2, MPI_INT64_T, ctx.comm(), r);
@@ -82,8 +83,8 @@ inline bool agree(context& ctx, const arg_checks& checks, const plan_base* cache
   s.in = call_vote::of(checks.failed(), cached == nullptr, fp, static_cast<int64_t>(checks.id()),
                        static_cast<int64_t>(checks.type()));
   const int n = call_vote::count;
-  ctx.collective(
-      "MPI_Allreduce", [&] { return MPI_Allreduce(&s.in, &s.out, n, MPI_INT64_T, MPI_MAX, ctx.comm()); },
+  watched_collective(
+      ctx, "MPI_Allreduce", [&] { return MPI_Allreduce(&s.in, &s.out, n, MPI_INT64_T, MPI_MAX, ctx.comm()); },
       [&](MPI_Request* r) { return MPI_Iallreduce(&s.in, &s.out, n, MPI_INT64_T, MPI_MAX, ctx.comm(), r); },
       [&] { return checks.op() + " (argument agreement)"; });
   const call_vote& all = s.out;
@@ -116,14 +117,13 @@ struct matmul_row {
 
 /// This rank's matmul_row: `layout` is the op's layout option, `chunks`
 /// its configured chunks, `knee` from context::piece_knee.
-template <class T, class Options>
-matmul_row matmul_row_of(const context& ctx, int64_t layout, int64_t chunks, const Options& opt,
-                         const matrix_view<const T>& a, const matrix_view<const T>& b, const matrix_view<T>& c,
+template <class Op>
+matmul_row matmul_row_of(const context& ctx, const typename Op::options& opt, const typename Op::args& x,
                          int64_t knee) {
-  const dims2 la = op_dims(a, opt.transpose_a), lb = op_dims(b, opt.transpose_b);
-  return {layout,
+  const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+  return {static_cast<int64_t>(opt.*Op::layout),
           static_cast<int64_t>(opt.strategy),
-          chunks,
+          ctx.config().*Op::configured_chunks,
           opt.transpose_a,
           opt.transpose_b,
           static_cast<int64_t>(opt.epilogue.activation),
@@ -135,8 +135,8 @@ matmul_row matmul_row_of(const context& ctx, int64_t layout, int64_t chunks, con
           la.cols,
           lb.rows,
           lb.cols,
-          c.rows,
-          c.cols,
+          x.c.rows,
+          x.c.cols,
           knee};
 }
 
@@ -174,8 +174,8 @@ template <class Row>
   append_values(s.mine, mine);
   s.table.resize(s.mine.size() * static_cast<size_t>(ctx.size()));
   const mpi::datatype row = mpi::contiguous_type(static_cast<int64_t>(s.mine.size()), MPI_INT64_T);
-  ctx.collective(
-      "MPI_Allgather",
+  watched_collective(
+      ctx, "MPI_Allgather",
       [&] { return MPI_Allgather(s.mine.data(), 1, row.get(), s.table.data(), 1, row.get(), ctx.comm()); },
       [&](MPI_Request* r) {
         return MPI_Iallgather(s.mine.data(), 1, row.get(), s.table.data(), 1, row.get(), ctx.comm(), r);

@@ -185,14 +185,13 @@ class ag_ring_pattern;
 template <class T>
 struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_global, ag_ring_pattern<T>> {
   static constexpr op_id id = op_id::all_gather_matmul;
-  static constexpr const char* layout_field = "gathered";
+  static constexpr auto layout = &ag_options::gathered;
+  static constexpr auto configured_chunks = &config::ag_chunks;
 
-  static const char* layout_name(const ag_options& o) { return to_string(o.gathered); }
   /// The plan key's part that only this rank's views decide.
   static void append_strides(plan_key& key, const ag_args<T>& x, const ag_options& o) {
     key.insert(key.end(), {x.a.ld, x.b.ld, x.c.ld, x.out.ld, o.batch.a, o.batch.b, o.batch.c, o.batch.out});
   }
-  static int configured_chunks(const config& c) { return c.ag_chunks; }
   static void describe(ag_plan<T>& p, const ag_options& /*o*/, const ag_global& g) { p.geo = g.full; }
   static std::string summary(const ag_plan<T>& p, const ag_global& g) {
     return (p.algorithm == algorithm::others ? std::string(" moving the other operands") : std::string()) +
@@ -207,7 +206,7 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
   /// views, aliasing, shapes); returns the backend for the plan key. Messages
   /// are built only for a rule that fails.
   static int local_checks(const context& ctx, arg_checks& checks, const ag_args<T>& x, const ag_options& opt) {
-    check_matmul_args(checks, "ag_options", ".gathered", opt.gathered, opt, x.a, x.b, x.c);
+    check_matmul_args<ag_op>(checks, opt, x);
     if (x.has_out) out_checks(checks, x, opt.batch);
     const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
     auto must_equal = [&](int64_t v1, const char* n1, int64_t v2, const char* n2, const char* what = "") {
@@ -235,9 +234,7 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
   /// This rank's row of the exchange.
   static ag_exchanged row_of(const context& ctx, const ag_args<T>& x, const ag_options& opt) {
     const int64_t knee = ctx.piece_knee(dtype_of<T>(), ag_geometry(opt).lhs ? x.c.cols : x.c.rows);
-    const matmul_row common =
-        matmul_row_of(ctx, static_cast<int64_t>(opt.gathered), ctx.config().ag_chunks, opt, x.a, x.b, x.c, knee);
-    return {common, x.has_out, x.out.rows, x.out.cols};
+    return {matmul_row_of<ag_op>(ctx, opt, x, knee), x.has_out, x.out.rows, x.out.cols};
   }
 
   /// Step 3: the rules that span ranks, on the exchanged table (element r =
@@ -294,7 +291,6 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
       r.one_node = ctx.one_node(), r.knee_units = g.knee_units;
       return plan_chunks(r);
     };
-    const int64_t elem = sizeof(T), acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;
     // The other operands may travel only where no rank wants the gathered
     // operand itself (gathered_out needs it gathered anyway).
     schedule_request req;
@@ -302,18 +298,19 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
     req.hierarchical = true;
     if (!full.contracting) {
       const int64_t widest = *std::max_element(g.other.begin(), g.other.end());
-      req.others_pieces = others_piece_counts(ctx.config().ag_chunks, widest);
+      req.others_pieces = others_piece_counts<ag_op>(ctx.config(), widest);
       req.others_rule = others_piece_rule(req.others_pieces, widest);
     }
-    return choose_schedule(ctx, req, dtype_of<T>(), chunks_for,
-                           [&](const candidate& c) { return work_of(full, g.other, R, c, elem, acc); });
+    return choose_schedule(ctx, req, dtype_of<T>(), chunks_for, [&](const candidate& c) { return work_of(g, R, c); });
   }
 
   /// What a candidate schedule of all_gather_matmul does on the busiest rank,
-  /// for the cost model. other[q]: rank q's extent of the other operand's free
-  /// dimension; elem/acc: bytes of an element and of a partial sum.
-  static work work_of(const ag_geometry& g, const std::vector<int64_t>& other, int R, const candidate& c, int64_t elem,
-                      int64_t acc) {
+  /// for the cost model (of the problem `whole` describes, on R ranks).
+  static work work_of(const ag_global& whole, int R, const candidate& c) {
+    const ag_geometry& g = whole.full;
+    const std::vector<int64_t>& other = whole.other;
+    const int64_t elem = sizeof(T),
+                  acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;  // bytes of a value, of a partial sum
     const int64_t omax = *std::max_element(other.begin(), other.end());
     const int64_t m = g.lhs ? g.x_rows : omax, n = g.lhs ? omax : g.x_cols, k = g.lhs ? g.x_cols : g.x_rows;
     const int64_t shard = g.layout.max_size();
@@ -379,14 +376,15 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
     if (!sr) plan.blocks_ws = engine::buffer<T>(elems);
     if (!plan.gather_into_out && (sr || !x.has_out)) plan.gather_ws = engine::buffer<T>(elems);
     const int64_t x_ld = x.has_out ? x.out.ld : scols;
-    plan.bulk_kernel = ctx.make_kernel(gemm(geo, x, opt, geo.x_rows, geo.x_cols, x_ld, {false, true}));
+    plan.bulk_kernel = ctx.make_kernel(gemm(geo, x, opt, {geo.x_rows, geo.x_cols}, x_ld, {false, true}));
   }
 
   /// The GEMM of one piece of op(X) (lnr x lnc, stored with ld):
   /// lhs: C[lr0:+lnr, :] (+)= op(X piece) @ op(b)[lc0:+lnc, :];
   /// rhs: C[:, lc0:+lnc] (+)= op(a)[:, lr0:+lnr] @ op(X piece).
-  static gemm_desc gemm(const ag_geometry& geo, const ag_args<T>& x, const ag_options& opt, int64_t lnr, int64_t lnc,
-                        int64_t ld, const ag_piece_output& how) {
+  static gemm_desc gemm(const ag_geometry& geo, const ag_args<T>& x, const ag_options& opt, dims2 piece, int64_t ld,
+                        const ag_piece_output& how) {
+    const int64_t lnr = piece.rows, lnc = piece.cols;
     gemm_desc d;
     if (geo.lhs) {
       d.m = lnr, d.n = op_dims(x.b, geo.trans_o).cols, d.k = lnc;
@@ -429,10 +427,10 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
     engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, plan.lanes, 0};
     if (uses_fp32_acc(plan.geo, R))
       plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < chunks; ++j)
-        for (int l = 0; l < plan.lanes; ++l)
-          plan.steps.push_back(ring_step(ctx, plan, x, opt, ctx.ring_at(l == 0 ? i : -i), i, j, l, chunks, slots));
+    for_each_ring_position(plan, chunks, [&](const ring_position& at) {
+      const int shard = ctx.ring_at(at.lane == 0 ? at.round : -at.round);
+      plan.steps.push_back(ring_step(ctx, plan, x, opt, shard, at, slots));
+    });
     finish_ring(ctx, plan, slots);
   }
 
@@ -460,7 +458,7 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
       plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
     for (int t = 0; t < R; ++t) {
       const int r = t / S, k = t % S;
-      ag_step st = ring_step(ctx, plan, x, opt, ctx.node_peer(r, k), t, 0, 0, 1, slots);
+      ag_step st = ring_step(ctx, plan, x, opt, ctx.node_peer(r, k), ring_position{t}, slots);
       ag_step inside = st;
       const bool moves = st.nonempty();
       st.recv = moves && k == 0 && r > 0;      // from the next node
@@ -474,16 +472,16 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
     finish_ring(ctx, plan, slots);
   }
 
-  /// Ring step t = i * chunks + j of lane l: piece j of `shard`, the shard
-  /// the lane holds at round i (docs in ag_build_ring, ag_build_hierarchical).
-  static ag_step ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int shard, int i,
-                           int j, int l, int chunks, engine::ring_slots& slots) {
+  /// The ring step at `at`: its piece of `shard`, the shard its lane holds
+  /// at that round (docs in build_ring, build_hierarchical).
+  static ag_step ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int shard,
+                           const ring_position& at, engine::ring_slots& slots) {
     const ag_geometry& geo = plan.geo;
-    const int R = ctx.size();
+    const int R = ctx.size(), i = at.round;
     range rows{0, geo.stored_rows()}, cols{0, geo.stored_cols()};
     (geo.stored_shard_rows() ? rows : cols) = range{geo.layout.offset(shard), geo.layout.size(shard)};
     range& chunked = geo.stored_chunk_rows() ? rows : cols;
-    chunked = chunked.chunk(slots.lanes, l).chunk(chunks, j);
+    chunked = chunked.chunk(at.lanes, at.lane).chunk(at.chunks, at.chunk);
     ag_step st;
     st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
     st.lr0 = geo.trans_x ? st.c0 : st.r0;
@@ -503,7 +501,7 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
     } else {
       st.home = piece_home::slot;
       st.ld = st.nc;
-      st.slot_offset = ((i * chunks + j) % slots.per_lane) * slots.lanes + l;  // scaled to elements later
+      st.slot_offset = at.slot(slots);  // scaled to elements later
       slots.elems = std::max(slots.elems, st.nr * st.nc);
       st.copy_out = x.has_out;
     }
@@ -515,10 +513,10 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
     st.into_acc = fp32_acc && !last;
     st.add_acc = fp32_acc && last;
     const bool accumulate = geo.contracting && i > 0 && !st.add_acc;
-    st.desc = gemm(geo, x, opt, lnr, lnc, st.ld, {accumulate, last, st.into_acc, st.add_acc});
+    st.desc = gemm(geo, x, opt, {lnr, lnc}, st.ld, {accumulate, last, st.into_acc, st.add_acc});
     // The pieces of lhs_rows read all of b (a batch's members read different b's).
     st.desc.pack_b = geo.lhs && geo.shard_rows && plan.batch.count == 1;
-    st.kernel = ctx.make_step_kernel(st.desc);
+    st.kernel = make_step_kernel(ctx, st.desc);
     return st;
   }
 
@@ -583,9 +581,9 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
     auto piece = [&](int q, int j) { return others_piece(c.o(q), j, pieces); };
     others_gathers(geo, o, c, k, pieces);
     o.output = others_output::owners;
-    // The block of rank q's output that rank `from` computes from piece j, at element `at`.
-    auto block_of = [&](int from, int q, int j, int64_t at) {
-      const range pc = piece(q, j);
+    // The block of this rank's output that rank `from` computes from piece
+    // `pc` of this rank's other operand, at element `at`.
+    auto block_of = [&](int from, range pc, int64_t at) {
       return geo.lhs ? others_block{others_src::caller_a, sh.offset(from), pc.begin, sh.size(from), pc.len, at}
                      : others_block{others_src::caller_a, pc.begin, sh.offset(from), pc.len, sh.size(from), at};
     };
@@ -594,11 +592,11 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
     int64_t at = 0;
     auto add = [&](int q, int j) {
       const others_gather& ga = o.gathers[static_cast<size_t>(j)];
-      others_gemm g = others_gather_gemm(geo, c, q, piece(q, j).len, k, ga.base + ga.at.displs[static_cast<size_t>(q)]);
+      others_gemm g = others_gather_gemm(geo, c, ga, q, piece(q, j));
       g.out = at;
       at += g.desc.m * g.desc.n;
       if (q == c.p)
-        o.own.push_back(block_of(c.p, c.p, j, g.out));
+        o.own.push_back(block_of(c.p, piece(c.p, j), g.out));
       else
         g.inputs = j,
         g.send = mpi::detail::to_count(g.desc.m * g.desc.n, "output block of the other-operands algorithm");
@@ -617,7 +615,7 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
         const int64_t n = sh.size(q) * piece(c.p, j).len;
         const int64_t where = o.recv_into_c ? sh.offset(q) * x.c.ld : got;
         o.recvs.push_back({q, where, mpi::detail::to_count(n, "output block of the other-operands algorithm")});
-        if (!o.recv_into_c) o.place.push_back(block_of(q, c.p, j, got));
+        if (!o.recv_into_c) o.place.push_back(block_of(q, piece(c.p, j), got));
         got += n;
       }
     others_finish(o, x.c, opt.epilogue, false, c.t);
@@ -642,12 +640,13 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
     }
   }
 
-  /// The product of this rank's shard of X with `oq` columns (lhs) or rows
-  /// (rhs) of rank q's gathered other operand (at element `off` of the
-  /// gathered buffer; K = k).
-  static others_gemm others_gather_gemm(const ag_geometry& geo, const ag_others_ctx& c, int q, int64_t oq, int64_t k,
-                                        int64_t off) {
+  /// The product of this rank's shard of X with piece `pc` of rank q's
+  /// other operand (its columns for lhs, its rows for rhs), gathered by `ga`.
+  static others_gemm others_gather_gemm(const ag_geometry& geo, const ag_others_ctx& c, const others_gather& ga, int q,
+                                        range pc) {
     const shard_layout& sh = geo.layout;
+    const int64_t oq = pc.len, k = geo.lhs ? geo.x_cols : geo.x_rows;
+    const int64_t off = ga.base + ga.at.displs[static_cast<size_t>(q)];
     others_gemm g;
     g.peer = q;
     if (geo.lhs) {
@@ -761,10 +760,9 @@ struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_
       }
     }
     run_local_step(ctx, plan, [&] {
-      if (geo.lhs)
-        plan.bulk_kernel->run(xv.data, x.b.data, x.c.data, bias);
-      else
-        plan.bulk_kernel->run(x.a.data, xv.data, x.c.data, bias);
+      const gemm_operands io = gemm_operands().c(x.c.data).bias(bias);
+      plan.bulk_kernel->run(geo.lhs ? gemm_operands(io).a(xv.data).b(x.b.data)
+                                    : gemm_operands(io).a(x.a.data).b(xv.data));
     });
   }
 
@@ -833,13 +831,16 @@ class ag_ring_pattern : public ring_pattern<ag_ring_pattern<T>, ag_plan<T>> {
       const matrix_view<T> out = member(x_.out, nb.out, m);
       copy_block<T>({x, st.nr, st.nc, st.ld}, out.block(st.r0, st.c0, st.nr, st.nc));
     }
+    gemm_operands io;
+    io.c(dst).addend(addend);
     if (g.lhs) {  // rows lc0.. of op(b): columns of b when it is stored transposed
       const T* b = x_.b.data + m * nb.b + (g.trans_o ? st.lc0 : st.lc0 * x_.b.ld);
-      st.kernel->run(x, st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias_, addend);
+      io.a(x).b(st.desc.pack_b ? plan_.pack.b(b) : b).bias(bias_);
     } else {  // columns lr0.. of op(a): rows of a when it is stored transposed
-      const T* a = x_.a.data + m * nb.a + (g.trans_o ? st.lr0 * x_.a.ld : st.lr0);
-      st.kernel->run(a, x, dst, bias_ == nullptr ? nullptr : bias_ + st.lc0, addend);
+      io.a(x_.a.data + m * nb.a + (g.trans_o ? st.lr0 * x_.a.ld : st.lr0)).b(x);
+      io.bias(bias_ == nullptr ? nullptr : bias_ + st.lc0);
     }
+    st.kernel->run(io);
   }
 
   const ag_args<T>& x_;

@@ -48,10 +48,10 @@ namespace overlap::detail {
 /// Collects the first failed rule of a call on this rank.
 class arg_checks {
  public:
-  /// The op, its element type, and its layout option as messages name the
-  /// call ("gathered", "lhs_rows"); both strings must outlive the checks.
-  arg_checks(op_id id, dtype type, const char* layout, const char* layout_value)
-      : id_(id), type_(type), layout_(layout), layout_value_(layout_value) {}
+  /// The op, its element type, and the value of its layout option as
+  /// messages name the call ("lhs_rows"); the string must outlive the checks.
+  arg_checks(op_id id, dtype type, const char* layout_value)
+      : id_(id), type_(type), layout_(names_of(id).layout), layout_value_(layout_value) {}
   /// Records the message unless cond holds or an earlier rule already
   /// failed. `msg` is a string, or a callable that makes it: the cached-plan
   /// path passes callables, so a check that passes builds no text.
@@ -102,18 +102,17 @@ class arg_checks {
       require(false, std::string(out_name) + " overlaps " + other_name +
                          " in memory; outputs must not alias the op's other arguments");
   }
-  /// A strided batch's count and strides (overlap::batch), and that c's
-  /// members alias neither each other nor a's and b's.
-  template <class T>
-  void batch(const overlap::batch& b, const matrix_view<T>& c, const matrix_view<const T>& a,
-             const matrix_view<const T>& bv) {
+  /// A strided batch's count and strides (overlap::batch), and that the
+  /// members of x.c alias neither each other nor those of x.a and x.b.
+  template <class Args>
+  void batch(const overlap::batch& b, const Args& x) {
     require(b.count >= 1, [&] { return "batch.count (" + std::to_string(b.count) + ") must be >= 1"; });
     for (const auto& f : {std::pair{b.a, "a"}, std::pair{b.b, "b"}, std::pair{b.c, "c"}, std::pair{b.out, "out"}})
       require(f.first >= 0,
               [&] { return "batch." + std::string(f.second) + " (" + std::to_string(f.first) + ") must be >= 0"; });
-    disjoint_members("c", c, b.c, "c", c, b.c, b.count);
-    disjoint_members("c", c, b.c, "a", a, b.a, b.count);
-    disjoint_members("c", c, b.c, "b", bv, b.b, b.count);
+    disjoint_members("c", x.c, b.c, "c", x.c, b.c, b.count);
+    disjoint_members("c", x.c, b.c, "a", x.a, b.a, b.count);
+    disjoint_members("c", x.c, b.c, "b", x.b, b.b, b.count);
   }
   /// With a batch: no member of the output `out` (stride so) shares a byte
   /// with another member of it (other == out) or with any member of `other`
@@ -191,21 +190,20 @@ inline void check_common_options(arg_checks& checks, const char* opts, overlap::
 }
 
 /// The checks of one rank that every matmul op makes, in this order: its
-/// layout option (`layout`, e.g. ".gathered") and the options every op has
-/// (`opts`: "ag_options"), the views a, b and c, that c overlaps neither
-/// input, the bias, and the batch.
-template <class T, class Options, class Layout>
-void check_matmul_args(arg_checks& checks, const char* opts, const char* layout, Layout value, const Options& opt,
-                       const matrix_view<const T>& a, const matrix_view<const T>& b, const matrix_view<T>& c) {
-  checks.valid(opts, layout, value);
-  check_common_options(checks, opts, opt.strategy, opt.algorithm, opt.epilogue);
-  checks.view("a", a);
-  checks.view("b", b);
-  checks.view("c", c);
-  checks.disjoint("c", c, "a", a);
-  checks.disjoint("c", c, "b", b);
-  checks.bias(opt.epilogue.bias, c);
-  checks.batch(opt.batch, c, a, b);
+/// layout option (Op::layout) and the options every op has, the views a, b
+/// and c, that c overlaps neither input, the bias, and the batch.
+template <class Op>
+void check_matmul_args(arg_checks& checks, const typename Op::options& opt, const typename Op::args& x) {
+  const entry_names names = names_of(Op::id);
+  checks.valid(names.layout_option, "", opt.*Op::layout);
+  check_common_options(checks, names.options, opt.strategy, opt.algorithm, opt.epilogue);
+  checks.view("a", x.a);
+  checks.view("b", x.b);
+  checks.view("c", x.c);
+  checks.disjoint("c", x.c, "a", x.a);
+  checks.disjoint("c", x.c, "b", x.b);
+  checks.bias(opt.epilogue.bias, x.c);
+  checks.batch(opt.batch, x);
 }
 
 /// The backend for T under ctx's config as a plan-key value; a combination no

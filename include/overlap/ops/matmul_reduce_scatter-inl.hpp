@@ -127,14 +127,13 @@ class rs_ring_pattern;
 template <class T>
 struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_global, rs_ring_pattern<T>> {
   static constexpr op_id id = op_id::matmul_reduce_scatter;
-  static constexpr const char* layout_field = "scattered";
+  static constexpr auto layout = &rs_options::scattered;
+  static constexpr auto configured_chunks = &config::rs_chunks;
 
-  static const char* layout_name(const rs_options& o) { return to_string(o.scattered); }
   /// The plan key's part that only this rank's views decide.
   static void append_strides(plan_key& key, const rs_args<T>& x, const rs_options& o) {
     key.insert(key.end(), {x.a.ld, x.b.ld, x.c.ld, o.batch.a, o.batch.b, o.batch.c});
   }
-  static int configured_chunks(const config& c) { return c.rs_chunks; }
   static void describe(rs_plan<T>& p, const rs_options& o, const rs_global& g) {
     p.rows = g.rows, p.m = g.m, p.n = g.n, p.layout = g.layout;
     p.acc = acc_type(dtype_of<T>(), o, p.strategy);
@@ -152,7 +151,7 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
   /// views, aliasing, shapes); returns the backend for the plan key. Messages
   /// are built only for a rule that fails.
   static int local_checks(const context& ctx, arg_checks& checks, const rs_args<T>& x, const rs_options& opt) {
-    check_matmul_args(checks, "rs_options", ".scattered", opt.scattered, opt, x.a, x.b, x.c);
+    check_matmul_args<rs_op>(checks, opt, x);
     const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
     const bool ta = opt.transpose_a, tb = opt.transpose_b;
     require_equal(checks, ta, tb, lb.rows, "b.rows", la.cols, "a.cols", ", this rank's K");
@@ -168,9 +167,7 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
     // Pieces split the scattered dimension: their GEMMs' rate depends on the other one.
     const int64_t other =
         opt.scattered == scattered::rows ? op_dims(x.b, opt.transpose_b).cols : op_dims(x.a, opt.transpose_a).rows;
-    const matmul_row common = matmul_row_of(ctx, static_cast<int64_t>(opt.scattered), ctx.config().rs_chunks, opt, x.a,
-                                            x.b, x.c, ctx.piece_knee(dtype_of<T>(), other));
-    return {common, opt.bf16_transfers};
+    return {matmul_row_of<rs_op>(ctx, opt, x, ctx.piece_knee(dtype_of<T>(), other)), opt.bf16_transfers};
   }
 
   /// Step 3: the rules that span ranks, on the exchanged table (element r =
@@ -233,19 +230,22 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
     // piece's products hide the next piece's transfer, and thin pieces cost
     // GEMM rate).
     const int64_t free = g.rows ? g.n : g.m;
-    req.others_pieces = others_piece_counts(configured, free);
+    req.others_pieces = others_piece_counts<rs_op>(ctx.config(), free);
     req.others_rule = req.others_pieces.front();
     req.hierarchical_chunks = configured > 0 ? configured : 2;
-    return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) {
-      return work_of(g.rows, g.m, g.n, g.ks, g.layout, R, c, sizeof(T), size_of(acc_type(t, opt, c.strategy)));
-    });
+    return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) { return work_of(g, R, c, opt); });
   }
 
   /// What a candidate schedule of matmul_reduce_scatter does on the busiest
-  /// rank, for the cost model. ks[q]: rank q's K_q; `out`: the scattered
-  /// dimension over the ranks; elem/acc: bytes of an element and of a partial sum.
-  static work work_of(bool rows, int64_t m, int64_t n, const std::vector<int64_t>& ks, const shard_layout& out, int R,
-                      const candidate& c, int64_t elem, int64_t acc) {
+  /// rank, for the cost model (of the problem `g` describes, on R ranks).
+  static work work_of(const rs_global& g, int R, const candidate& c, const rs_options& opt) {
+    const bool rows = g.rows;
+    const int64_t m = g.m, n = g.n;
+    const std::vector<int64_t>& ks = g.ks;  // ks[q]: rank q's K_q
+    const shard_layout& out = g.layout;     // the scattered dimension over the ranks
+    // Bytes of a value and of a partial sum.
+    const auto elem = static_cast<int64_t>(sizeof(T));
+    const auto acc = static_cast<int64_t>(size_of(acc_type(dtype_of<T>(), opt, c.strategy)));
     const int64_t kmax = *std::max_element(ks.begin(), ks.end()), shard = out.max_size();
     auto k = [&](int q) { return ks[static_cast<size_t>(q)]; };
     work w;
@@ -292,7 +292,7 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
       plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(rows.len * cols.len, "reduce-scatter count");
       if (!plan.rows || r == 0) {
         const int64_t nr = plan.rows ? plan.m : rows.len, nc = plan.rows ? plan.n : cols.len;
-        plan.bulk_kernels.push_back(ctx.make_kernel(gemm(x, opt, acc, nr, nc, nc, {})));
+        plan.bulk_kernels.push_back(ctx.make_kernel(gemm(x, opt, acc, {nr, nc}, nc, {})));
       }
     }
     // The reduced block lands in c when c is dense and of the accumulator's
@@ -308,8 +308,9 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
   }
 
   /// The GEMM of an nr x nc output piece (ld of its destination) with all of K.
-  static gemm_desc gemm(const rs_args<T>& x, const rs_options& opt, dtype acc, int64_t nr, int64_t nc, int64_t ld,
+  static gemm_desc gemm(const rs_args<T>& x, const rs_options& opt, dtype acc, dims2 piece, int64_t ld,
                         const rs_piece_output& how) {
+    const int64_t nr = piece.rows, nc = piece.cols;
     gemm_desc d;
     d.m = nr, d.n = nc, d.k = op_dims(x.a, opt.transpose_a).cols;
     d.lda = x.a.ld, d.ldb = x.b.ld, d.ldc = ld;
@@ -347,9 +348,8 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
     plan.window = {chunks - 1, chunks - 2};
     plan.n_steps = R * chunks;
     engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, plan.lanes, 0};
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < chunks; ++j)
-        for (int l = 0; l < plan.lanes; ++l) plan.steps.push_back(ring_step(ctx, plan, x, opt, i, j, l, chunks, slots));
+    for_each_ring_position(
+        plan, chunks, [&](const ring_position& at) { plan.steps.push_back(ring_step(ctx, plan, x, opt, at, slots)); });
     finish_ring(ctx, plan, slots);
   }
 
@@ -406,16 +406,16 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
     finish_ring(ctx, plan, slots);
   }
 
-  /// Ring step t = i * chunks + j of lane l (docs in rs_build_ring).
-  static rs_step ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int i, int j,
-                           int l, int chunks, engine::ring_slots& slots) {
-    const int R = ctx.size();
-    rs_piece at;
-    at.shard = ctx.ring_at(l == 0 ? i + 1 : -i - 1);
-    at.part = l, at.parts = slots.lanes, at.chunk = j, at.chunks = chunks;
-    at.first = i == 0, at.last = i == R - 1;
-    at.slot = ((i * chunks + j) % slots.per_lane) * slots.lanes + l;
-    return piece_step(ctx, plan, x, opt, at, slots);
+  /// The ring step at `at` (docs in build_ring).
+  static rs_step ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+                           const ring_position& at, engine::ring_slots& slots) {
+    const int i = at.round;
+    rs_piece piece;
+    piece.shard = ctx.ring_at(at.lane == 0 ? i + 1 : -i - 1);
+    piece.part = at.lane, piece.parts = at.lanes, piece.chunk = at.chunk, piece.chunks = at.chunks;
+    piece.first = i == 0, piece.last = i == ctx.size() - 1;
+    piece.slot = static_cast<int>(at.slot(slots));
+    return piece_step(ctx, plan, x, opt, piece, slots);
   }
 
   /// A step computing piece `at`: this rank's partial product for it, added
@@ -451,11 +451,11 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
     st.recv = st.nonempty() && !at.first;
     st.send = st.nonempty() && !at.last;
     const bool into_c = st.dst_c && !st.finish;
-    st.desc =
-        gemm(x, opt, plan.acc, st.nr, st.nc, into_c ? x.c.ld : st.ld, {!at.first && !st.add_slot, into_c, st.add_slot});
+    st.desc = gemm(x, opt, plan.acc, {st.nr, st.nc}, into_c ? x.c.ld : st.ld,
+                   {!at.first && !st.add_slot, into_c, st.add_slot});
     // Pieces of a row-scattered output read all of b (a batch's members read different b's).
     st.desc.pack_b = plan.rows && plan.batch.count == 1;
-    st.kernel = ctx.make_step_kernel(st.desc);
+    st.kernel = make_step_kernel(ctx, st.desc);
     return st;
   }
 
@@ -483,7 +483,7 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
     others_plan<T>& o = plan.others;
     const int R = ctx.size(), p = ctx.rank();
     pieces = std::max(pieces, 1);
-    others_inputs(plan, o, opt, ks, p, pieces);
+    others_inputs(ctx, plan, o, opt, ks, pieces);
     const bool fp32_sum = dtype_of<T>() == dtype::bf16 && R > 1;
     o.out = fp32_sum ? dtype::f32 : dtype_of<T>();
     others_own(ctx, plan, o, x, opt, ks[static_cast<size_t>(p)], R == 1);
@@ -501,9 +501,9 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
   /// columns exchanged, A gathered in row pieces. Received blocks lie in ring
   /// order from rank p + 1 on, this rank's own last, so that the peers' blocks
   /// are one run.
-  static void others_inputs(const rs_plan<T>& plan, others_plan<T>& o, const rs_options& opt,
-                            const std::vector<int64_t>& ks, int p, int pieces) {
-    const int R = static_cast<int>(ks.size()), next = (p + 1) % R;
+  static void others_inputs(const context& ctx, const rs_plan<T>& plan, others_plan<T>& o, const rs_options& opt,
+                            const std::vector<int64_t>& ks, int pieces) {
+    const int R = ctx.size(), p = ctx.rank(), next = (p + 1) % R;
     const bool ta = opt.transpose_a, tb = opt.transpose_b;
     const shard_layout& sh = plan.layout;
     const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p), free = plan.rows ? plan.n : plan.m;
@@ -635,12 +635,13 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
     const auto acc_size = static_cast<int64_t>(size_of(plan.acc));
     run_local_step(ctx, plan, [&] {
       if (plan.rows) {
-        plan.bulk_kernels[0]->run(x.a.data, x.b.data, ws);
+        plan.bulk_kernels[0]->run(gemm_operands().a(x.a.data).b(x.b.data).c(ws));
       } else {
         for (int r = 0; r < ctx.size(); ++r) {
           const int64_t off = plan.layout.offset(r);
           const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
-          plan.bulk_kernels[static_cast<size_t>(r)]->run(x.a.data, b, ws + plan.m * off * acc_size);
+          plan.bulk_kernels[static_cast<size_t>(r)]->run(
+              gemm_operands().a(x.a.data).b(b).c(ws + plan.m * off * acc_size));
         }
       }
     });
@@ -652,7 +653,9 @@ struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_
         [&] { return MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm()); },
         [&](MPI_Request* r) { return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r); });
     // c = act(reduced + bias) (the pass also converts an fp32 result to bf16).
-    run_local_step(ctx, plan, [&] { run_degenerate(plan.finish, x.c.data, bias, plan.result_ws.data()); });
+    run_local_step(ctx, plan, [&] {
+      run_degenerate(plan.finish, gemm_operands().c(x.c.data).bias(bias).addend(plan.result_ws.data()));
+    });
   }
 
   static rs_args<T> member(const rs_args<T>& x, const overlap::batch& b, int64_t m) {
@@ -702,7 +705,7 @@ class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
       const rs_step& st = plan_.step(t, l);
       for (int64_t m = 0; m < plan_.batch.count; ++m) {
         if (two_levels_ && st.recv && !st.compute)  // the next node's sum, into this node's
-          run_degenerate(st.merge, piece(plan_.step(t, 1), m), nullptr, piece(st, m));
+          run_degenerate(st.merge, gemm_operands().c(piece(plan_.step(t, 1), m)).addend(piece(st, m)));
         if (st.compute) compute(st, m);
       }
     }
@@ -724,7 +727,9 @@ class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
     const T* b = x_.b.data + m * plan_.batch.b + (opt_.transpose_b ? st.c0 * x_.b.ld : st.c0);
     const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.rows ? st.c0 : st.c0 - own_);
     void* dst = st.dst_c && !st.finish ? static_cast<void*>(in_c(st, m)) : piece(st, m);
-    st.kernel->run(a, st.desc.pack_b ? plan_.pack.b(b) : b, dst, bias, st.add_slot ? piece(st, m) : nullptr);
+    gemm_operands io;
+    io.a(a).b(st.desc.pack_b ? plan_.pack.b(b) : b).c(dst).bias(bias);
+    st.kernel->run(io.addend(st.add_slot ? piece(st, m) : nullptr));
     if (!st.finish) return;
     const activation act = opt_.epilogue.activation;
     if (plan_.acc == dtype_of<T>())

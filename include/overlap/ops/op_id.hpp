@@ -27,17 +27,29 @@ struct op_tags {
   return {{tag_value(message_tag::rs_lane0), tag_value(message_tag::rs_lane1)}, tag_value(message_tag::rs_blocks)};
 }
 
-/// The names an op's entry points give in messages.
+/// The names messages give an op's entry points and options.
 struct entry_names {
-  const char* call;      ///< "overlap::all_gather_matmul"
-  const char* start;     ///< "overlap::start_all_gather_matmul"
-  const char* schedule;  ///< "overlap::all_gather_matmul_schedule"
+  const char* call;           ///< "overlap::all_gather_matmul"
+  const char* start;          ///< "overlap::start_all_gather_matmul"
+  const char* schedule;       ///< "overlap::all_gather_matmul_schedule"
+  const char* options;        ///< "ag_options"
+  const char* layout;         ///< the layout option: "gathered"
+  const char* layout_option;  ///< "ag_options.gathered"
 };
 [[nodiscard]] constexpr entry_names names_of(op_id op) {
   if (op == op_id::all_gather_matmul)
-    return {"overlap::all_gather_matmul", "overlap::start_all_gather_matmul", "overlap::all_gather_matmul_schedule"};
-  return {"overlap::matmul_reduce_scatter", "overlap::start_matmul_reduce_scatter",
-          "overlap::matmul_reduce_scatter_schedule"};
+    return {"overlap::all_gather_matmul",
+            "overlap::start_all_gather_matmul",
+            "overlap::all_gather_matmul_schedule",
+            "ag_options",
+            "gathered",
+            "ag_options.gathered"};
+  return {"overlap::matmul_reduce_scatter",
+          "overlap::start_matmul_reduce_scatter",
+          "overlap::matmul_reduce_scatter_schedule",
+          "rs_options",
+          "scattered",
+          "rs_options.scattered"};
 }
 
 }  // namespace overlap::detail

@@ -65,10 +65,13 @@ inline constexpr int64_t others_rule_piece_units = 128;
 
 /// Piece counts the other-operands algorithm may gather an operand in along
 /// its free dimension, so that products (and output blocks) follow the
-/// transfer piece by piece (docs/design.md): as configured, else 1 and those
-/// of others_piece_candidates whose pieces keep others_min_piece_units, for
-/// the cost model to choose from.
-inline std::vector<int> others_piece_counts(int configured, int64_t widest) {
+/// transfer piece by piece (docs/design.md): as configured (the op's
+/// configured chunks), else 1 and those of others_piece_candidates whose
+/// pieces of `widest` keep others_min_piece_units, for the cost model to
+/// choose from.
+template <class Op>
+std::vector<int> others_piece_counts(const config& c, int64_t widest) {
+  const int configured = c.*Op::configured_chunks;
   if (configured > 0) return {configured};
   std::vector<int> out{1};
   for (int p : others_piece_candidates)
@@ -216,20 +219,21 @@ void others_finish(others_plan<T>& plan, matrix_view<T> c, const epilogue& e, bo
 template <class T>
 class others_runner {
  public:
-  others_runner(context& ctx, const plan_base& info, others_plan<T>& plan, int tag, matrix_view<const T> a,
-                matrix_view<const T> b, matrix_view<T> c, const T* bias)
+  /// x: the op's operands (x.a, x.b and the output x.c).
+  template <class Args>
+  others_runner(context& ctx, const plan_base& info, others_plan<T>& plan, int tag, const Args& x, const T* bias)
       : ctx_(ctx),
         info_(info),
         plan_(plan),
         tag_(tag),
-        a_(a),
-        b_(b),
-        c_(c),
+        a_(x.a),
+        b_(x.b),
+        c_(x.c),
         bias_(bias),
         comm_(ctx.config().phases != ring_phases::compute_only),
         compute_(ctx.config().phases != ring_phases::comm_only),
         owners_(plan.output == others_output::owners),
-        owned_(plan.recv_into_c ? c.data : plan.received.data()) {}
+        owned_(plan.recv_into_c ? x.c.data : plan.received.data()) {}
 
   void run() {
     for (const others_gather& g : plan_.gathers) pack(g.own, plan_.gathered.data());
@@ -260,7 +264,10 @@ class others_runner {
         });
     if (owners_) place_blocks();
     if (plan_.output == others_output::reduced) reduce();
-    if (plan_.finish) run_local_step(ctx_, info_, [&] { run_degenerate(plan_.finish_desc, c_.data, bias_, result()); });
+    if (plan_.finish)
+      run_local_step(ctx_, info_, [&] {
+        run_degenerate(plan_.finish_desc, gemm_operands().c(c_.data).bias(bias_).addend(result()));
+      });
   }
 
  private:
@@ -329,9 +336,10 @@ class others_runner {
     if (compute_) {
       void* dst = gm.to_c ? static_cast<void*>(c_.data + gm.out) : static_cast<void*>(products() + gm.out * out_size);
       engine::progress_scope scope(ctx_.progress(), ctx_.requests());
-      gm.kernel->run(source(gm.a) + gm.a_off, source(gm.b) + gm.b_off, dst,
-                     gm.desc.bias ? bias_ + gm.bias_off : nullptr,
-                     gm.addend ? products() + gm.addend_off * out_size : nullptr);
+      gemm_operands io;
+      io.a(source(gm.a) + gm.a_off).b(source(gm.b) + gm.b_off).c(dst);
+      io.bias(gm.desc.bias ? bias_ + gm.bias_off : nullptr);
+      gm.kernel->run(io.addend(gm.addend ? products() + gm.addend_off * out_size : nullptr));
       scope.finish();
     }
     if (comm_ && owners_ && gm.peer != ctx_.rank() && gm.send > 0) {

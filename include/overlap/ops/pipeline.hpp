@@ -75,7 +75,7 @@ std::unique_ptr<typename Op::plan> make_plan(context& ctx, const arg_checks& che
     return 0;
   });
   if (ctx.config().verbose && ctx.rank() == 0) {
-    const bool chosen = Op::configured_chunks(ctx.config()) == 0;
+    const bool chosen = ctx.config().*Op::configured_chunks == 0;
     log_built_plan(
         ctx, plan->summary,
         ring_summary(opt.strategy, *plan, sched.chunks, chosen, plan->slots.size() * sizeof(*plan->slots.data())) +
@@ -93,7 +93,7 @@ std::unique_ptr<typename Op::plan> make_plan(context& ctx, const arg_checks& che
 template <class Op>
 typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
   using T = typename Op::element;
-  arg_checks checks(Op::id, dtype_of<T>(), Op::layout_field, Op::layout_name(opt));
+  arg_checks checks(Op::id, dtype_of<T>(), to_string(opt.*Op::layout));
   const int backend = Op::local_checks(ctx, checks, x, opt);
   const typename Op::row mine = Op::row_of(ctx, x, opt);
   plan_key& key = ctx.scratch().key;
@@ -125,7 +125,7 @@ void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, cons
     for (int64_t m = 0; m < plan.batch.count; ++m) {
       const typename Op::args y = Op::member(x, plan.batch, m);
       if (plan.algorithm == algorithm::others)
-        others_runner<T>(ctx, plan, plan.others, tags_of(Op::id).blocks, y.a, y.b, y.c, bias).run();
+        others_runner<T>(ctx, plan, plan.others, tags_of(Op::id).blocks, y, bias).run();
       else
         Op::bulk(ctx, plan, y, opt, bias);
     }

@@ -5,6 +5,7 @@
 /// depend on the op. An op's plan derives from op_plan and adds its geometry
 /// and its bulk buffers; its ring steps derive from ring_step.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -38,6 +39,61 @@ struct ring_step {
   std::shared_ptr<const gemm_kernel> kernel;
   [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
 };
+
+/// The kernel of a ring step: under progress_policy::poll, config().
+/// poll_chunks row bands of C with an MPI_Testall of the context's
+/// outstanding requests between two bands (Open MPI moves data only inside
+/// MPI calls), but no band thinner than the GEMM path's rate knee
+/// (context::piece_knee: fewer bands rather than slower ones); otherwise
+/// the product's kernel.
+inline std::shared_ptr<const gemm_kernel> make_step_kernel(context& ctx, const gemm_desc& d) {
+  const int64_t knee = ctx.piece_knee(d.in, d.n);
+  const int64_t bands = std::min<int64_t>(ctx.config().poll_chunks, knee > 0 ? d.m / knee : d.m);
+  if (ctx.config().progress != progress_policy::poll || bands < 2 || d.n == 0) return ctx.make_kernel(d);
+  std::vector<banded_kernel::band> parts;
+  // Bands read the plan's packed B where their kernels agree on its layout
+  // (reading B as stored cost the AMX path about half its rate), else B as stored.
+  for (const bool packed : {d.pack_b, false}) {
+    parts.clear();
+    for (int64_t i = 0; i < bands; ++i) {
+      const int64_t r0 = d.m / bands * i + std::min(i, d.m % bands);
+      const int64_t r1 = d.m / bands * (i + 1) + std::min(i + 1, d.m % bands);
+      gemm_desc sub = d;
+      sub.m = r1 - r0;
+      sub.pack_b = packed;
+      parts.push_back({r0, ctx.make_kernel(sub)});
+    }
+    if (banded_kernel::shares_packed_b(parts)) break;
+  }
+  // The context keeps its request group on the heap: its address survives
+  // moves of the context.
+  auto poll = [](void* group) { static_cast<mpi::request_group*>(group)->test_all(); };
+  return std::make_shared<banded_kernel>(d, std::move(parts), poll, &ctx.requests());
+}
+
+/// Where an entry of a flat ring plan sits: round `round` of the ring,
+/// piece `chunk` of `chunks` of the shard a lane holds then, lane `lane` of
+/// `lanes` (bidirectional: 2). Step t = round * chunks + chunk.
+struct ring_position {
+  int round = 0;
+  int chunk = 0, chunks = 1;
+  int lane = 0, lanes = 1;
+  [[nodiscard]] int step() const noexcept { return round * chunks + chunk; }
+  /// The slot its piece uses: each lane's slots rotate, the lanes' interleave.
+  [[nodiscard]] int64_t slot(const engine::ring_slots& s) const noexcept {
+    return int64_t{step() % s.per_lane} * s.lanes + lane;
+  }
+};
+
+/// Calls f(ring_position) for every entry of a flat ring plan of `chunks`
+/// pieces per shard (its n_steps and lanes set), in the plan's order: step
+/// by step, lane by lane within a step.
+template <class Plan, class F>
+void for_each_ring_position(const Plan& plan, int chunks, F&& f) {
+  for (int i = 0; i < plan.n_steps / chunks; ++i)
+    for (int j = 0; j < chunks; ++j)
+      for (int l = 0; l < plan.lanes; ++l) f(ring_position{i, j, chunks, l, plan.lanes});
+}
 
 /// A plan of an op with element type T: the schedule that runs and, for each
 /// kind of schedule, what running it takes. Step: the op's ring step (a
@@ -74,7 +130,7 @@ struct op_plan : plan_base {
 template <class Plan, class MemberStride>
 void finish_ring(context& ctx, Plan& plan, const engine::ring_slots& slots, int64_t unit,
                  MemberStride&& member_stride) {
-  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return ctx.make_step_kernel(d); });
+  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return make_step_kernel(ctx, d); });
   const int64_t members = plan.batch.count;
   for (auto& st : plan.steps) {
     if (st.in_slot()) st.slot_offset *= slots.elems * members * unit;

@@ -10,6 +10,7 @@
 #include "overlap/engine/ring.hpp"
 #include "overlap/ops/faults.hpp"
 #include "overlap/ops/op_id.hpp"
+#include "overlap/watchdog.hpp"
 
 namespace overlap::detail {
 
@@ -88,7 +89,7 @@ void run_collective(context& ctx, const plan_base& plan, const char* call, Block
   maybe_stall(ctx.rank());
   engine::trace_recorder* rec = ctx.tracer();
   const double t0 = rec != nullptr ? rec->now() : 0.0;
-  ctx.collective(call, blocking, start, [&] { return plan.summary; });
+  watched_collective(ctx, call, blocking, start, [&] { return plan.summary; });
   if (rec != nullptr)
     rec->span(std::string(call) + ": " + plan.summary, "collective", engine::trace_recorder::track::ops, t0,
               rec->now());

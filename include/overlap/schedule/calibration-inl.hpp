@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "overlap/error.hpp"
+#include "overlap/mpi/datatype.hpp"
 #include "overlap/schedule/calibration.hpp"
 
 namespace overlap {
@@ -69,6 +71,7 @@ collective_rates collectives_from_json(const nlohmann::json& cj, const std::stri
 
 }  // namespace detail
 
+// NOLINTNEXTLINE(bugprone-easily-swappable-parameters): see the declaration
 OVERLAP_FUNC calibration calibration::from_json(const std::string& text, const std::string& origin) {
   auto bad = [&](const std::string& why) {
     return std::invalid_argument("overlap: calibration " + origin + ": " + why);
@@ -124,6 +127,18 @@ OVERLAP_FUNC calibration calibration::load(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return from_json(s.str(), path);
+}
+
+OVERLAP_FUNC calibration calibration::broadcast(MPI_Comm comm, int root, const calibration& mine,
+                                                const std::string& origin) {
+  int rank = 0;
+  OVERLAP_MPI(MPI_Comm_rank, comm, &rank);
+  std::string text = rank == root ? mine.to_json() : std::string();
+  auto n = static_cast<int64_t>(text.size());
+  OVERLAP_MPI(MPI_Bcast, &n, 1, MPI_INT64_T, root, comm);
+  text.resize(static_cast<size_t>(n));
+  OVERLAP_MPI(MPI_Bcast, text.data(), mpi::detail::to_count(n, "calibration text"), MPI_CHAR, root, comm);
+  return from_json(text, origin);
 }
 
 }  // namespace overlap

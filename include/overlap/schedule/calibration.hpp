@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <mpi.h>
+
 #include "overlap/dtype.hpp"
 #include "overlap/flavour.hpp"
 
@@ -140,9 +142,16 @@ struct calibration {
   /// The calibration as JSON text (the file's format).
   [[nodiscard]] std::string to_json() const;
   /// Parses to_json()'s format; `origin` names the text in errors.
-  [[nodiscard]] static calibration from_json(const std::string& text, const std::string& origin);
+  // Swapped, the origin fails to parse as JSON at once: the mistake is loud.
+  [[nodiscard]] static calibration from_json(const std::string& text,  // NOLINT(bugprone-easily-swappable-parameters)
+                                             const std::string& origin);
   /// Reads a calibration file (from_json's errors, or one naming the path).
   [[nodiscard]] static calibration load(const std::string& path);
+  /// Collective over comm: the calibration rank `root` holds (`mine` there,
+  /// ignored elsewhere), on every rank, so that every rank's cost model
+  /// makes the same choices. `origin` names it in errors.
+  [[nodiscard]] static calibration broadcast(MPI_Comm comm, int root, const calibration& mine,
+                                             const std::string& origin);
 };
 
 }  // namespace overlap

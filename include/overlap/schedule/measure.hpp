@@ -31,10 +31,21 @@ inline double median_of(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+/// Where a timed exchange sends from and receives into: a second direction
+/// uses the `bytes` after the first's.
+struct exchange_buffers {
+  std::byte* out = nullptr;
+  std::byte* in = nullptr;
+};
+/// The directions a timed exchange moves data in.
+enum class directions { one_way, both_ways };
+
 /// Seconds of one ring exchange of `bytes` with the ring neighbours: to
-/// ring_at(-1) and from ring_at(1), or (both) also the other way. Median of `reps`,
-/// slowest rank.
-inline double time_exchange(context& ctx, std::byte* out, std::byte* in, int bytes, bool both, int reps) {
+/// ring_at(-1) and from ring_at(1), and with both_ways also the other way.
+/// Median of `reps`, slowest rank.
+inline double time_exchange(context& ctx, exchange_buffers buf, int bytes, directions d, int reps) {
+  std::byte *out = buf.out, *in = buf.in;
+  const bool both = d == directions::both_ways;
   const int to = ctx.ring_at(-1), from = ctx.ring_at(1);
   constexpr int fwd = engine::tag_value(engine::message_tag::exchange_forward),
                 back = engine::tag_value(engine::message_tag::exchange_backward);
@@ -58,15 +69,20 @@ inline double time_exchange(context& ctx, std::byte* out, std::byte* in, int byt
   return median_of(t);
 }
 
+/// Bytes of each message when latency is timed.
+inline constexpr int latency_message_bytes = 8;
+
 /// Seconds per message of a ring of small messages in a chain: every rank
-/// sends `bytes` to ring_at(-1) and waits for ring_at(1)'s, over and over, as
+/// sends latency_message_bytes to ring_at(-1) and waits for ring_at(1)'s, over and over, as
 /// a ring's steps do. The ranks leave a barrier at different times (under
 /// SMPI at 64 ranks up to 12 us apart on links of 2-4 us), and a single
 /// exchange timed from the barrier, slowest rank, read that skew as latency.
 /// Here the first R exchanges let the chain absorb it (a rank's exchange
 /// ends after its neighbour's earlier one); each rank then times `reps`
 /// more, one at a time, and the median of the slowest rank's is the latency.
-inline double time_latency(context& ctx, std::byte* out, std::byte* in, int bytes, int reps) {
+inline double time_latency(context& ctx, exchange_buffers buf, int reps) {
+  std::byte *out = buf.out, *in = buf.in;
+  constexpr int bytes = latency_message_bytes;
   const int to = ctx.ring_at(-1), from = ctx.ring_at(1);
   constexpr int tag = engine::tag_value(engine::message_tag::latency_chain);
   auto exchange = [&] {
@@ -96,12 +112,13 @@ inline link_rates measure_links(context& ctx) {
   engine::buffer<std::byte> out(two_big), in(two_big);
   std::memset(out.data(), 1, out.size());
   link_rates l;
-  time_exchange(ctx, out.data(), in.data(), big, true, 1);  // connections up, pages touched
-  l.latency_s = time_latency(ctx, out.data(), in.data(), 8, 21);
+  const exchange_buffers buf{out.data(), in.data()};
+  time_exchange(ctx, buf, big, directions::both_ways, 1);  // connections up, pages touched
+  l.latency_s = time_latency(ctx, buf, 21);
   // Medians of 7: on 10 Gbit/s links the cores run TCP, and single
   // exchanges vary by 20% where ranks share cores.
-  const double one = time_exchange(ctx, out.data(), in.data(), big, false, 7);
-  const double both = time_exchange(ctx, out.data(), in.data(), big, true, 7);
+  const double one = time_exchange(ctx, buf, big, directions::one_way, 7);
+  const double both = time_exchange(ctx, buf, big, directions::both_ways, 7);
   l.bytes_per_s = big / std::max(one - l.latency_s, 1e-9);
   l.bytes_per_s_both = big / std::max(both - l.latency_s, 1e-9);
   return l;
@@ -117,16 +134,16 @@ inline link_rates measure_links(context& ctx) {
 /// simulated kernel charges every run its steady figure (backend/simulated.hpp).
 /// Then two runs measure that figure; filling 50 ms of simulated time would
 /// cost 32 times as many real runs on a node 32 times this core.
-inline double time_gemm(const gemm_kernel& k, const void* a, const void* b, void* c, int settle = 0) {
-  for (int i = 0; i < settle; ++i) k.run(a, b, c);
+inline double time_gemm(const gemm_kernel& k, const gemm_operands& io, int settle = 0) {
+  for (int i = 0; i < settle; ++i) k.run(io);
   // MPI_Wtime: under SimGrid SMPI the simulated clock, which is what the
   // model predicts there (a real clock would miss the platform's speed).
   const double w0 = MPI_Wtime();
-  k.run(a, b, c);
+  k.run(io);
   const double first = MPI_Wtime() - w0;
   const int runs = settle > 0 ? 2 : std::clamp(static_cast<int>(0.05 / std::max(first, 1e-6)), 2, 5000);
   const double t0 = MPI_Wtime();
-  for (int i = 0; i < runs; ++i) k.run(a, b, c);
+  for (int i = 0; i < runs; ++i) k.run(io);
   return (MPI_Wtime() - t0) / runs;
 }
 
@@ -167,7 +184,8 @@ inline gemm_rates measure_gemm(context& ctx, dtype t, const std::vector<int64_t>
     for (int64_t n : sizes)
       for (int64_t k : sizes) {
         OVERLAP_MPI(MPI_Barrier, ctx.comm());
-        const double s = time_gemm(*kernels[i++], a.data(), b.data(), c.data(), settling_runs(ctx));
+        const double s =
+            time_gemm(*kernels[i++], gemm_operands().a(a.data()).b(b.data()).c(c.data()), settling_runs(ctx));
         double rate = 2.0 * double(m) * double(n) * double(k) / std::max(s, 1e-9), low = 0;
         OVERLAP_MPI(MPI_Allreduce, &rate, &low, 1, MPI_DOUBLE, MPI_MIN, ctx.comm());
         g.flops_per_s.push_back(low);
@@ -196,7 +214,7 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
     local = failure::capture(std::current_exception());
   }
   agree_on(ctx, local, "overlap: calibrating the GEMM slowdown");
-  const double alone = time_gemm(*kernel, a.data(), b.data(), c.data(), settling_runs(ctx));
+  const double alone = time_gemm(*kernel, gemm_operands().a(a.data()).b(b.data()).c(c.data()), settling_runs(ctx));
   // Half the slowest rank's GEMM time's worth of data each way, 64 KiB to
   // 64 MiB; the same size on every rank (the messages must match).
   double slowest = 0;
@@ -219,7 +237,7 @@ inline double measure_slowdown(context& ctx, dtype t, const link_rates& l) {
     const double t0 = MPI_Wtime();
     {
       engine::progress_scope progress(ctx.progress(), g);
-      kernel->run(a.data(), b.data(), c.data());
+      kernel->run(gemm_operands().a(a.data()).b(b.data()).c(c.data()));
       progress.finish();
     }
     g.wait_all();
@@ -355,7 +373,7 @@ inline collective_rates measure_collectives(context& ctx, const link_rates& l) {
   // hops x latency + bytes / rate; each solved for the rate.
   auto per_hop = [&](double block, double s) { return block / std::max(s / hops - l.latency_s, 1e-9); };
   auto total = [&](double bytes, double s) { return bytes / std::max(s - hops * l.latency_s, 1e-9); };
-  auto settle = [&] { time_exchange(ctx, s_out.data(), s_in.data(), settle_bytes, true, 1); };
+  auto settle = [&] { time_exchange(ctx, {s_out.data(), s_in.data()}, settle_bytes, directions::both_ways, 1); };
   collective_rates c;
   c.ranks = R;
   for (double block : blocks) {
