@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -96,23 +97,55 @@ inline bool agree(context& ctx, const arg_checks& checks, const plan_base* cache
   return all.missing == 0 && call_vote::same(all.fingerprint, all.neg_fingerprint);
 }
 
+/// How messages name an agreed field: a member of the op's options
+/// (`name` after "ag_options."), a setting (after "config."), or the op's
+/// layout option and configured chunks, whose names are the op's own.
+enum class field_scope { options, setting, layout, chunks };
+
 /// An option in an op's exchanged row that must be the same on every rank,
 /// with its name in messages.
 template <class Row>
 struct agreed_field {
   const char* name;
   int64_t Row::*member;
+  field_scope scope = field_scope::options;
+
+  /// The name in a message about op `id`, e.g. "ag_options.strategy".
+  [[nodiscard]] std::string name_for(op_id id) const {
+    const entry_names n = names_of(id);
+    switch (scope) {
+      case field_scope::options: return std::string(n.options) + "." + name;
+      case field_scope::setting: return std::string("config.") + name;
+      case field_scope::layout: return n.layout_option;
+      case field_scope::chunks: return n.chunks_setting;
+    }
+    return name;
+  }
 };
 
 /// The part of an exchanged row that every matmul op has: its layout
-/// option and the options that must agree (an op's Row::agreed names them),
-/// then this rank's sizes. An op's row derives from it and adds its own.
+/// option and the options that must agree (`agreed` names them; an op's
+/// row adds its own in Row::more_agreed), then this rank's sizes. An op's
+/// row derives from it and adds its own fields.
 struct matmul_row {
   int64_t layout, strategy, chunks, transpose_a, transpose_b, activation, phases, algorithm, accumulate, batch;
   int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
   int64_t c_rows, c_cols;
   /// Pieces split one dimension of the output; this rank's GEMM keeps its rate above this many.
   int64_t knee;
+
+  static constexpr std::array<agreed_field<matmul_row>, 10> agreed{{
+      {"", &matmul_row::layout, field_scope::layout},
+      {"strategy", &matmul_row::strategy},
+      {"", &matmul_row::chunks, field_scope::chunks},
+      {"transpose_a", &matmul_row::transpose_a},
+      {"transpose_b", &matmul_row::transpose_b},
+      {"epilogue.activation", &matmul_row::activation},
+      {"phases", &matmul_row::phases, field_scope::setting},
+      {"algorithm", &matmul_row::algorithm},
+      {"accumulate", &matmul_row::accumulate},
+      {"batch.count", &matmul_row::batch},
+  }};
 };
 
 /// This rank's matmul_row: `layout` is the op's layout option, `chunks`
@@ -163,12 +196,30 @@ void append_values(std::vector<int64_t>& out, const Row& row) {
   std::memcpy(out.data() + at, &row, sizeof(Row));
 }
 
+/// Rank r's value of every field of `fields` equals rank 0's, else
+/// std::invalid_argument naming the field and the ranks.
+template <class Row, class Fields>
+void require_agreed_fields(const context& ctx, const arg_checks& checks, const std::vector<Row>& rows,
+                           const Fields& fields) {
+  for (size_t r = 1; r < rows.size(); ++r)
+    for (const auto& f : fields) {
+      const int64_t v0 = rows[0].*f.member, vr = rows[r].*f.member;
+      if (vr != v0)
+        throw std::invalid_argument(checks.op() + ": " + f.name_for(checks.id()) + " differs across ranks (" +
+                                    ctx.rank_name(0) + ": " + std::to_string(v0) + ", " +
+                                    ctx.rank_name(static_cast<int>(r)) + ": " + std::to_string(vr) +
+                                    "); it must agree");
+    }
+}
+
 /// Collective: every rank's row, exchanged as one MPI datatype (element r is
 /// rank r's); agree() ensured that every rank called the same op. Then every
-/// field of Row::agreed must equal rank 0's, else std::invalid_argument on
-/// every rank (all see the same table) naming the field and the ranks.
+/// field of matmul_row::agreed and Row::more_agreed must equal rank 0's, else
+/// std::invalid_argument on every rank (all see the same table) naming the
+/// field and the ranks.
 template <class Row>
-[[nodiscard]] std::vector<Row> exchange_rows(context& ctx, const Row& mine, const std::string& op) {
+[[nodiscard]] std::vector<Row> exchange_rows(context& ctx, const Row& mine, const arg_checks& checks) {
+  const std::string& op = checks.op();
   agreement_scratch& s = ctx.scratch();  // owned by the context: see agreement_scratch
   s.mine.clear();
   append_values(s.mine, mine);
@@ -183,14 +234,8 @@ template <class Row>
       [&] { return op + " (exchanging shard sizes)"; });
   std::vector<Row> rows(static_cast<size_t>(ctx.size()));
   std::memcpy(rows.data(), s.table.data(), rows.size() * sizeof(Row));
-  for (size_t r = 1; r < rows.size(); ++r)
-    for (const agreed_field<Row>& f : Row::agreed) {
-      const int64_t v0 = rows[0].*f.member, vr = rows[r].*f.member;
-      if (vr != v0)
-        throw std::invalid_argument(op + ": " + f.name + " differs across ranks (" + ctx.rank_name(0) + ": " +
-                                    std::to_string(v0) + ", " + ctx.rank_name(static_cast<int>(r)) + ": " +
-                                    std::to_string(vr) + "); it must agree");
-    }
+  require_agreed_fields(ctx, checks, rows, matmul_row::agreed);
+  require_agreed_fields(ctx, checks, rows, Row::more_agreed);
   return rows;
 }
 
@@ -215,7 +260,7 @@ template <class Row>
                                                const Row& mine) {
   plan_base* cached = checks.failed() ? nullptr : ctx.find_plan(key);
   if (agree(ctx, checks, cached)) return {cached, {}};
-  return {nullptr, exchange_rows(ctx, mine, checks.op())};
+  return {nullptr, exchange_rows(ctx, mine, checks)};
 }
 
 /// Builds a plan on this rank and agrees on the outcome with the others

@@ -117,23 +117,12 @@ struct ag_others_ctx {
 };
 
 /// What each rank contributes when the ranks exchange their calls (on a plan
-/// miss anywhere): the options, which must agree (agreed() names them), and
+/// miss anywhere): the options, which must agree (matmul_row::agreed names them), and
 /// this rank's sizes. Exchanged as one MPI datatype (exchange_rows).
 struct ag_exchanged : matmul_row {
   int64_t has_out, out_rows, out_cols;  ///< gathered_out
 
-  static constexpr std::array<agreed_field<ag_exchanged>, 10> agreed{{
-      {"ag_options.gathered", &ag_exchanged::layout},
-      {"ag_options.strategy", &ag_exchanged::strategy},
-      {"config.ag_chunks", &ag_exchanged::chunks},
-      {"ag_options.transpose_a", &ag_exchanged::transpose_a},
-      {"ag_options.transpose_b", &ag_exchanged::transpose_b},
-      {"ag_options.epilogue.activation", &ag_exchanged::activation},
-      {"config.phases", &ag_exchanged::phases},
-      {"ag_options.algorithm", &ag_exchanged::algorithm},
-      {"ag_options.accumulate", &ag_exchanged::accumulate},
-      {"ag_options.batch.count", &ag_exchanged::batch},
-  }};
+  static constexpr std::array<agreed_field<ag_exchanged>, 0> more_agreed{};
 };
 
 /// What the exchanged table says about the whole problem.
@@ -183,15 +172,8 @@ class ag_ring_pattern;
 /// all_gather_matmul as an op of the shared pipeline (ops/pipeline.hpp):
 /// what is its own, from the checks of one rank to the bulk run.
 template <class T>
-struct ag_op : op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_global, ag_ring_pattern<T>> {
-  static constexpr op_id id = op_id::all_gather_matmul;
-  static constexpr auto layout = &ag_options::gathered;
-  static constexpr auto configured_chunks = &config::ag_chunks;
-
-  /// The plan key's part that only this rank's views decide.
-  static void append_strides(plan_key& key, const ag_args<T>& x, const ag_options& o) {
-    key.insert(key.end(), {x.a.ld, x.b.ld, x.c.ld, x.out.ld, o.batch.a, o.batch.b, o.batch.c, o.batch.out});
-  }
+struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config::ag_chunks>,
+               op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_global, ag_ring_pattern<T>> {
   static void describe(ag_plan<T>& p, const ag_options& /*o*/, const ag_global& g) { p.geo = g.full; }
   static std::string summary(const ag_plan<T>& p, const ag_global& g) {
     return (p.algorithm == algorithm::others ? std::string(" moving the other operands") : std::string()) +

@@ -89,23 +89,13 @@ struct rs_operand {
 };
 
 /// What each rank contributes when the ranks exchange their calls (on a plan
-/// miss anywhere): the options, which must agree (agreed names them), and
+/// miss anywhere): the options, which must agree (matmul_row::agreed and more_agreed name them), and
 /// this rank's sizes. Exchanged as one MPI datatype (exchange_rows).
 struct rs_exchanged : matmul_row {
   int64_t bf16_transfers;
 
-  static constexpr std::array<agreed_field<rs_exchanged>, 11> agreed{{
-      {"rs_options.scattered", &rs_exchanged::layout},
-      {"rs_options.strategy", &rs_exchanged::strategy},
-      {"config.rs_chunks", &rs_exchanged::chunks},
-      {"rs_options.transpose_a", &rs_exchanged::transpose_a},
-      {"rs_options.transpose_b", &rs_exchanged::transpose_b},
-      {"rs_options.epilogue.activation", &rs_exchanged::activation},
-      {"rs_options.bf16_transfers", &rs_exchanged::bf16_transfers},
-      {"config.phases", &rs_exchanged::phases},
-      {"rs_options.algorithm", &rs_exchanged::algorithm},
-      {"rs_options.accumulate", &rs_exchanged::accumulate},
-      {"rs_options.batch.count", &rs_exchanged::batch},
+  static constexpr std::array<agreed_field<rs_exchanged>, 1> more_agreed{{
+      {"bf16_transfers", &rs_exchanged::bf16_transfers},
   }};
 };
 
@@ -125,15 +115,8 @@ class rs_ring_pattern;
 /// (ops/pipeline.hpp): what is its own, from the checks of one rank to the
 /// bulk run.
 template <class T>
-struct rs_op : op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_global, rs_ring_pattern<T>> {
-  static constexpr op_id id = op_id::matmul_reduce_scatter;
-  static constexpr auto layout = &rs_options::scattered;
-  static constexpr auto configured_chunks = &config::rs_chunks;
-
-  /// The plan key's part that only this rank's views decide.
-  static void append_strides(plan_key& key, const rs_args<T>& x, const rs_options& o) {
-    key.insert(key.end(), {x.a.ld, x.b.ld, x.c.ld, o.batch.a, o.batch.b, o.batch.c});
-  }
+struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &config::rs_chunks>,
+               op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_global, rs_ring_pattern<T>> {
   static void describe(rs_plan<T>& p, const rs_options& o, const rs_global& g) {
     p.rows = g.rows, p.m = g.m, p.n = g.n, p.layout = g.layout;
     p.acc = acc_type(dtype_of<T>(), o, p.strategy);

@@ -29,12 +29,13 @@ struct op_tags {
 
 /// The names messages give an op's entry points and options.
 struct entry_names {
-  const char* call;           ///< "overlap::all_gather_matmul"
-  const char* start;          ///< "overlap::start_all_gather_matmul"
-  const char* schedule;       ///< "overlap::all_gather_matmul_schedule"
-  const char* options;        ///< "ag_options"
-  const char* layout;         ///< the layout option: "gathered"
-  const char* layout_option;  ///< "ag_options.gathered"
+  const char* call;            ///< "overlap::all_gather_matmul"
+  const char* start;           ///< "overlap::start_all_gather_matmul"
+  const char* schedule;        ///< "overlap::all_gather_matmul_schedule"
+  const char* options;         ///< "ag_options"
+  const char* layout;          ///< the layout option: "gathered"
+  const char* layout_option;   ///< "ag_options.gathered"
+  const char* chunks_setting;  ///< "config.ag_chunks"
 };
 [[nodiscard]] constexpr entry_names names_of(op_id op) {
   if (op == op_id::all_gather_matmul)
@@ -43,13 +44,15 @@ struct entry_names {
             "overlap::all_gather_matmul_schedule",
             "ag_options",
             "gathered",
-            "ag_options.gathered"};
+            "ag_options.gathered",
+            "config.ag_chunks"};
   return {"overlap::matmul_reduce_scatter",
           "overlap::start_matmul_reduce_scatter",
           "overlap::matmul_reduce_scatter_schedule",
           "rs_options",
           "scattered",
-          "rs_options.scattered"};
+          "rs_options.scattered",
+          "config.rs_chunks"};
 }
 
 }  // namespace overlap::detail

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "overlap/context.hpp"
 #include "overlap/ops/accumulate.hpp"
@@ -43,6 +44,31 @@ struct op_types {
   using global = Global;
   using pattern = Pattern;
 };
+
+/// What names an op to the pipeline: its id (ops/op_id.hpp), the member of
+/// its options that holds its layout (e.g. &ag_options::gathered), and the
+/// setting of its configured chunks (e.g. &config::ag_chunks).
+template <op_id Id, auto Layout, auto ConfiguredChunks>
+struct op_names {
+  static constexpr op_id id = Id;
+  static constexpr auto layout = Layout;
+  static constexpr auto configured_chunks = ConfiguredChunks;
+};
+
+/// Whether an op's operands include a second output view, `out` (the
+/// all-gather's gathered operand).
+template <class Args, class = void>
+struct has_out_view : std::false_type {};
+template <class Args>
+struct has_out_view<Args, std::void_t<decltype(std::declval<Args>().out)>> : std::true_type {};
+
+/// The plan key's part that only this rank's views decide: their leading
+/// dimensions and batch strides.
+template <class Args, class Options>
+void append_strides(plan_key& key, const Args& x, const Options& o) {
+  key.insert(key.end(), {x.a.ld, x.b.ld, x.c.ld, o.batch.a, o.batch.b, o.batch.c});
+  if constexpr (has_out_view<Args>::value) key.insert(key.end(), {x.out.ld, o.batch.out});
+}
 
 /// Step 5 of preparing a call: builds the plan of the schedule. Buffers,
 /// datatypes and primitives may fail on one rank only, so the outcome is
@@ -102,7 +128,7 @@ typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typen
   // The bias is this rank's own business (it touches only this rank's c).
   key.insert(key.end(), {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
                          static_cast<int64_t>(checks.type())});
-  Op::append_strides(key, x, opt);
+  append_strides(key, x, opt);
   const agreement<typename Op::row> agreed_on = agree_or_exchange(ctx, checks, key, mine);
   if (agreed_on.cached != nullptr) return static_cast<typename Op::plan&>(*agreed_on.cached);
 
