@@ -561,7 +561,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
     const shard_layout& sh = geo.layout;
     const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows;
     auto piece = [&](int q, int j) { return others_piece(c.o(q), j, pieces); };
-    others_gathers(geo, o, c, k, pieces);
+    gathers(geo, o, c, pieces);
     o.output = others_output::owners;
     // The block of this rank's output that rank `from` computes from piece
     // `pc` of this rank's other operand, at element `at`.
@@ -605,21 +605,22 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
   }
 
   /// The all-gathers of others_by_gather: piece j of every rank's other
-  /// operand (K x its piece), one after the other in the gathered buffer.
-  static void others_gathers(const ag_geometry& geo, others_plan<T>& o, const ag_others_ctx& c, int64_t k, int pieces) {
-    int64_t base = 0;
-    for (int j = 0; j < pieces; ++j) {
-      std::vector<int64_t> counts(static_cast<size_t>(c.R));
-      for (int q = 0; q < c.R; ++q) counts[static_cast<size_t>(q)] = k * others_piece(c.o(q), j, pieces).len;
-      others_gather ga;
-      ga.at = others_counts(counts);
-      ga.base = base;
-      const range mine = others_piece(c.o(c.p), j, pieces), all{0, k};
-      const int64_t to = base + ga.at.displs[static_cast<size_t>(c.p)];
-      ga.own = geo.lhs ? stored_block(c.o_src, c.to, all, mine, to) : stored_block(c.o_src, c.to, mine, all, to);
-      base += ga.at.total();
-      o.gathers.push_back(std::move(ga));
-    }
+  /// operand (K x its piece).
+  static void gathers(const ag_geometry& geo, others_plan<T>& o, const ag_others_ctx& c, int pieces) {
+    const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows;
+    auto piece = [&](int q, int j) { return others_piece(c.o(q), j, pieces); };
+    others_gathers(
+        o, pieces,
+        [&](int j) {
+          std::vector<int64_t> counts(static_cast<size_t>(c.R));
+          for (int q = 0; q < c.R; ++q) counts[static_cast<size_t>(q)] = k * piece(q, j).len;
+          return others_counts(counts);
+        },
+        [&](int j, const others_gather& ga) {
+          const int64_t to = ga.base + ga.at.displs[static_cast<size_t>(c.p)];
+          const range mine = piece(c.p, j), all{0, k};
+          return geo.lhs ? stored_block(c.o_src, c.to, all, mine, to) : stored_block(c.o_src, c.to, mine, all, to);
+        });
   }
 
   /// The product of this rank's shard of X with piece `pc` of rank q's
@@ -659,17 +660,13 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
     o.out = c.t == dtype::bf16 ? dtype::f32 : c.t;
     const int64_t free = geo.lhs ? geo.x_rows : geo.x_cols;  // M (lhs) or N (rhs), the same on every rank
     const int64_t kp = sh.size(c.p), own = c.o(c.p);
-    std::vector<int64_t> sent, got, sums;
-    for (int q = 0; q < c.R; ++q) sent.push_back(sh.size(q) * own), got.push_back(kp * c.o(q));
-    o.exchange = true;
-    o.sent_at = others_counts(sent);
-    o.exchanged_at = others_counts(got);
-    for (int q = 0; q < c.R; ++q) {
+    others_traffic t;
+    std::vector<int64_t> sums;
+    for (int q = 0; q < c.R; ++q) t.sent.push_back(sh.size(q) * own), t.got.push_back(kp * c.o(q));
+    others_exchange(o, t, 0, [&](int q, int64_t to) {
       const range kq{sh.offset(q), sh.size(q)}, all{0, own};
-      const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
-      o.exchange_out.push_back(geo.lhs ? stored_block(c.o_src, c.to, kq, all, dst)
-                                       : stored_block(c.o_src, c.to, all, kq, dst));
-    }
+      return geo.lhs ? stored_block(c.o_src, c.to, kq, all, to) : stored_block(c.o_src, c.to, all, kq, to);
+    });
     int64_t at = 0;
     for (int q = 0; q < c.R; ++q) {
       // This rank's own slice is read where it was packed to be sent: it is

@@ -490,31 +490,26 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
     const bool ta = opt.transpose_a, tb = opt.transpose_b;
     const shard_layout& sh = plan.layout;
     const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p), free = plan.rows ? plan.n : plan.m;
-    std::vector<int64_t> sent, got;
-    for (int q = 0; q < R; ++q) sent.push_back(sh.size(q) * kp), got.push_back(own * ks[static_cast<size_t>(q)]);
-    o.exchange = true;
-    o.sent_at = others_counts(sent);
-    o.exchanged_at = others_counts(got, next);
-    for (int q = 0; q < R; ++q) {
+    others_traffic t;
+    for (int q = 0; q < R; ++q) t.sent.push_back(sh.size(q) * kp), t.got.push_back(own * ks[static_cast<size_t>(q)]);
+    others_exchange(o, t, next, [&](int q, int64_t to) {
       const range block{sh.offset(q), sh.size(q)};
-      const int64_t dst = o.sent_at.displs[static_cast<size_t>(q)];
-      o.exchange_out.push_back(plan.rows ? stored_block(others_src::caller_a, ta, block, {0, kp}, dst)
-                                         : stored_block(others_src::caller_b, tb, {0, kp}, block, dst));
-    }
-    int64_t base = 0;
-    for (int j = 0; j < pieces; ++j) {
-      const range pc = others_piece(free, j, pieces);
-      std::vector<int64_t> counts(ks.size());
-      for (size_t q = 0; q < ks.size(); ++q) counts[q] = ks[q] * pc.len;
-      others_gather ga;
-      ga.at = others_counts(counts, next);
-      ga.base = base;
-      const int64_t to = base + ga.at.displs[static_cast<size_t>(p)];
-      ga.own = plan.rows ? stored_block(others_src::caller_b, tb, {0, kp}, pc, to)
-                         : stored_block(others_src::caller_a, ta, pc, {0, kp}, to);
-      base += ga.at.total();
-      o.gathers.push_back(std::move(ga));
-    }
+      return plan.rows ? stored_block(others_src::caller_a, ta, block, {0, kp}, to)
+                       : stored_block(others_src::caller_b, tb, {0, kp}, block, to);
+    });
+    others_gathers(
+        o, pieces,
+        [&](int j) {
+          std::vector<int64_t> counts(ks.size());
+          for (size_t q = 0; q < ks.size(); ++q) counts[q] = ks[q] * others_piece(free, j, pieces).len;
+          return others_counts(counts, next);
+        },
+        [&](int j, const others_gather& ga) {
+          const int64_t to = ga.base + ga.at.displs[static_cast<size_t>(p)];
+          const range pc = others_piece(free, j, pieces);
+          return plan.rows ? stored_block(others_src::caller_b, tb, {0, kp}, pc, to)
+                           : stored_block(others_src::caller_a, ta, pc, {0, kp}, to);
+        });
   }
 
   /// One operand of the peers' K made of their received blocks (one per K_q

@@ -197,6 +197,42 @@ struct others_plan {
   gemm_desc finish_desc;
 };
 
+/// Elements this rank sends each rank (`sent[q]`) and receives from each
+/// (`got[q]`) in an exchange.
+struct others_traffic {
+  std::vector<int64_t> sent, got;
+};
+
+/// The exchange of a plan's inputs (MPI_Alltoallv): what this rank sends,
+/// packed from the caller's operand by `block_to(q, to)` at element `to` of
+/// the send buffer (in rank order), and what it receives, laid out from rank
+/// `first` on.
+template <class T, class BlockTo>
+void others_exchange(others_plan<T>& o, const others_traffic& t, int first, BlockTo&& block_to) {
+  o.exchange = true;
+  o.sent_at = others_counts(t.sent);
+  o.exchanged_at = others_counts(t.got, first);
+  for (size_t q = 0; q < t.sent.size(); ++q)
+    o.exchange_out.push_back(block_to(static_cast<int>(q), o.sent_at.displs[q]));
+}
+
+/// The all-gathers of a plan's inputs, one per piece j of `pieces`, one
+/// after the other in the gathered buffer: `counts_of(j)` says what every
+/// rank contributes and where it lies (others_counts); this rank packs its
+/// own in place, the block `own_block(j, gather)` returns.
+template <class T, class CountsOf, class OwnBlock>
+void others_gathers(others_plan<T>& o, int pieces, CountsOf&& counts_of, OwnBlock&& own_block) {
+  int64_t base = 0;
+  for (int j = 0; j < pieces; ++j) {
+    others_gather ga;
+    ga.at = counts_of(j);
+    ga.base = base;
+    ga.own = own_block(j, ga);
+    base += ga.at.total();
+    o.gathers.push_back(std::move(ga));
+  }
+}
+
 /// The pass that finishes c after an output collective: c = act(c + bias)
 /// (sums in c already), or c = act(sum + bias) from the sums in `result`.
 template <class T>
