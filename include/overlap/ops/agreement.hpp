@@ -148,8 +148,8 @@ struct matmul_row {
   }};
 };
 
-/// This rank's matmul_row: `layout` is the op's layout option, `chunks`
-/// its configured chunks, `knee` from context::piece_knee.
+/// This rank's matmul_row for op `Op` (its traits type names the layout
+/// option and the configured chunks); `knee` from context::piece_knee.
 template <class Op>
 matmul_row matmul_row_of(const context& ctx, const typename Op::options& opt, const typename Op::args& x,
                          int64_t knee) {
