@@ -559,7 +559,6 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
   static int64_t others_by_gather(const ag_geometry& geo, others_plan<T>& o, const ag_args<T>& x, const ag_options& opt,
                                   const ag_others_ctx& c, int pieces) {
     const shard_layout& sh = geo.layout;
-    const int64_t k = geo.lhs ? geo.x_cols : geo.x_rows;
     auto piece = [&](int q, int j) { return others_piece(c.o(q), j, pieces); };
     gathers(geo, o, c, pieces);
     o.output = others_output::owners;
