@@ -559,6 +559,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   options o;
   CLI::App app{"overlap-bench: compute only, comm only, bulk, decomposed strategies and peers, side by side"};
+  overlap::apps::init_app(app);
   app.add_option("--op", o.op, "ag (all_gather_matmul) or rs (matmul_reduce_scatter)")
       ->check(CLI::IsMember({"ag", "rs"}));
   // Names from the library's enum tables (enum_names).
@@ -568,9 +569,10 @@ int main(int argc, char** argv) {
                  "ag: " + overlap::enum_choices<overlap::gathered>() +
                      "; rs: " + overlap::enum_choices<overlap::scattered>() + " (default: the first)")
       ->check(CLI::IsMember(variants));
-  app.add_option("-m", o.m, "global M")->check(CLI::PositiveNumber);
+  app.add_option("-m", o.m, "global M: C = A @ B is M x N, A is M x K (see the shards below)")
+      ->check(CLI::PositiveNumber);
   app.add_option("-n", o.n, "global N")->check(CLI::PositiveNumber);
-  app.add_option("-k", o.k, "global K")->check(CLI::PositiveNumber);
+  app.add_option("-k", o.k, "global K, the contracting dimension")->check(CLI::PositiveNumber);
   app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember(overlap::enum_name_list<overlap::dtype>()));
   app.add_option(
          "--strategies", o.strategies,
@@ -605,6 +607,19 @@ int main(int argc, char** argv) {
                  "products per call (overlap::batch, members one after the other); the peers are skipped above 1")
       ->check(CLI::PositiveNumber);
   overlap::apps::add_common_options(app, o.transport);
+  // -m/-n/-k are global; each rank's views are these blocks (X_r: rank r's
+  // balanced block of that dimension), as at the top of this file.
+  app.footer(
+      "Each rank's views of the global C = A @ B (M x K times K x N; M_r, K_r, N_r: this rank's balanced block):\n"
+      "  --op ag --variant lhs_rows  a = A[M_r, :]  b = B[:, N_r]  c = C[:, N_r]   (A's rows gathered)\n"
+      "  --op ag --variant lhs_cols  a = A[:, K_r]  b = B[:, N_r]  c = C[:, N_r]   (A's columns gathered)\n"
+      "  --op ag --variant rhs_rows  a = A[M_r, :]  b = B[K_r, :]  c = C[M_r, :]   (B's rows gathered)\n"
+      "  --op ag --variant rhs_cols  a = A[M_r, :]  b = B[:, N_r]  c = C[M_r, :]   (B's columns gathered)\n"
+      "  --op rs --variant rows      a = A[:, K_r]  b = B[K_r, :]  c = C[M_r, :]   (partial sums scattered by rows)\n"
+      "  --op rs --variant cols      a = A[:, K_r]  b = B[K_r, :]  c = C[:, N_r]   (partial sums scattered by "
+      "columns)\n"
+      "\n" +
+      app.get_footer());
   if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
   if (o.variant.empty()) o.variant = o.op == "ag" ? "lhs_rows" : "rows";
   o.strategies.erase(std::remove(o.strategies.begin(), o.strategies.end(), "bulk"), o.strategies.end());

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sizes = overlap::detail::calibration_sizes();
   bool update = false, links_only = false;
   CLI::App app{"overlap-calibrate: measure link and GEMM rates for the cost model and write a calibration file"};
+  overlap::apps::init_app(app);
   app.add_option("-o,--output", output, "the calibration file to write (rank 0)");
   app.add_option("--dtypes", types, "element types whose GEMM rates to measure")
       ->check(CLI::IsMember({"f32", "bf16", "f64"}))

@@ -152,7 +152,8 @@ int run(const options& o) {
   bodies.push_back(comm_only<T>(ctx, runners.front()->blk.layout()));
   // The step without communication: every op's products and the local work
   // (a second context on the same ranks that skips every transfer and
-  // collective, OVERLAP_PHASES=compute_only; the results are not used).
+  // collective: config::phases = ring_phases::compute_only; the results
+  // are not used).
   overlap::config quiet = ctx.config();
   quiet.phases = overlap::ring_phases::compute_only;
   quiet.trace.clear();  // not in the timeline, whose last step is the last mode's
@@ -230,6 +231,7 @@ int main(int argc, char** argv) {
   options o;
   o.shape.ffn = 0;
   CLI::App app{"overlap-layer: training steps of a tensor-parallel transformer block, bulk vs decomposed"};
+  overlap::apps::init_app(app);
   app.add_option("--seq", o.shape.seq, "tokens (sharded over the ranks)")->check(CLI::PositiveNumber);
   app.add_option("--hidden", o.shape.hidden, "model width")->check(CLI::PositiveNumber);
   app.add_option("--heads", o.shape.heads, "attention heads (sharded; must divide hidden)")->check(CLI::PositiveNumber);

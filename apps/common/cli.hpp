@@ -8,10 +8,19 @@
 
 #include <overlap/config.hpp>
 #include <overlap/mpi/simulator.hpp>
+#include <overlap/version.hpp>
 
 #include "cli11.hpp"
 
 namespace overlap::apps {
+
+/// What every app does first, before adding its options: `--version` prints
+/// overlap::version() (the headers the app was built with), and `--help`
+/// shows every option's default (CLI11 captures a default only when told).
+inline void init_app(CLI::App& app) {
+  app.set_version_flag("--version", overlap::version(), "print the version of overlap and exit");
+  app.option_defaults()->always_capture_default();
+}
 
 /// The footer listing the OVERLAP_* settings and the --transport option
 /// (into `transport`; see transport_label).

@@ -26,6 +26,7 @@
 #include "overlap/ops/shared_gather.hpp"
 #include "overlap/schedule/calibration.hpp"
 #include "overlap/schedule/schedule.hpp"
+#include "overlap/version.hpp"
 
 #ifndef OVERLAP_COMPILED
 #include "overlap/context-inl.hpp"

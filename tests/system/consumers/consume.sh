@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Consumes overlap three ways and runs the consumer at 2 ranks each time:
-#   install  cmake --install into a temporary prefix, find_package(overlap),
-#            and pkg-config --cflags --libs overlap;
+#   install  cmake --install into a temporary prefix, find_package(overlap)
+#            (and a request for another major version, which must fail), and
+#            pkg-config --cflags --libs for each flavour (overlap,
+#            overlap-compiled), whose versions must be the package's;
 #   subdir   add_subdirectory of the source tree;
 #   plain    mpicxx with only -I include and the dependencies.
 set -euo pipefail
@@ -32,11 +34,21 @@ case $way in
     cmake --build "$work/b" -j 2 > /dev/null
     run "$work/b/consumer"
     run "$work/b/consumer_compiled"
-    # pkg-config: the installed overlap.pc gives the flags of the header-only use.
-    flags=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs overlap)
-    # shellcheck disable=SC2086
-    "$mpicxx" -std=c++17 $opt "$here/main.cpp" -o "$work/pc_consumer" $flags
-    run "$work/pc_consumer"
+    version=$(sed -n 's/^CMAKE_PROJECT_VERSION:[A-Z]*=//p' "$build/CMakeCache.txt")
+    if cmake -S "$here/find_package" -B "$work/b2" -DCMAKE_PREFIX_PATH="$work/prefix" -DOVERLAP_REQUEST=99.0 \
+      -DMPI_CXX_COMPILER="$mpicxx" > "$work/b2.log" 2>&1; then
+      echo "find_package(overlap 99.0) accepted overlap $version" >&2; exit 1
+    fi
+    grep -q "version: $version" "$work/b2.log" || { cat "$work/b2.log" >&2; exit 1; }
+    # pkg-config: one file per flavour, both at the package's version.
+    export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+    for pc in overlap overlap-compiled; do
+      got=$(pkg-config --modversion "$pc")
+      [ "$got" = "$version" ] || { echo "$pc.pc has version '$got', the package $version" >&2; exit 1; }
+      # shellcheck disable=SC2046
+      "$mpicxx" -std=c++17 $opt "$here/main.cpp" -o "$work/pc_$pc" $(pkg-config --cflags --libs "$pc")
+      run "$work/pc_$pc"
+    done
     ;;
   subdir)
     cmake -S "$here/add_subdirectory" -B "$work/b" -DOVERLAP_SOURCE_DIR="$src" -DCMAKE_BUILD_TYPE= \
