@@ -4,7 +4,8 @@
 // reference; one op in flight per context (other ops, a second start and
 // clear_plans throw until wait()); bad input fails at start on every rank
 // with nothing started; a handle destroyed unwaited waits; a second context
-// runs its own op while the first one's is in flight.
+// runs its own op while the first one's is in flight; test() polls a started
+// op to completion without blocking.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -80,6 +81,36 @@ TEST(start, one_op_in_flight_per_context) {
   op.wait();                                                       // a waited handle holds nothing: a no-op
   overlap::all_gather_matmul<float>(ctx, q.av(), q.bv(), q.cv());  // usable again
   for (float v : q.c) EXPECT_EQ(v, 4.0F);
+}
+
+TEST(start, test_polls_without_blocking_and_completes_like_wait) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  small_problem p(ctx.size());
+  overlap::ag_options opt;
+  opt.strategy = overlap::strategy::ring;
+  overlap::pending op = overlap::start_all_gather_matmul<float>(ctx, p.av(), p.bv(), p.cv(), opt);
+  // Poll as a caller would between pieces of its own work. The watchdog ends
+  // a ring that never finishes, so this loop is bounded; the wall-clock bound
+  // reports a test() that never turns true instead of spinning forever.
+  const double give_up = MPI_Wtime() + 120;
+  int polls = 0;
+  while (!op.test()) {
+    ++polls;
+    EXPECT_TRUE(op.valid());
+    EXPECT_TRUE(ctx.busy());
+    if (MPI_Wtime() > give_up) {
+      ADD_FAILURE() << "test() still false after 120 s (" << polls << " polls)";
+      op.wait();
+      break;
+    }
+  }
+  EXPECT_FALSE(op.valid());
+  EXPECT_FALSE(ctx.busy());
+  for (float v : p.c) EXPECT_EQ(v, 4.0F);
+  EXPECT_TRUE(op.test());  // a completed (or empty) handle tests true, as MPI_REQUEST_NULL does
+  EXPECT_TRUE(overlap::pending().test());
+  overlap::all_gather_matmul<float>(ctx, p.av(), p.bv(), p.cv());  // the context is free again
+  for (float v : p.c) EXPECT_EQ(v, 4.0F);
 }
 
 TEST(start, bad_input_fails_at_start_on_every_rank) {

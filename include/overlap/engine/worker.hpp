@@ -54,6 +54,12 @@ class worker {
     std::lock_guard<std::mutex> lock(mutex_);
     return !claimed_;
   }
+  /// True when no job is running (the last one ended, or none was posted);
+  /// never blocks on the job.
+  [[nodiscard]] bool ended() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !running_;
+  }
   /// Blocks until the job ended; rethrows what it threw. Idle: returns.
   void wait() {
     std::exception_ptr failure;

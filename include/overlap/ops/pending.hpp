@@ -13,7 +13,8 @@
 namespace overlap {
 
 /// An op in flight on a context's worker thread. wait() blocks until the op
-/// has finished and rethrows its error (overlap::error after a fatal failure
+/// has finished, test() asks without blocking (as MPI_Wait and MPI_Test do),
+/// and both rethrow its error (overlap::error after a fatal failure
 /// under OVERLAP_ON_FATAL=throw); the destructor waits too, printing an error
 /// nobody waited for. Move-only; a default-constructed handle holds nothing.
 class pending {
@@ -37,7 +38,17 @@ class pending {
   void wait() {
     if (engine::worker* w = std::exchange(w_, nullptr)) w->wait();
   }
-  /// True until wait() returned (or the handle was moved from).
+  /// Whether the op has finished, without blocking: true completes the
+  /// handle as wait() does (c is complete, an error is rethrown, valid()
+  /// turns false); false leaves it in flight. An empty handle tests true, as
+  /// MPI_Test of MPI_REQUEST_NULL does. Local. Poll it between pieces of the
+  /// caller's own work; the op advances on the worker thread either way.
+  [[nodiscard]] bool test() {
+    if (w_ != nullptr && !w_->ended()) return false;
+    wait();
+    return true;
+  }
+  /// True until wait() or a true test() returned (or the handle was moved from).
   [[nodiscard]] bool valid() const noexcept { return w_ != nullptr; }
 
  private:
