@@ -29,9 +29,11 @@ slurm_dirs() {
   chmod 755 "$dir/munge"
 }
 
-# Stops every daemon in pids (TERM, then KILL after 5 s) and removes $dir.
+# Stops every daemon in pids (TERM, then KILL after 5 s) and removes $dir;
+# SLURM_TEST_KEEP_LOGS=DIR keeps its logs and job outputs there.
 slurm_cleanup() {
   local p
+  [ -n "${SLURM_TEST_KEEP_LOGS:-}" ] && [ -n "${dir:-}" ] && cp -r "$dir/log" "$dir/jobs" "$SLURM_TEST_KEEP_LOGS" 2>/dev/null
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
@@ -59,6 +61,9 @@ slurm_start_munge() {
 }
 
 # The slurm.conf keys every test uses (the nodes and partition are the caller's).
+# As at a site: tasks are bound to their CPUs (task/affinity) and srun's PMI
+# is the site's default (MpiDefault, pmix as for Open MPI); the scripts of
+# slurm/ pass no --mpi of their own.
 slurm_conf_common() {
   cat <<CONF
 SlurmUser=root
@@ -72,14 +77,14 @@ SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmctldPort=${SLURM_TEST_PORT:-16817}
 SlurmdPort=$(( ${SLURM_TEST_PORT:-16817} + 1 ))
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=task/affinity
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/builtin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
-MpiDefault=none
+MpiDefault=pmix
 MailProg=/bin/true
 MinJobAge=600
 CONF

@@ -3,13 +3,14 @@
 # 2 nodes x 2 slots, star, 1 Gbit/s) with one slurmd in each node's network
 # namespace (its own hostname, node0 and node1) and slurmctld in the switch's.
 # The sbatch scripts of slurm/ run unchanged as a user would submit them on a
-# real cluster, with 2 nodes x 2 tasks: srun (--mpi=pmix for Open MPI, pmi2 for
-# MPICH) and the MPI's own launcher. Checks:
+# real cluster, with 2 nodes x 2 tasks: srun (the PMI of the site's
+# MpiDefault, pmix; pmi2 for an MPICH build) and the MPI's own launcher. Checks:
 # each rank sees its node's 2 ranks and a context finds 2 nodes with the ring
 # keeping each node's ranks together (tests/node_probe), the tensor-parallel
 # MLP verifies itself on 4 ranks across the link, the transformer layer trains on a
 # dp x tp = 2 x 2 mesh (slurm/layer.sbatch), and the demo runs under both
-# launchers. Every daemon is stopped by PID and the namespaces are removed,
+# launchers, and one rank per node with every CPU of the node (2 OpenMP
+# threads bound to its cores). Every daemon is stopped by PID and the namespaces are removed,
 # even on failure. Exit 77 (skipped) with the reason where the machine
 # cannot (no root, no namespaces or tbf, no Slurm).
 set -uo pipefail
@@ -25,7 +26,6 @@ export VCLUSTER_PREFIX=ovlslurm VCLUSTER_STATE=/tmp/overlap-vcluster-slurm.$$
 sw=$VCLUSTER_PREFIX-sw
 slurm_dirs
 cleanup() {
-  [ -n "${SLURM_TEST_KEEP_LOGS:-}" ] && cp -r "$dir/log" "$dir/jobs" "$SLURM_TEST_KEEP_LOGS" 2>/dev/null
   slurm_cleanup
   "$vc" down > /dev/null 2>&1
 }
@@ -84,9 +84,13 @@ alloc=(--parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=1)
 jobs=()
 names=()
 cd "$src" || fail "cannot enter $src"
-submit() {  # submit NAME SCRIPT ENV...
-  local name=$1 script=$2 id; shift 2
-  id=$(sl env "${common_env[@]}" "$@" sbatch "${alloc[@]}" --output="$dir/jobs/$name-%j.out" "$script") ||
+submit() {  # submit NAME SCRIPT ENV... [++ SCRIPT_ARGS...]; job_alloc overrides alloc
+  local name=$1 script=$2 id vars=(); shift 2
+  while [ $# -gt 0 ] && [ "$1" != ++ ]; do vars+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  local opts=("${alloc[@]}")
+  [ -n "${job_alloc+x}" ] && opts=("${job_alloc[@]}")
+  id=$(sl env "${common_env[@]}" "${vars[@]}" sbatch "${opts[@]}" --output="$dir/jobs/$name-%j.out" "$script" "$@") ||
     fail "sbatch $name"
   jobs+=("$id"); names+=("$name")
 }
@@ -99,6 +103,12 @@ for launcher in srun mpirun; do
   submit "layer-$launcher" slurm/layer.sbatch OVERLAP_LAUNCHER=$launcher \
     OVERLAP_LAYER_ARGS="--seq 64 --hidden 32 --heads 4 --steps 2"
 done
+# Every CPU of each node to one rank: 2 nodes x 1 task x $cpus CPUs, OpenMP
+# threads bound to the cores, the product verified across the link.
+job_alloc=(--parsable --nodes=2 --ntasks-per-node=1 --cpus-per-task="$cpus")
+submit threads slurm/template.sbatch OVERLAP_PROGRAM="$src/tests/system/slurm/binding_probe.sh" \
+  OVERLAP_PROBE_SETTING=given ++ "$build/tests/examples/tensor_parallel_mlp"
+unset job_alloc
 
 deadline=$((SECONDS + ${SLURM_TEST_TIMEOUT:-300}))
 status=0
@@ -114,6 +124,13 @@ for i in "${!jobs[@]}"; do
     probe-*)
       got=$(grep '^rank ' "$out" | sort -k2 -n | tr '\n' ';')
       [ "$got" = "$want_probe" ] || { echo "$name: '$got', want '$want_probe'"; status=1; } ;;
+    threads)
+      want=""
+      for r in 0 1; do want="${want}probe rank $r cpus 0-$((cpus - 1)) threads $cpus bind close timeout 600 setting given;"; done
+      [ "$cpus" -ge 2 ] || want=${want//cpus 0-0/cpus 0}
+      got=$(grep '^probe ' "$out" | sort | tr '\n' ';')
+      [ "$got" = "$want" ] || { echo "$name: '$got', want '$want'"; status=1; }
+      [ "$(grep -c ' ok$' "$out")" -eq 2 ] || { echo "$name: did not verify on 2 ranks"; cat "$out"; status=1; } ;;
     mlp-*) [ "$(grep -c ' ok$' "$out")" -eq 4 ] || { echo "$name: did not verify on 4 ranks"; cat "$out"; status=1; } ;;
     demo-*) grep -q "^ring " "$out" && grep -q "^bulk " "$out" || { echo "$name: no bulk/ring lines"; cat "$out"; status=1; } ;;
     layer-*)
