@@ -443,6 +443,7 @@ class bench_run {
     if (mesh_.size("dp") > 1)
       fmt::print("{} tensor groups of {} ranks (dp x tp mesh) run the op at once, each on its own group\n",
                  mesh_.size("dp"), R_);
+    fmt::print("{}\n", overlap::apps::provenance_line());
     fmt::print("gemm path (rank 0): {}\n", full_.gemm_path(overlap::dtype_of<T>()));
     fmt::print("median of {} iterations of the slowest rank\n", o_.iters);
     fmt::print("limit = max(compute only, comm only) of the {} schedule; 1-GEMM limit = max(one GEMM, comm only)\n\n",

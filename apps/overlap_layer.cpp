@@ -179,6 +179,7 @@ int run(const options& o) {
       "overlap-layer: block seq={} hidden={} heads={} ffn={} {} on {} ranks ({} tensor group(s) of {}), "
       "transport: {}\n",
       s.seq, s.hidden, s.heads, s.ffn, o.dtype, world, mesh.size("dp"), ctx.size(), o.transport);
+  fmt::print("{}\n", overlap::apps::provenance_line());
   fmt::print("gemm: {}\nstep = forward + backward; median of {} steps, slowest rank\n",
              ctx.gemm_path(overlap::dtype_of<T>()), o.steps);
   fmt::print("{:<14}{:>12}{:>18}{:>18}{:>14}\n", "mode", "step ms", "speedup vs bulk", "comm hidden", "max rel err");

@@ -1,6 +1,8 @@
 #pragma once
-// Where a figure was measured, as the apps record it beside every JSON line:
-// the CPU, the MPI library, oneDNN and the date. A result file carried to
+// Where a figure was measured, as the apps record it beside every JSON line
+// and above every table they print: the CPU and the ISA oneDNN runs on, the
+// MPI library, oneDNN, overlap and the date (the transport is the apps' own
+// field). A result file carried to
 // another machine (or read a year later) says what produced it; the SMPI
 // sweep once reused GEMM rates measured on another CPU without anything in
 // its files showing it.
@@ -14,6 +16,9 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <overlap/backend/onednn.hpp>
+#include <overlap/version.hpp>
 
 namespace overlap::apps {
 
@@ -55,9 +60,19 @@ inline std::string utc_date() {
   return std::strftime(buf, sizeof buf, "%Y-%m-%d", &utc) > 0 ? buf : "unknown";
 }
 
-/// The fields every JSON line of the apps carries: cpu, mpi, onednn, date.
+/// The fields every JSON line of the apps carries: cpu, isa (oneDNN's, after
+/// ONEDNN_MAX_CPU_ISA), mpi, onednn, overlap and date.
 inline nlohmann::json provenance() {
-  return {{"cpu", cpu_model()}, {"mpi", mpi_library()}, {"onednn", onednn_version()}, {"date", utc_date()}};
+  return {{"cpu", cpu_model()},         {"isa", overlap::backend::cpu_isa()}, {"mpi", mpi_library()},
+          {"onednn", onednn_version()}, {"overlap", overlap::version()},      {"date", utc_date()}};
+}
+
+/// The same as one line above a printed table (the MPI library's name and
+/// version only: its first comma-separated field).
+inline std::string provenance_line() {
+  const std::string mpi = mpi_library();
+  return fmt::format("machine: {}, ISA {}; {}; oneDNN {}; overlap {}; {}", cpu_model(), overlap::backend::cpu_isa(),
+                     mpi.substr(0, mpi.find(',')), onednn_version(), overlap::version(), utc_date());
 }
 
 }  // namespace overlap::apps

@@ -18,6 +18,7 @@ for np in 2 3; do
   mpi_run "$np" "$layer" "${shape[@]}" --modes ring,bidirectional,automatic \
     --json "$dir/$np.jsonl" > "$dir/$np.txt"
   grep -q "comm only" "$dir/$np.txt" && grep -q "compute only" "$dir/$np.txt"
+  grep -qE "^machine: .+, ISA [a-z0-9_]+; .+; oneDNN [0-9.]+; overlap [0-9.]+;" "$dir/$np.txt"
   python3 - "$dir/$np.jsonl" $np <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -28,6 +29,7 @@ for r in rows:
     assert r["max_rel_err"] is not None and r["max_rel_err"] < 1e-5, r
     assert r["speedup_vs_bulk"] > 0, r
     assert r["cpu"] and r["mpi"] and r["onednn"] and len(r["date"]) == 10, r
+    assert r["isa"] and r["isa"] != "unknown" and r["overlap"].count(".") == 2 and r["transport"], r
 assert rows[0]["speedup_vs_bulk"] == 1.0
 print("layer json ok at", sys.argv[2], "ranks")
 PY

@@ -11,7 +11,8 @@ json=$(mktemp /tmp/overlap-bench-smoke.XXXXXX.json)
 trap 'rm -f "$json"' EXIT
 run() { mpi_run "$1" "$bench" -m 33 -n 20 -k 17 --iters 2 --warmup 0 \
           --json "$json" --transport "shared memory" "${@:2}"; }
-run 2 --op ag --variant lhs_rows
+# The table says where it was measured (the JSON's provenance, as one line).
+run 2 --op ag --variant lhs_rows | tee /dev/stderr | grep -E "^machine: .+, ISA [a-z0-9_]+; .+; oneDNN [0-9.]+; overlap [0-9.]+;" > /dev/null
 run 3 --op rs --variant rows
 run 3 --op ag --variant rhs_cols --dtype bf16
 run 2 --op rs --variant cols --dtype f64
@@ -51,6 +52,8 @@ for r in rows:
     # Where it was measured: the tools write it themselves.
     assert r["cpu"] and r["cpu"] != "unknown" and r["mpi"] and r["onednn"].count(".") == 2, r
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", r["date"]), r
+    assert r["isa"] in r["gemm_path"] or r["gemm_path"].startswith("eigen"), r
+    assert re.fullmatch(r"\d+\.\d+\.\d+", r["overlap"]) and r["transport"], r
     # Ranks per tensor group, groups: 2 x 2 for the mesh run, one group otherwise.
     mesh = r["op"] == "matmul_reduce_scatter" and r["variant"] == "cols" and r["dtype"] == "f32"
     assert (r["ranks"], r["tensor_groups"]) == ((2, 2) if mesh else (r["ranks"], 1)), r

@@ -117,6 +117,10 @@ void convert_block(matrix_view<const S> src, matrix_view<D> dst) {
 }
 }  // namespace detail
 
+/// The instruction set oneDNN runs on here ("avx512_core_bf16", "avx2", ...),
+/// after ONEDNN_MAX_CPU_ISA: what a measured figure should name. Local.
+inline const char* cpu_isa() { return detail::effective_isa(); }
+
 struct onednn_handles {
   dnnl::engine engine;
   dnnl::stream stream;
