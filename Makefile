@@ -1,6 +1,9 @@
 # User entry point. On a fresh Debian 12 machine (as root):
-#   make demo   installs dependencies, builds, runs the demo at 2 ranks
+#   make demo   installs dependencies, builds the demo, runs it at 2 ranks
 #   make test   installs dependencies, builds, runs the whole test suite
+# Elsewhere, or as an ordinary user, `make deps` installs nothing: it lists
+# what is missing, and the targets go on when everything is there. The plain
+# CMake line needs no make at all (docs/building.md).
 # MPI: the stack to build and test with (tools/mpi/stack): openmpi (Open
 # MPI over its ob1 PML, the default), openmpi-ucx (Open MPI over UCX) or
 # mpich. Each has its own build folder; openmpi-ucx differs from openmpi
@@ -42,17 +45,11 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
 all: build
 
+# Installs the Debian packages that are missing (root, apt), lists them
+# (an ordinary user), or off Debian checks for the commands the build runs
+# and leaves the libraries to CMake (tools/deps/check.sh, docs/building.md).
 deps:
-	@missing=""; for p in $(DEPS); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -z "$$missing" ]; then echo "make deps: all Debian packages present"; exit 0; fi; \
-	if [ "$$(id -u)" -ne 0 ]; then \
-	  echo "make deps: missing Debian packages:$$missing" >&2; \
-	  echo "make deps: run 'sudo make deps' or 'sudo apt-get install$$missing'" >&2; exit 1; \
-	fi; \
-	echo "make deps: installing$$missing"; \
-	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing
+	@bash tools/deps/check.sh $(DEPS)
 
 configure: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON $(MPI_CMAKE) $(CMAKE_ARGS)
@@ -150,8 +147,12 @@ smpi: smpi-deps
 test-smpi: smpi
 	cd $(SMPI_BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# On an emulated 2-node cluster when the machine allows it, else on shared memory.
-demo: build
+# On an emulated 2-node cluster when the machine allows it, else on shared
+# memory. Builds only what the demo runs: overlap-layer (and, under MPICH,
+# the tests' yield_when_idle library that tools/mpi/stack preloads).
+DEMO_TARGETS := overlap-layer $(if $(filter mpich,$(MPI)),yield_when_idle)
+demo: configure
+	cmake --build $(BUILD) -j $(JOBS) --target $(DEMO_TARGETS)
 	bash bench/demo.sh $(BUILD)
 
 # The sweep behind docs/results.md: gnuplot draws the plots, python3 writes
