@@ -41,6 +41,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
 .PHONY: all deps bench-deps lint-deps smpi-deps configure build test test-mpi test-isa asan tsan lint format demo bench install clean \
+        docs clang \
         smpi test-smpi bench-smpi
 
 all: build
@@ -116,16 +117,29 @@ tsan: deps
 # no include cycle between the folders of include/overlap or between headers
 # (tools/lint/include_cycles.py).
 # `make format` applies the layout.
-LINT_DEPS := clang-format clang-tidy
+LINT_DEPS := clang-format clang-tidy doxygen
 CXX_SOURCES = $(shell git ls-files '*.hpp' '*.cpp' 2>/dev/null || find include src apps tests bench docs -name '*.[hc]pp')
 
 lint-deps:
 	@$(MAKE) --no-print-directory deps DEPS="$(LINT_DEPS)"
 
-lint: lint-deps configure
+lint: lint-deps configure docs
 	python3 tools/lint/include_cycles.py include
 	clang-format --dry-run -Werror $(CXX_SOURCES)
 	clang-tidy --quiet -p $(BUILD) --extra-arg=-std=c++17 src/instantiations.cpp tools/lint/every_header.cpp
+
+# The API reference (Doxygen over include/overlap, docs/Doxyfile) into
+# $(BUILD)/docs/html/index.html. A public entity without documentation, or
+# a malformed comment, is a warning, and any warning fails the target (so
+# `make lint`, which runs it, fails too).
+docs: lint-deps
+	@mkdir -p $(BUILD)/docs
+	OVERLAP_DOCS_OUT=$(BUILD)/docs doxygen docs/Doxyfile
+	@if [ -s $(BUILD)/docs/warnings.log ]; then \
+	  cat $(BUILD)/docs/warnings.log >&2; \
+	  echo "make docs: $$(wc -l < $(BUILD)/docs/warnings.log) Doxygen warning(s), above" >&2; exit 1; \
+	fi
+	@echo "make docs: $(BUILD)/docs/html/index.html"
 
 format: lint-deps
 	clang-format -i $(CXX_SOURCES)

@@ -26,8 +26,10 @@ enum class backend_kind {
   eigen,      ///< Eigen products (float, double)
 };
 
+/// The names of backend_kind's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<backend_kind> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<backend_kind>, 3> entries{
       {{backend_kind::automatic, "automatic"}, {backend_kind::onednn, "onednn"}, {backend_kind::eigen, "eigen"}}};
 };
@@ -46,8 +48,10 @@ enum class progress_policy {
   none,    ///< no help: the MPI library progresses on its own (or not at all)
 };
 
+/// The names of progress_policy's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<progress_policy> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<progress_policy>, 4> entries{{{progress_policy::automatic, "automatic"},
                                                                        {progress_policy::thread, "thread"},
                                                                        {progress_policy::poll, "poll"},
@@ -68,8 +72,10 @@ enum class fatal_policy {
   throw_error,
 };
 
+/// The names of fatal_policy's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<fatal_policy> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<fatal_policy>, 2> entries{
       {{fatal_policy::abort, "abort"}, {fatal_policy::throw_error, "throw"}}};
 };
@@ -83,8 +89,10 @@ enum class bf16_gemm {
   widened,
 };
 
+/// The names of bf16_gemm's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<bf16_gemm> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<bf16_gemm>, 3> entries{
       {{bf16_gemm::automatic, "automatic"}, {bf16_gemm::native, "native"}, {bf16_gemm::widened, "widened"}}};
 };
@@ -95,8 +103,10 @@ struct enum_names<bf16_gemm> {
 /// bulk strategy's one GEMM alone and its one collective alone.
 enum class ring_phases { both, compute_only, comm_only };
 
+/// The names of ring_phases's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<ring_phases> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<ring_phases>, 3> entries{{{ring_phases::both, "both"},
                                                                    {ring_phases::compute_only, "compute_only"},
                                                                    {ring_phases::comm_only, "comm_only"}}};
@@ -130,8 +140,10 @@ enum class sim_compute {
   calibrated,
 };
 
+/// The names of sim_compute's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<sim_compute> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<sim_compute>, 4> entries{{{sim_compute::measured, "measured"},
                                                                    {sim_compute::steady, "steady"},
                                                                    {sim_compute::skipped, "skipped"},
@@ -148,8 +160,10 @@ enum class ring_order {
   rank,
 };
 
+/// The names of ring_order's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<ring_order> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<ring_order>, 2> entries{
       {{ring_order::node, "node"}, {ring_order::rank, "rank"}}};
 };
@@ -205,8 +219,8 @@ struct config {
   /// asks for strategy::automatic; on one node, automatic is bulk without a
   /// model unless a file is given (docs/design.md, "Choosing a schedule").
   std::string calibration;
-  /// A directory: every rank writes its timeline there (rank<world
-  /// rank>.json, the Chrome trace format; see engine/trace.hpp and
+  /// A directory: every rank writes its timeline there (rank\<world
+  /// rank\>.json, the Chrome trace format; see engine/trace.hpp and
   /// tools/trace/render.py). Empty: off, and nothing is recorded.
   std::string trace;
   /// SimGrid SMPI only: how a GEMM's simulated time is found (sim_compute).
@@ -314,17 +328,21 @@ struct field_rules {
 /// none, the field is set in code only), the config field, its range and
 /// meaning. Its default is the field's value in config{}.
 struct setting {
-  const char* variable;
-  const char* field;
-  const char* meaning;
-  long long lo = 0, hi = 0, gap = 0;  ///< integers: [lo, hi] without gap (0: none)
-  std::string (*values)(const setting&);
-  std::string (*text)(const config&);
-  std::string (*problem)(const config&, long long, long long, long long);
-  std::string (*parse)(config&, const char*, long long, long long, long long);
+  const char* variable;  ///< the OVERLAP_* variable, or nullptr when only code sets it
+  const char* field;     ///< the config field's name
+  const char* meaning;   ///< one line for the settings table and env_help()
+  ///@{
+  /// Integers: allowed from lo to hi, except gap (0: no gap).
+  long long lo = 0, hi = 0, gap = 0;
+  ///@}
+  std::string (*values)(const setting&);                                   ///< what allowed() returns
+  std::string (*text)(const config&);                                      ///< a config's value of the field, as text
+  std::string (*problem)(const config&, long long, long long, long long);  ///< what check() returns
+  std::string (*parse)(config&, const char*, long long, long long, long long);  ///< what read() does
 
   /// What the variable takes: "0..1024", "0|2..1024", "thread|poll|none" or "path".
   [[nodiscard]] std::string allowed() const { return values(*this); }
+  /// The default, as text (the field's value in config{}).
   [[nodiscard]] std::string fallback() const { return text(config{}); }
   /// "" when c's field is allowed, else the rule it breaks.
   [[nodiscard]] std::string check(const config& c) const { return problem(c, lo, hi, gap); }

@@ -101,11 +101,15 @@ class context {
   /// rank.
   context(MPI_Comm comm, overlap::config cfg) : context(comm, std::optional<overlap::config>{cfg}) {}
 
+  /// Moves the handles; the moved-from context holds nothing and may only be destroyed. Local.
   context(context&&) noexcept;
+  /// Releases this context's handles (as the destructor does), then moves. Local.
   context& operator=(context&&) noexcept;
   ~context();
 
+  /// This rank in the context's communicator.
   [[nodiscard]] int rank() const noexcept { return rank_; }
+  /// The number of ranks of the context's communicator.
   [[nodiscard]] int size() const noexcept { return size_; }
   /// The context's own communicator (a duplicate; do not free it).
   [[nodiscard]] MPI_Comm comm() const noexcept { return comm_.get(); }
@@ -179,6 +183,7 @@ class context {
     return cfg_.backend == backend_kind::automatic ? backend_kind::onednn : cfg_.backend;
   }
   template <class T>
+  /// backend_for(dtype_of<T>()).
   [[nodiscard]] backend_kind backend_for() const {
     return backend_for(dtype_of<T>());
   }
@@ -235,10 +240,13 @@ class context {
     ++plans_built_;
     return plans_.front().second.get();
   }
+  /// The progress thread (progress_policy::thread), or null.
   [[nodiscard]] engine::progress_thread* progress() const noexcept { return progress_.get(); }
   /// The timeline recorder (OVERLAP_TRACE), or null: nothing recorded.
   [[nodiscard]] engine::trace_recorder* tracer() const noexcept { return trace_; }
+  /// The requests of the op in flight (the ring's transfers), shared by this context's ops.
   [[nodiscard]] mpi::request_group& requests() noexcept { return *requests_; }
+  /// Buffers the ranks' agreement reuses from call to call.
   [[nodiscard]] detail::agreement_scratch& scratch() noexcept { return *scratch_; }
 
   /// Throws (on this rank) when the context cannot run an op: MPI finalised,

@@ -14,10 +14,13 @@
 
 namespace overlap {
 
+/// The element types of the ops: float, double and overlap::bfloat16.
 enum class dtype { f32, f64, bf16 };
 
+/// The names of dtype's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<dtype> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<dtype>, 3> entries{
       {{dtype::f32, "f32"}, {dtype::f64, "f64"}, {dtype::bf16, "bf16"}}};
 };
@@ -27,6 +30,7 @@ template <class T>
 inline constexpr bool is_element_v =
     std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bfloat16>;
 
+/// The dtype of an element type (float, double or bfloat16; others do not compile).
 template <class T>
 constexpr dtype dtype_of() {
   if constexpr (std::is_same_v<T, float>)
@@ -39,6 +43,7 @@ constexpr dtype dtype_of() {
   }
 }
 
+/// Bytes per value of t.
 [[nodiscard]] inline size_t size_of(dtype t) { return t == dtype::f64 ? 8 : (t == dtype::f32 ? 4 : 2); }
 
 /// The MPI type that moves values of t (bf16 travels as raw 16-bit words).
@@ -55,6 +60,7 @@ constexpr dtype dtype_of() {
   }
   return 0;
 }
+/// Writes v, rounded to t, as element i of a buffer of type t (slow paths only).
 inline void store(dtype t, void* p, int64_t i, double v) {
   switch (t) {
     case dtype::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;

@@ -17,8 +17,8 @@ namespace overlap {
 /// An enum value and its name.
 template <class E>
 struct enum_entry {
-  E value;
-  const char* name;
+  E value;           ///< the value
+  const char* name;  ///< how the environment, messages and JSON spell it
 };
 
 /// Specialised per enum with `static constexpr std::array<enum_entry<E>, N> entries`.

@@ -21,12 +21,14 @@ enum class error_source {
 /// std::invalid_argument instead, on every rank of the communicator.
 class error : public std::runtime_error {
  public:
+  /// `call` (e.g. "MPI_Isend") returned `code`; `detail` adds context.
   error(error_source source, int code, std::string call, const std::string& detail)
       : std::runtime_error(format(source, code, call) + (detail.empty() ? "" : ": " + detail)),
         source_(source),
         code_(code),
         call_(std::move(call)) {}
 
+  /// Which library failed: MPI or the GEMM backend.
   [[nodiscard]] error_source source() const noexcept { return source_; }
   /// The MPI error code or the backend's status value.
   [[nodiscard]] int code() const noexcept { return code_; }

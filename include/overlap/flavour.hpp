@@ -12,6 +12,8 @@
 /// neither oneDNN's nor Eigen's headers, nor the ops' implementation.
 
 #ifdef OVERLAP_COMPILED
+/// Marks a function defined in an -inl.hpp file: inline in the header-only
+/// flavour, an ordinary definition compiled once into the library otherwise.
 #define OVERLAP_FUNC
 #else
 #define OVERLAP_FUNC inline

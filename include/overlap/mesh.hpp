@@ -25,9 +25,9 @@ namespace overlap {
 /// One axis of a mesh: its name, its extent (0: whatever the communicator's
 /// size leaves, for at most one axis) and whether it gets a context.
 struct mesh_axis {
-  std::string name;
-  int size = 0;
-  bool context = false;
+  std::string name;      ///< e.g. "tp"; unique within a mesh
+  int size = 0;          ///< ranks along the axis; 0: the rest
+  bool context = false;  ///< build an overlap::context over each group of this axis
 };
 
 /// A Cartesian mesh over a communicator. Axes are listed outermost first and

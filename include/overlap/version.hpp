@@ -6,16 +6,16 @@
 /// callers raises MAJOR, which is also what the CMake package's
 /// SameMajorVersion compatibility checks.
 
-#define OVERLAP_VERSION_MAJOR 0
-#define OVERLAP_VERSION_MINOR 2
-#define OVERLAP_VERSION_PATCH 0
+#define OVERLAP_VERSION_MAJOR 0  ///< raised by changes that break callers
+#define OVERLAP_VERSION_MINOR 2  ///< raised by additions
+#define OVERLAP_VERSION_PATCH 0  ///< raised by fixes
 
 /// MAJOR * 10000 + MINOR * 100 + PATCH, for `#if OVERLAP_VERSION >= 200`.
 #define OVERLAP_VERSION (OVERLAP_VERSION_MAJOR * 10000 + OVERLAP_VERSION_MINOR * 100 + OVERLAP_VERSION_PATCH)
 
 /// Makes a string literal of a macro's value (OVERLAP_VERSION_STRING).
 #define OVERLAP_STRINGIZE(x) OVERLAP_STRINGIZE_VALUE_(x)
-#define OVERLAP_STRINGIZE_VALUE_(x) #x
+#define OVERLAP_STRINGIZE_VALUE_(x) #x  ///< OVERLAP_STRINGIZE's second step (x is expanded first)
 /// "MAJOR.MINOR.PATCH" as a string literal.
 #define OVERLAP_VERSION_STRING             \
   OVERLAP_STRINGIZE(OVERLAP_VERSION_MAJOR) \

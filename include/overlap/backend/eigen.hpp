@@ -13,8 +13,10 @@
 namespace overlap::backend {
 
 template <class T>
+/// A GEMM of T (float or double) computed by Eigen: the fallback backend, and f64's.
 class eigen_gemm final : public gemm_kernel {
  public:
+  /// A kernel for `d` (in == out == T); nothing is allocated until run().
   explicit eigen_gemm(const gemm_desc& d) : d_(d) {}
 
   void run(const gemm_operands& io) const override {
@@ -54,6 +56,7 @@ class eigen_gemm final : public gemm_kernel {
 /// Creates Eigen kernels (float and double, one type per product); stateless.
 class eigen_backend {
  public:
+  /// A kernel for `d`; throws std::invalid_argument for bf16 or mixed types.
   [[nodiscard]] std::shared_ptr<const gemm_kernel> make(const gemm_desc& d) const {
     if (d.in != d.out || d.in == dtype::bf16)
       throw std::invalid_argument(std::string("overlap: the eigen backend multiplies f32 or f64 with the same output "

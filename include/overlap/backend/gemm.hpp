@@ -27,18 +27,24 @@ namespace overlap {
 /// (accumulate); D is an m x n addend of type addend_type with ld_addend (the
 /// fp32 accumulator of a bf16 product); bias has n values of type out.
 struct gemm_desc {
+  ///@{
+  /// The extents: C is m x n, the contracted dimension k.
   int64_t m = 0, n = 0, k = 0;
+  ///@}
+  ///@{
+  /// The leading dimensions (elements between rows) of A, B and C as stored.
   int64_t lda = 0, ldb = 0, ldc = 0;
-  bool trans_a = false;
-  bool trans_b = false;
-  bool accumulate = false;
-  bool bias = false;
-  overlap::activation act = overlap::activation::none;
-  overlap::dtype in = overlap::dtype::f32;
-  overlap::dtype out = overlap::dtype::f32;
-  bool addend = false;
-  int64_t ld_addend = 0;
-  overlap::dtype addend_type = overlap::dtype::f32;
+  ///@}
+  bool trans_a = false;                                 ///< A is stored transposed (k x m)
+  bool trans_b = false;                                 ///< B is stored transposed (n x k)
+  bool accumulate = false;                              ///< C += the product (beta = 1)
+  bool bias = false;                                    ///< a per-column bias of n values is added
+  overlap::activation act = overlap::activation::none;  ///< applied last, after bias and accumulation
+  overlap::dtype in = overlap::dtype::f32;              ///< the element type of A and B
+  overlap::dtype out = overlap::dtype::f32;             ///< the element type of C (and of bias)
+  bool addend = false;                                  ///< an m x n addend D is added
+  int64_t ld_addend = 0;                                ///< D's leading dimension
+  overlap::dtype addend_type = overlap::dtype::f32;     ///< D's element type
   /// B may be read from a packed copy (the layout the backend's kernel wants,
   /// made once by pack_b() and shared by every piece of a plan) instead of
   /// being repacked by every call; see gemm_kernel::packed_b_bytes().
@@ -52,30 +58,39 @@ struct gemm_desc {
     d.m = m, d.n = n, d.k = k;
     return d;
   }
+  /// Sets lda, ldb and ldc.
   gemm_desc& strides(int64_t lda_, int64_t ldb_, int64_t ldc_) {
     lda = lda_, ldb = ldb_, ldc = ldc_;
     return *this;
   }
+  /// Sets trans_a and trans_b.
   gemm_desc& transposed(bool a, bool b) {
     trans_a = a, trans_b = b;
     return *this;
   }
+  /// Sets the element types of A and B (in) and of C (out).
   gemm_desc& types(overlap::dtype in_, overlap::dtype out_) {
     in = in_, out = out_;
     return *this;
   }
+  /// Sets accumulate: C += the product.
   gemm_desc& accumulating(bool beta_one) {
     accumulate = beta_one;
     return *this;
   }
 
+  /// Whether a bias or an activation follows the product.
   [[nodiscard]] bool has_epilogue() const noexcept { return bias || act != overlap::activation::none; }
+  /// Every field, for comparing descriptions (kernels are cached by them).
   [[nodiscard]] auto tie() const {
     return std::tie(m, n, k, lda, ldb, ldc, trans_a, trans_b, accumulate, bias, act, in, out, addend, ld_addend,
                     addend_type, pack_b);
   }
+  ///@{
+  /// Orders and compares by every field (tie()).
   bool operator<(const gemm_desc& o) const { return tie() < o.tie(); }
   bool operator==(const gemm_desc& o) const { return tie() == o.tie(); }
+  ///@}
 };
 
 /// The buffers of one GEMM run, set by name (five pointers in a row are
@@ -84,16 +99,22 @@ struct gemm_desc {
 /// and `addend` only when the desc has them.
 class gemm_operands {
  public:
+  ///@{
+  /// Sets one buffer; returns *this, so that the calls chain.
   gemm_operands& a(const void* p) noexcept { return a_ = p, *this; }
   gemm_operands& b(const void* p) noexcept { return b_ = p, *this; }
   gemm_operands& c(void* p) noexcept { return c_ = p, *this; }
   gemm_operands& bias(const void* p) noexcept { return bias_ = p, *this; }
   gemm_operands& addend(const void* p) noexcept { return addend_ = p, *this; }
+  ///@}
+  ///@{
+  /// One buffer as set (nullptr when not set).
   [[nodiscard]] const void* a() const noexcept { return a_; }
   [[nodiscard]] const void* b() const noexcept { return b_; }
   [[nodiscard]] void* c() const noexcept { return c_; }
   [[nodiscard]] const void* bias() const noexcept { return bias_; }
   [[nodiscard]] const void* addend() const noexcept { return addend_; }
+  ///@}
 
  private:
   const void* a_ = nullptr;
@@ -127,10 +148,11 @@ class gemm_kernel {
 /// there: Open MPI moves data only inside MPI calls).
 class banded_kernel final : public gemm_kernel {
  public:
-  using hook = void (*)(void*);
+  using hook = void (*)(void*);  ///< called between two bands with its argument
+  /// One row band of C.
   struct band {
-    int64_t r0 = 0;
-    std::shared_ptr<const gemm_kernel> kernel;
+    int64_t r0 = 0;                             ///< its first row of C
+    std::shared_ptr<const gemm_kernel> kernel;  ///< its GEMM
   };
   /// bands: row bands of d in order, non-empty; when they read a packed B
   /// they must share its layout (shares_packed_b), since run() hands every

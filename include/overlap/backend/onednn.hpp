@@ -121,13 +121,16 @@ void convert_block(matrix_view<const S> src, matrix_view<D> dst) {
 /// after ONEDNN_MAX_CPU_ISA: what a measured figure should name. Local.
 inline const char* cpu_isa() { return detail::effective_isa(); }
 
+/// The oneDNN CPU engine and stream a context's kernels share.
 struct onednn_handles {
-  dnnl::engine engine;
-  dnnl::stream stream;
+  dnnl::engine engine;  ///< the CPU engine
+  dnnl::stream stream;  ///< the in-order stream every kernel runs on
 };
 
+/// A GEMM as one oneDNN matmul primitive, epilogue fused as post-ops.
 class onednn_gemm final : public gemm_kernel {
  public:
+  /// Creates the primitive for `d` (none for an empty product); oneDNN errors become overlap::error.
   onednn_gemm(std::shared_ptr<onednn_handles> h, const gemm_desc& d) : h_(std::move(h)), d_(d) {
     if (d.m == 0 || d.n == 0 || d.k == 0) return;  // handled by run_degenerate
     detail::onednn_call("dnnl::matmul::primitive_desc", [&] {
@@ -311,6 +314,7 @@ class onednn_gemm final : public gemm_kernel {
 /// (an fp32 accumulator) is written directly.
 class onednn_widened_gemm final : public gemm_kernel {
  public:
+  /// Creates the f32 primitive for `d` (bf16 operands) and the widening workspace's shapes.
   onednn_widened_gemm(const std::shared_ptr<onednn_handles>& h, const gemm_desc& d) : d_(d) {
     if (d.m == 0 || d.n == 0 || d.k == 0) return;  // handled by run_degenerate
     // Stored shapes: A is m x k (k x m transposed), B is k x n (n x k transposed).

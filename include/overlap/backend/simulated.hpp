@@ -27,6 +27,7 @@ namespace overlap::backend {
 /// kernels keep it alive.
 class sim_timings {
  public:
+  /// One kernel's shape: its sampled runs and what it is charged.
   struct entry {
     std::vector<double> runs;  ///< real seconds of the sampled runs
     double charge = 0;         ///< median of runs, once there are enough
@@ -47,7 +48,9 @@ class sim_timings {
   sim_timings(const sim_timings&) = delete;
   sim_timings& operator=(const sim_timings&) = delete;
 
+  /// How a GEMM's simulated time is found (OVERLAP_SIM_COMPUTE).
   [[nodiscard]] sim_compute mode() const noexcept { return mode_; }
+  /// Real runs sampled per kernel and shape (OVERLAP_SIM_SAMPLES).
   [[nodiscard]] size_t samples() const noexcept { return static_cast<size_t>(samples_); }
   /// The entry of a kernel's shape; its address is stable (std::map nodes).
   entry& of(const gemm_desc& d, const std::string& kernel = {}) { return (*table_)[{kernel, d}]; }

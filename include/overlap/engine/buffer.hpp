@@ -13,10 +13,14 @@
 
 namespace overlap::engine {
 
+/// An owned, 64-byte aligned array of T for a plan's workspaces (move-only;
+/// under SimGrid SMPI with shared workspaces, one allocation serves every
+/// simulated rank).
 template <class T>
 class buffer {
  public:
   buffer() = default;
+  /// `elements` values, uninitialised; throws std::bad_alloc.
   explicit buffer(size_t elements) : size_(elements) {
     if (elements == 0) return;
     const size_t bytes = (elements * sizeof(T) + alignment - 1) / alignment * alignment;
@@ -25,8 +29,8 @@ class buffer {
     data_ = std::unique_ptr<T, free_deleter>(p, free_deleter{shared});
     if (!data_) throw std::bad_alloc();
   }
-  [[nodiscard]] T* data() const noexcept { return data_.get(); }
-  [[nodiscard]] size_t size() const noexcept { return size_; }
+  [[nodiscard]] T* data() const noexcept { return data_.get(); }  ///< the first value, or null when empty
+  [[nodiscard]] size_t size() const noexcept { return size_; }    ///< the number of values
 
  private:
   static constexpr size_t alignment = 64;

@@ -18,8 +18,13 @@
 
 namespace overlap::engine {
 
+/// progress_policy::thread: a thread that tests the watched requests (MPI
+/// moves large messages only inside MPI calls), sleeping `interval` between
+/// two tests, while the caller's threads compute. Errors it sees are
+/// rethrown by release().
 class progress_thread {
  public:
+  /// Starts the thread; it idles until watch().
   explicit progress_thread(std::chrono::microseconds interval) : interval_(interval), thread_([this] { loop(); }) {}
   progress_thread(const progress_thread&) = delete;
   progress_thread& operator=(const progress_thread&) = delete;
@@ -91,6 +96,7 @@ class progress_thread {
 /// Watches a group for the lifetime of the guard (release also on exceptions).
 class progress_scope {
  public:
+  /// Starts watching g on p (nothing when p is null or g is empty).
   progress_scope(progress_thread* p, mpi::request_group& g) : p_(g.empty() ? nullptr : p) {
     if (p_ != nullptr) p_->watch(g);
   }
@@ -114,8 +120,8 @@ class progress_scope {
 
 /// A policy chosen for progress_policy::automatic, with the reason in words.
 struct progress_choice {
-  progress_policy policy;
-  std::string why;
+  progress_policy policy;  ///< the policy chosen
+  std::string why;         ///< the reason, e.g. "a hardware thread is free"
 };
 
 /// progress_policy::automatic resolved from the node: a progress thread only

@@ -25,25 +25,25 @@ namespace overlap::engine {
 /// One block to send or receive: `count` elements of `type` at buf.
 /// A transfer with type == MPI_DATATYPE_NULL means "nothing this step".
 struct transfer {
-  void* buf = nullptr;
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  int count = 1;
-  [[nodiscard]] bool active() const noexcept { return type != MPI_DATATYPE_NULL; }
+  void* buf = nullptr;                                                              ///< the block's first byte
+  MPI_Datatype type = MPI_DATATYPE_NULL;                                            ///< its layout
+  int count = 1;                                                                    ///< how many of `type`
+  [[nodiscard]] bool active() const noexcept { return type != MPI_DATATYPE_NULL; }  ///< something to move
 };
 
 /// One direction round the ring: data arrives from `from` and leaves to `to`.
 struct ring_lane {
-  int from = MPI_PROC_NULL;
-  int to = MPI_PROC_NULL;
-  int tag = 0;  ///< distinct per lane, so the lanes' messages never match each other
+  int from = MPI_PROC_NULL;  ///< the rank data arrives from
+  int to = MPI_PROC_NULL;    ///< the rank data leaves to
+  int tag = 0;               ///< distinct per lane, so the lanes' messages never match each other
 };
 
 /// Where this rank sits in the ring: up to two lanes (unidirectional or
 /// bidirectional schedules).
 struct ring_links {
-  MPI_Comm comm = MPI_COMM_NULL;
-  std::array<ring_lane, 2> lanes{};
-  int n_lanes = 1;
+  MPI_Comm comm = MPI_COMM_NULL;     ///< the communicator the ranks are numbered in
+  std::array<ring_lane, 2> lanes{};  ///< lanes[0], and lanes[1] when n_lanes is 2
+  int n_lanes = 1;                   ///< 1 or 2
 };
 
 /// How long transfers may stay in flight, in steps (both >= 0):
@@ -55,41 +55,21 @@ struct ring_links {
 /// in the same step, and sizes its buffers so that no buffer is rewritten
 /// while a transfer on it may be in flight (see the ops' plans).
 struct ring_window {
-  int lead = 1;
-  int send_slack = 0;
+  int lead = 1;        ///< steps a receive is posted ahead of the step that computes on it
+  int send_slack = 0;  ///< steps a send may stay in flight after the step that posted it
 };
 
 /// The buffers a ring plan's travelling pieces live in while a plan is
 /// built: `per_lane` slots per lane (enough for the window), `lanes` lanes,
 /// and the largest piece so far, which sizes every slot.
 struct ring_slots {
+  ///@{
+  /// Slots per lane, and lanes.
   int per_lane = 0, lanes = 1;
-  int64_t elems = 0;
+  ///@}
+  int64_t elems = 0;  ///< elements of the largest piece, which every slot holds
 };
 
-/// Runs the ring schedule of `pattern`:
-///
-///   for each step t:
-///     complete the transfers due before step t  (this step's receives,
-///                                                sends older than the slack)
-///     for each lane: post Irecv of what step t + lead needs  (pattern.recv)
-///     for each lane: post Isend of what leaves at step t     (pattern.send)
-///     compute step t while the progress policy moves the transfers
-///
-/// Receives of steps before `lead` are posted before step 0 (the ring
-/// patterns have none: their data is local; the hierarchical one has some).
-///
-/// Pattern requirements:
-///   int steps() const; ring_window window() const;
-///   transfer recv(int t, int lane) const; transfer send(int t, int lane) const;
-///   void compute(int t);
-///
-/// With `trace`, prints one line per step to stderr: the time spent waiting
-/// for the step's transfers, the time computing it, and how many transfers
-/// were outstanding (posted, not yet completed by the engine) when it started
-/// computing (OVERLAP_VERBOSE=2 on rank 0).
-/// `at`, when given, holds the step being run (for error reports); `rec`,
-/// when given (OVERLAP_TRACE), records every step's wait and GEMM.
 namespace detail {
 /// Lane l's receive of what step u needs, completed before step u.
 template <class Pattern>
@@ -146,6 +126,29 @@ void compute_step(Pattern& pattern, mpi::request_group& requests, progress_threa
 }
 }  // namespace detail
 
+/// Runs the ring schedule of `pattern`:
+///
+///   for each step t:
+///     complete the transfers due before step t  (this step's receives,
+///                                                sends older than the slack)
+///     for each lane: post Irecv of what step t + lead needs  (pattern.recv)
+///     for each lane: post Isend of what leaves at step t     (pattern.send)
+///     compute step t while the progress policy moves the transfers
+///
+/// Receives of steps before `lead` are posted before step 0 (the ring
+/// patterns have none: their data is local; the hierarchical one has some).
+///
+/// Pattern requirements:
+///   int steps() const; ring_window window() const;
+///   transfer recv(int t, int lane) const; transfer send(int t, int lane) const;
+///   void compute(int t);
+///
+/// With `trace`, prints one line per step to stderr: the time spent waiting
+/// for the step's transfers, the time computing it, and how many transfers
+/// were outstanding (posted, not yet completed by the engine) when it started
+/// computing (OVERLAP_VERBOSE=2 on rank 0).
+/// `at`, when given, holds the step being run (for error reports); `rec`,
+/// when given (OVERLAP_TRACE), records every step's wait and GEMM.
 template <class Pattern>
 void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& requests, progress_thread* progress,
               ring_phases phases = ring_phases::both, bool trace = false, int* at = nullptr,

@@ -7,6 +7,7 @@
 
 namespace overlap::engine {
 
+/// The tags, by kind of message (values are MPI tags; tags_of() maps an op's lanes to them).
 enum class message_tag : int {
   // all_gather_matmul: ring lanes 0 and 1, the other-operands algorithm's output blocks
   ag_lane0 = 4,

@@ -2,7 +2,7 @@
 /// @file
 /// OVERLAP_TRACE=DIR: a timeline of every rank in the Chrome trace format
 /// (Perfetto and chrome://tracing open it): one file per rank,
-/// DIR/rank<world rank>.json, with one process track per rank so the ranks
+/// DIR/rank\<world rank\>.json, with one process track per rank so the ranks
 /// line up. Events: every op (its ring, collective or local step), every
 /// ring step's GEMM and its wait for transfers, every transfer from its post
 /// to the moment the engine saw it complete (peer, bytes, lane). Off by
@@ -56,11 +56,14 @@ class trace_recorder {
   }
   /// A transfer from its post to its observed completion.
   struct transfer_span {
-    bool send = false;
+    bool send = false;    ///< a send (else a receive)
     int peer_world = -1;  ///< the peer's rank in MPI_COMM_WORLD
-    long long bytes = 0;
-    int lane = 0;
-    double posted = 0, completed = 0;  ///< microseconds, as now()
+    long long bytes = 0;  ///< the bytes moved
+    int lane = 0;         ///< the ring lane it travelled on
+    ///@{
+    /// Microseconds, as now(): when it was posted and when its completion was seen.
+    double posted = 0, completed = 0;
+    ///@}
   };
   /// A transfer, as an asynchronous span (its own row in the viewer,
   /// transfers may overlap).
@@ -87,7 +90,7 @@ class trace_recorder {
                        {"tid", int(track::steps)}});
   }
 
-  /// Writes DIR/rank<R>.json with every event so far (the whole file, so it
+  /// Writes DIR/rank\<R\>.json with every event so far (the whole file, so it
   /// is complete after every flush). A failure is reported, never thrown.
   void flush() {
     std::lock_guard<std::mutex> lock(mutex_);

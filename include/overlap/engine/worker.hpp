@@ -20,7 +20,9 @@ namespace overlap::engine {
 /// second thread must not call MPI, such as SimGrid SMPI).
 class worker {
  public:
+  /// Where jobs run: on the worker's own thread, or on the thread that posts them.
   enum class runs { on_own_thread, on_caller_thread };
+  /// Starts the thread (runs::on_own_thread); it idles until post().
   explicit worker(runs where = runs::on_own_thread) {
     if (where == runs::on_own_thread) thread_ = std::thread([this] { loop(); });
   }

@@ -14,10 +14,10 @@ namespace overlap::layers {
 /// The global sizes of one block: seq tokens of width hidden, `heads`
 /// attention heads of width hidden / heads, an MLP of width ffn.
 struct block_shape {
-  int64_t seq = 2048;
-  int64_t hidden = 1024;
-  int64_t heads = 16;
-  int64_t ffn = 4096;
+  int64_t seq = 2048;     ///< tokens
+  int64_t hidden = 1024;  ///< the model's width
+  int64_t heads = 16;     ///< attention heads (hidden / heads each)
+  int64_t ffn = 4096;     ///< the MLP's width
 };
 
 /// How one rank's shards sit in the global block (Megatron-style sequence
@@ -27,9 +27,12 @@ struct block_shape {
 /// ffn().size(p) columns of the MLP's up projection (rows of its down
 /// projection). Balanced: sizes differ by at most one, and may be 0.
 struct block_layout {
-  block_shape shape;
-  int rank = 0;
+  block_shape shape;  ///< the global sizes
+  int rank = 0;       ///< whose shards the accessors below describe
+  ///@{
+  /// How tokens, heads and MLP columns are split over the ranks.
   shard_layout seq_shards, head_shards, ffn_shards;
+  ///@}
 
   block_layout() = default;
   /// The shards of `ranks` ranks, as rank 0 sees them (on_rank(p) for p).
@@ -38,17 +41,21 @@ struct block_layout {
         seq_shards(shard_layout::balanced(s.seq, ranks)),
         head_shards(shard_layout::balanced(s.heads, ranks)),
         ffn_shards(shard_layout::balanced(s.ffn, ranks)) {}
+  /// The same layout, seen from rank p.
   [[nodiscard]] block_layout on_rank(int p) const {
     block_layout l = *this;
     l.rank = p;
     return l;
   }
 
+  /// The width of one head.
   [[nodiscard]] int64_t head_dim() const { return shape.hidden / shape.heads; }
+  ///@{
   /// This rank's tokens, attention width (local heads x head_dim) and MLP width.
   [[nodiscard]] int64_t rows() const { return seq_shards.size(rank); }
   [[nodiscard]] int64_t width() const { return head_shards.size(rank) * head_dim(); }
   [[nodiscard]] int64_t ffn_width() const { return ffn_shards.size(rank); }
+  ///@}
   /// Global column (of the hidden x 3*hidden [Wq | Wk | Wv]) of this rank's
   /// column c of its QKV weight (hidden x 3*width(), [Wq_r | Wk_r | Wv_r]).
   [[nodiscard]] int64_t qkv_column(int64_t c) const {
@@ -57,7 +64,9 @@ struct block_layout {
   }
   /// Global row of the hidden x hidden output projection of local row r.
   [[nodiscard]] int64_t out_row(int64_t r) const { return head_shards.offset(rank) * head_dim() + r; }
+  /// Global column of this rank's first MLP column.
   [[nodiscard]] int64_t ffn_offset() const { return ffn_shards.offset(rank); }
+  /// Global token of this rank's first token.
   [[nodiscard]] int64_t row_offset() const { return seq_shards.offset(rank); }
 };
 
@@ -68,7 +77,10 @@ struct block_layout {
 /// b1 (ffn_width), w2 (ffn_width x hidden).
 template <class U>
 struct block_params {
+  ///@{
+  /// The tensors, named and shaped as above (ln*_g: gain, ln*_b: shift).
   std::vector<U> ln1_g, ln1_b, wqkv, bqkv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2;
+  ///@}
 
   block_params() = default;
   /// Sized (and zeroed) for layout l.

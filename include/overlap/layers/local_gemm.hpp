@@ -29,13 +29,14 @@ class local_gemm {
   static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>, "local products run in float or double");
 
  public:
+  /// The matrices of one product, each with its leading dimension.
   struct operands {
-    const A* a;
-    int64_t lda;
-    const A* b;
-    int64_t ldb;
-    A* c;
-    int64_t ldc;
+    const A* a;   ///< the left operand
+    int64_t lda;  ///< its leading dimension
+    const A* b;   ///< the right operand
+    int64_t ldb;  ///< its leading dimension
+    A* c;         ///< the result
+    int64_t ldc;  ///< its leading dimension
   };
 
   /// m x n result of op(a) (m x k) times op(b) (k x n); a transposed is

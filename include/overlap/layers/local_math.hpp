@@ -14,26 +14,27 @@
 
 namespace overlap::layers::math {
 
+/// The epsilon under the layer norms' square roots.
 constexpr double layer_norm_eps = 1e-5;
 
 /// A layer norm's learned gain and bias (n values each).
 template <class G>
 struct norm_params {
-  const G* gain = nullptr;
-  const G* bias = nullptr;
+  const G* gain = nullptr;  ///< n values
+  const G* bias = nullptr;  ///< n values
 };
 /// A layer norm's statistics per row, kept for its backward pass: the mean
 /// and 1 / sqrt(var + eps).
 template <class A>
 struct norm_stats {
-  A* mean = nullptr;
-  A* rstd = nullptr;
+  A* mean = nullptr;  ///< one per row
+  A* rstd = nullptr;  ///< 1 / sqrt(var + eps), one per row
 };
 /// The gradients of a layer norm's gain and bias (n values each).
 template <class A>
 struct norm_grads {
-  A* gain = nullptr;
-  A* bias = nullptr;
+  A* gain = nullptr;  ///< n values
+  A* bias = nullptr;  ///< n values
 };
 
 /// y (dense, as x) = (x - mean) / sqrt(var + eps) * gain + bias per row of
@@ -87,6 +88,7 @@ template <class A>
 A gelu(A x) {
   return A(0.5) * x * (A(1) + std::erf(x * A(0.70710678118654752440)));
 }
+/// The derivative of gelu at x.
 template <class A>
 A gelu_grad(A x) {
   return A(0.5) * (A(1) + std::erf(x * A(0.70710678118654752440))) +
@@ -99,9 +101,12 @@ A gelu_grad(A x) {
 /// block of queries multiplies only the keys at or before its last row
 /// (the causal mask's zero upper triangle is skipped, blocks of it at least).
 struct attention_shape {
+  ///@{
+  /// Tokens, local heads, head width, and rows per block.
   int64_t seq = 0, heads = 0, dh = 0, block = 256;
-  [[nodiscard]] int64_t width() const { return heads * dh; }
-  [[nodiscard]] double scale() const { return 1.0 / std::sqrt(double(dh)); }
+  ///@}
+  [[nodiscard]] int64_t width() const { return heads * dh; }                  ///< heads * dh
+  [[nodiscard]] double scale() const { return 1.0 / std::sqrt(double(dh)); }  ///< 1 / sqrt(dh)
 };
 
 /// Row i of the probabilities from its scores (row[0..i]): softmax of
@@ -122,8 +127,8 @@ A causal_softmax_row(A* row, int64_t i, int64_t end, A scale) {
 /// (seq x width) and each row's log-sum-exp (heads x seq).
 template <class A>
 struct attention_result {
-  A* o = nullptr;
-  A* lse = nullptr;
+  A* o = nullptr;    ///< seq x width
+  A* lse = nullptr;  ///< heads x seq
 };
 
 /// Causal softmax attention of every local head. p is seq x seq scratch.
@@ -147,7 +152,10 @@ void attention(local_gemm<A>& gemm, const attention_shape& s, const A* qkv, atte
 
 /// Rows [begin, end) of a head's probabilities.
 struct row_block {
+  ///@{
+  /// The first row, and one past the last.
   int64_t begin = 0, end = 0;
+  ///@}
 };
 
 /// Rows r0..r1 of head h's probabilities again (columns 0..r1), from Q, K

@@ -66,7 +66,7 @@ struct block_options {
 template <class T>
 class transformer_block {
  public:
-  using acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  using acc = std::conditional_t<std::is_same_v<T, double>, double, float>;  ///< the type local math runs in
 
   /// Collective. Checks the shape (hidden divisible by heads, every size
   /// positive, the same on every rank) and allocates every buffer; a
@@ -74,6 +74,7 @@ class transformer_block {
   /// message) on every rank.
   transformer_block(context& ctx, const block_shape& shape, const block_options& opt = {});
 
+  /// Where this rank's shards sit in the global block.
   [[nodiscard]] const block_layout& layout() const noexcept { return l_; }
   /// This rank's parameters (set them before forward).
   [[nodiscard]] block_params<T>& params() noexcept { return w_; }

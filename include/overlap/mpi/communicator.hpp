@@ -39,8 +39,10 @@ class communicator {
 
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
+  /// Takes other's communicator; other holds none after.
   communicator(communicator&& other) noexcept
       : comm_(std::exchange(other.comm_, MPI_COMM_NULL)), owned_(std::exchange(other.owned_, false)) {}
+  /// Frees this one's (when owned), then takes other's.
   communicator& operator=(communicator&& other) noexcept {
     if (this != &other) {
       release();
@@ -51,13 +53,15 @@ class communicator {
   }
   ~communicator() { release(); }
 
-  [[nodiscard]] MPI_Comm get() const noexcept { return comm_; }
-  [[nodiscard]] bool owned() const noexcept { return owned_; }
+  [[nodiscard]] MPI_Comm get() const noexcept { return comm_; }  ///< the handle (MPI_COMM_NULL when moved from)
+  [[nodiscard]] bool owned() const noexcept { return owned_; }   ///< freed by the destructor
+  /// This process's rank in it.
   [[nodiscard]] int rank() const {
     int r = 0;
     OVERLAP_MPI(MPI_Comm_rank, comm_, &r);
     return r;
   }
+  /// Its number of ranks.
   [[nodiscard]] int size() const {
     int s = 0;
     OVERLAP_MPI(MPI_Comm_size, comm_, &s);

@@ -31,20 +31,23 @@ namespace overlap::mpi {
 /// through a buffer of their own (SimGrid SMPI serialises it, three copies
 /// per message).
 struct layout {
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  int count = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;  ///< the base type or a derived one
+  int count = 0;                          ///< how many of `type`
 };
 
 /// An owned, committed derived datatype (freed by the destructor); move-only.
 class datatype {
  public:
   datatype() = default;
+  /// Takes ownership of a committed type (MPI_DATATYPE_NULL: none).
   explicit datatype(MPI_Datatype committed) : type_(committed) {
     if (type_ != MPI_DATATYPE_NULL) ++live_count();
   }
   datatype(const datatype&) = delete;
   datatype& operator=(const datatype&) = delete;
+  /// Takes o's type; o holds none after.
   datatype(datatype&& o) noexcept : type_(std::exchange(o.type_, MPI_DATATYPE_NULL)) {}
+  /// Frees this one's type, then takes o's.
   datatype& operator=(datatype&& o) noexcept {
     if (this != &o) {
       release();
@@ -53,7 +56,7 @@ class datatype {
     return *this;
   }
   ~datatype() { release(); }
-  [[nodiscard]] MPI_Datatype get() const noexcept { return type_; }
+  [[nodiscard]] MPI_Datatype get() const noexcept { return type_; }  ///< the handle
   /// Datatypes the library holds now, in this process (for leak tests).
   [[nodiscard]] static long live() noexcept { return live_count().load(); }
 

@@ -24,13 +24,14 @@ class request_group {
  public:
   /// What a request moves, for the watchdog's report.
   struct about {
-    int lane = 0;
-    int peer = MPI_PROC_NULL;
+    int lane = 0;                           ///< the ring lane
+    int peer = MPI_PROC_NULL;               ///< the rank it goes to or comes from
     MPI_Datatype type = MPI_DATATYPE_NULL;  ///< `count` of it
-    bool send = false;
-    bool collective = false;  ///< a non-blocking collective (MPI cannot free one that is pending)
-    double posted = 0;        ///< when it was posted (tracing only)
-    int count = 1;            ///< last, so that the positional initialisers before it keep their meaning
+    bool send = false;                      ///< a send (else a receive)
+    bool collective = false;                ///< a non-blocking collective (MPI cannot free one that is pending)
+    double posted = 0;                      ///< when it was posted (tracing only)
+    int count = 1;                          ///< last, so that the positional initialisers before it keep their meaning
+    /// The bytes it moves.
     [[nodiscard]] long long bytes() const {
       int size = 0;
       if (type != MPI_DATATYPE_NULL) MPI_Type_size(type, &size);
@@ -42,13 +43,14 @@ class request_group {
   class observer {
    public:
     virtual ~observer() = default;
-    [[nodiscard]] virtual double now() const = 0;
-    virtual void completed(const about& what) = 0;
+    [[nodiscard]] virtual double now() const = 0;   ///< the clock, in the observer's unit
+    virtual void completed(const about& what) = 0;  ///< a request was seen complete
   };
 
   request_group() = default;
   request_group(const request_group&) = delete;
   request_group& operator=(const request_group&) = delete;
+  /// Takes other's requests; other is empty after.
   request_group(request_group&& other) noexcept
       : reqs_(std::move(other.reqs_)),
         due_(std::move(other.due_)),
@@ -56,6 +58,7 @@ class request_group {
         timeout_s_(other.timeout_s_) {
     other.clear();
   }
+  /// Cancels and completes this group's requests, then takes other's.
   request_group& operator=(request_group&& other) noexcept {
     if (this != &other) {
       abandon();
@@ -73,6 +76,7 @@ class request_group {
   /// complete before step `deadline` (see wait_due). Storage grows to the
   /// largest window once and is reused, so the hot loop does not allocate.
   [[nodiscard]] MPI_Request* add(int deadline = 0) { return add(deadline, about{}); }
+  /// As add(deadline), recording what the request moves for the watchdog and traces.
   [[nodiscard]] MPI_Request* add(int deadline, const about& what) {
     due_.push_back(deadline);
     about_.push_back(what);
@@ -87,8 +91,8 @@ class request_group {
   void set_world_ranks(std::vector<int> world) { world_ = std::move(world); }
   /// Tracing: o sees every point-to-point request complete (null: off).
   void observe(observer* o) noexcept { observer_ = o; }
-  [[nodiscard]] bool empty() const noexcept { return reqs_.empty(); }
-  [[nodiscard]] int size() const noexcept { return static_cast<int>(reqs_.size()); }
+  [[nodiscard]] bool empty() const noexcept { return reqs_.empty(); }                 ///< no request held
+  [[nodiscard]] int size() const noexcept { return static_cast<int>(reqs_.size()); }  ///< requests held
 
   /// Non-blocking progress; true when every request has completed.
   bool test_all() {

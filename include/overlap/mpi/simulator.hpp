@@ -132,6 +132,7 @@ inline void* allocate_workspace(size_t alignment, size_t bytes, bool& shared) {
 #endif
   return std::aligned_alloc(alignment, bytes);
 }
+/// Frees what allocate_workspace returned (with the `shared` it reported).
 inline void free_workspace(void* p, [[maybe_unused]] bool shared) noexcept {
 #if defined(SMPI_H)
   if (shared) return smpi_shared_free(p);

@@ -20,8 +20,10 @@ enum class gathered {
   rhs_cols,  ///< a: M_loc x K, b: K x N_r, c = a @ AG_cols(B) (M_loc x N)
 };
 
+/// The names of gathered's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<gathered> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<gathered>, 4> entries{{{gathered::lhs_rows, "lhs_rows"},
                                                                 {gathered::lhs_cols, "lhs_cols"},
                                                                 {gathered::rhs_rows, "rhs_rows"},
@@ -34,8 +36,10 @@ enum class scattered {
   cols,  ///< c is this rank's columns of sum_r P_r (M x N_r)
 };
 
+/// The names of scattered's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<scattered> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<scattered>, 2> entries{{{scattered::rows, "rows"}, {scattered::cols, "cols"}}};
 };
 
@@ -53,8 +57,11 @@ struct enum_names<scattered> {
 /// member by member. count must agree across ranks; strides are each rank's
 /// own.
 struct batch {
-  int64_t count = 1;
+  int64_t count = 1;  ///< products in the call (>= 1; must agree across ranks)
+  ///@{
+  /// Elements from one member's a, b and c to the next's (0: shared by every member).
   int64_t a = 0, b = 0, c = 0;
+  ///@}
   int64_t out = 0;  ///< all_gather_matmul's gathered_out
 };
 
@@ -65,12 +72,12 @@ struct batch {
 /// (no copy). gathered_out then holds the gathered operand in its stored
 /// orientation (K x M for lhs_* with transpose_a).
 struct ag_options {
-  overlap::gathered gathered = overlap::gathered::lhs_rows;
-  overlap::strategy strategy = overlap::strategy::automatic;
-  overlap::algorithm algorithm = overlap::algorithm::automatic;
-  bool transpose_a = false;
-  bool transpose_b = false;
-  overlap::epilogue epilogue;
+  overlap::gathered gathered = overlap::gathered::lhs_rows;      ///< which operand is sharded, and how; must agree
+  overlap::strategy strategy = overlap::strategy::automatic;     ///< the schedule; must agree
+  overlap::algorithm algorithm = overlap::algorithm::automatic;  ///< which data travels; must agree
+  bool transpose_a = false;                                      ///< a is stored transposed; must agree
+  bool transpose_b = false;                                      ///< b is stored transposed; must agree
+  overlap::epilogue epilogue;                                    ///< bias and activation, after the product
   /// C += the op's result instead of C = (the epilogue included: C = C +
   /// act(op(a) @ op(b) + bias)), e.g. weight gradients summed over
   /// micro-batches; C's contents are read. Costs one copy of this rank's C
@@ -82,12 +89,12 @@ struct ag_options {
 
 /// Options of matmul_reduce_scatter (transposes as in ag_options).
 struct rs_options {
-  overlap::scattered scattered = overlap::scattered::rows;
-  overlap::strategy strategy = overlap::strategy::automatic;
-  overlap::algorithm algorithm = overlap::algorithm::automatic;
-  bool transpose_a = false;
-  bool transpose_b = false;
-  overlap::epilogue epilogue;
+  overlap::scattered scattered = overlap::scattered::rows;       ///< how the sum is split over the ranks; must agree
+  overlap::strategy strategy = overlap::strategy::automatic;     ///< the schedule; must agree
+  overlap::algorithm algorithm = overlap::algorithm::automatic;  ///< which data travels; must agree
+  bool transpose_a = false;                                      ///< a is stored transposed; must agree
+  bool transpose_b = false;                                      ///< b is stored transposed; must agree
+  overlap::epilogue epilogue;                                    ///< bias and activation, after the sum
   /// bfloat16 only, ring only: send the travelling accumulators in bf16
   /// instead of fp32. Halves the traffic; every hop rounds the partial sum to
   /// bf16 (8 significant bits), so the error grows with the rank count: about

@@ -20,10 +20,13 @@ namespace overlap {
 class pending {
  public:
   pending() = default;
+  /// The op running on w (the start_* functions make these).
   explicit pending(engine::worker* w) noexcept : w_(w) {}
   pending(const pending&) = delete;
   pending& operator=(const pending&) = delete;
+  /// Takes other's op; other holds nothing after.
   pending(pending&& other) noexcept : w_(std::exchange(other.w_, nullptr)) {}
+  /// Waits for this handle's op (printing an error nobody waited for), then takes other's.
   pending& operator=(pending&& other) noexcept {
     if (this != &other) {
       finish_quietly();

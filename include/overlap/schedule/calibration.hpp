@@ -28,8 +28,10 @@ namespace overlap {
 /// shared memory, with the cores that compute) or other nodes (a network).
 enum class link_class { shared, network };
 
+/// The names of link_class's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<link_class> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<link_class>, 2> entries{
       {{link_class::shared, "shared"}, {link_class::network, "network"}}};
 };
@@ -43,7 +45,7 @@ struct collective_rate {
   std::vector<double> block_bytes;  ///< ascending
   std::vector<double> bytes_per_s;  ///< at each block size
 
-  [[nodiscard]] bool empty() const noexcept { return block_bytes.empty(); }
+  [[nodiscard]] bool empty() const noexcept { return block_bytes.empty(); }  ///< nothing measured
   /// The rate at `block`: linear in log2 of the block, clamped to the sizes measured.
   [[nodiscard]] double at(double block) const {
     if (block <= block_bytes.front()) return bytes_per_s.front();
@@ -98,7 +100,7 @@ struct gemm_rates {
   std::vector<int64_t> sizes;       ///< ascending
   std::vector<double> flops_per_s;  ///< [(i * n + j) * n + l] for m = sizes[i], n = sizes[j], k = sizes[l]
 
-  [[nodiscard]] bool empty() const noexcept { return sizes.empty(); }
+  [[nodiscard]] bool empty() const noexcept { return sizes.empty(); }  ///< nothing measured
   /// The rate at (m, n, k): trilinear in log2 of each extent, clamped to the grid.
   [[nodiscard]] double at(int64_t m, int64_t n, int64_t k) const {
     const size_t s = sizes.size();
@@ -132,12 +134,14 @@ struct gemm_rates {
 
 /// Everything the cost model is fed.
 struct calibration {
-  std::map<link_class, link_rates> links;
-  std::map<dtype, gemm_rates> gemm;
-  std::string origin;  ///< the file it came from, or how it was measured
+  std::map<link_class, link_rates> links;  ///< the ring's links, by kind (inside a node, between nodes)
+  std::map<dtype, gemm_rates> gemm;        ///< GEMM rates, by element type
+  std::string origin;                      ///< the file it came from, or how it was measured
 
-  [[nodiscard]] bool has(link_class l) const { return links.count(l) != 0; }
-  [[nodiscard]] bool has(dtype t) const { return gemm.count(t) != 0 && !gemm.at(t).empty(); }
+  [[nodiscard]] bool has(link_class l) const { return links.count(l) != 0; }  ///< links of kind l measured
+  [[nodiscard]] bool has(dtype t) const {
+    return gemm.count(t) != 0 && !gemm.at(t).empty();
+  }  ///< GEMM rates of t measured
 
   /// The calibration as JSON text (the file's format).
   [[nodiscard]] std::string to_json() const;

@@ -17,23 +17,23 @@ namespace overlap {
 
 /// One way to run a call, and what the cost model predicts it takes.
 struct candidate {
-  overlap::strategy strategy = overlap::strategy::bulk;
-  overlap::algorithm algorithm = overlap::algorithm::named;
+  overlap::strategy strategy = overlap::strategy::bulk;      ///< never automatic
+  overlap::algorithm algorithm = overlap::algorithm::named;  ///< never automatic
   int chunks = 0;           ///< ring steps per shard and lane (0: bulk); others: pieces gathered
   double predicted_s = -1;  ///< seconds on the slowest rank; < 0: not predicted
 };
 
 /// What a plan runs. Never automatic: automatic requests are resolved.
 struct schedule {
-  overlap::strategy strategy = overlap::strategy::bulk;
-  overlap::algorithm algorithm = overlap::algorithm::named;
-  int lanes = 1;   ///< 2: bidirectional
+  overlap::strategy strategy = overlap::strategy::bulk;      ///< what runs
+  overlap::algorithm algorithm = overlap::algorithm::named;  ///< which data travels
+  int lanes = 1;                                             ///< 2: bidirectional
   int chunks = 0;  ///< ring steps per shard and lane (0: bulk); others: pieces of the gathered operand
   /// The cost model chose among `candidates` (the call asked for automatic
   /// and the context has a model: see docs/design.md, "Choosing a schedule").
   bool by_model = false;
-  double predicted_s = -1;  ///< the model's prediction for this schedule (< 0: none)
-  std::vector<candidate> candidates;
+  double predicted_s = -1;            ///< the model's prediction for this schedule (< 0: none)
+  std::vector<candidate> candidates;  ///< every schedule the model priced (by_model), in the order considered
 
   /// Equal when they run the same way (predictions aside).
   [[nodiscard]] bool same_as(const schedule& o) const {

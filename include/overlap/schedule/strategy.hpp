@@ -56,16 +56,20 @@ enum class algorithm {
   others,
 };
 
+/// The names of strategy's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<strategy> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<strategy>, 5> entries{{{strategy::bulk, "bulk"},
                                                                 {strategy::ring, "ring"},
                                                                 {strategy::bidirectional, "bidirectional"},
                                                                 {strategy::automatic, "automatic"},
                                                                 {strategy::hierarchical, "hierarchical"}}};
 };
+/// The names of algorithm's values, as the environment, messages and JSON spell them.
 template <>
 struct enum_names<algorithm> {
+  /// Every value with its name.
   static constexpr std::array<enum_entry<algorithm>, 3> entries{
       {{algorithm::automatic, "automatic"}, {algorithm::named, "named"}, {algorithm::others, "others"}}};
 };
