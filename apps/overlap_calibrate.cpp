@@ -17,6 +17,7 @@
 #include "overlap/schedule/measure.hpp"
 
 #include "common/cli.hpp"
+#include "common/provenance.hpp"
 
 namespace {
 
@@ -67,7 +68,11 @@ int main(int argc, char** argv) {
     if (ctx.size() >= 2) cal.links[ctx.links()] = overlap::detail::measure_link_class(ctx, overlap::dtype::f32);
     const double took = MPI_Wtime() - t0;
     if (rank == 0) {
-      std::ofstream(output) << cal.to_json() << "\n";
+      // Where it was measured travels with the rates (the library ignores the
+      // field): a file carried to another machine says whose rates it holds.
+      nlohmann::json file = nlohmann::json::parse(cal.to_json());
+      file["measured_on"] = overlap::apps::provenance();
+      std::ofstream(output) << file.dump(2) << "\n";
       fmt::print("overlap-calibrate: {} ranks{}, {:.1f} s; wrote {}\n", ctx.size(),
                  ctx.one_node() ? " on one node" : "", took, output);
       for (const auto& [c, l] : cal.links)

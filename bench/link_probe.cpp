@@ -15,7 +15,9 @@
 #include <vector>
 #include "../apps/common/cli11.hpp"
 
+#include "../apps/common/cli.hpp"
 #include "../apps/common/measure.hpp"
+#include "../apps/common/provenance.hpp"
 #include "overlap/error.hpp"
 #include "overlap/mpi/environment.hpp"
 #include "overlap/mpi/request.hpp"
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
   int iters = 9;
   std::string transport;
   CLI::App app{"overlap-link-probe: one-way and two-way ring exchange in raw MPI"};
+  overlap::apps::init_app(app);
   app.add_option("--bytes", bytes, "bytes each rank sends per exchange (even)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 30));
   app.add_option("--iters", iters, "measured iterations (median reported)")->check(CLI::PositiveNumber);
@@ -67,11 +70,10 @@ int main(int argc, char** argv) {
   };
   if (p == 0) {
     const double a = median(t1), b = median(t2);
-    std::cout << nlohmann::json{{"probe", "ring_exchange"}, {"ranks", R},         {"bytes", bytes},
-                                {"one_way_ms", a},          {"both_ways_ms", b},  {"ratio", b / a},
-                                {"transport", transport},   {"iterations", iters}}
-                     .dump()
-              << "\n";
+    nlohmann::json row{{"probe", "ring_exchange"}, {"ranks", R},     {"bytes", bytes},         {"one_way_ms", a},
+                       {"both_ways_ms", b},        {"ratio", b / a}, {"transport", transport}, {"iterations", iters}};
+    row.update(overlap::apps::provenance());
+    std::cout << row.dump() << "\n";
   }
   return 0;
 }

@@ -7,8 +7,10 @@
 // docs/scaling.md. No MPI communication: it evaluates the same model the
 // library chooses with.
 #include <nlohmann/json.hpp>
+#include "../apps/common/cli.hpp"
 #include "../apps/common/cli11.hpp"
 
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
   std::vector<int> cores{32, 128};
   figures f;
   CLI::App app{"overlap-projection: the cost model's speedup over bulk for 8-1024 ranks on stated figures"};
+  overlap::apps::init_app(app);
   app.add_option("calibration", path, "calibration file whose f32 GEMM grid is one core's rates")->required();
   app.add_option("--tokens", tokens, "rows of the activation (sequence x batch)");
   app.add_option("--hidden", hidden, "hidden size; the MLP's inner size is 4x");
@@ -65,6 +68,15 @@ int main(int argc, char** argv) {
   app.add_option("--efficiency", f.efficiency, "a node's GEMM rate = cores x one core's x this");
   CLI11_PARSE(app, argc, argv);
   const overlap::calibration cal = overlap::calibration::load(path);
+  // A projection is computed, not measured: each line names the GEMM rates'
+  // origin (where overlap-calibrate measured them, when the file says) and
+  // the version of the model that projected.
+  nlohmann::json rates_from{{"file", path}};
+  {
+    std::ifstream in(path);
+    const nlohmann::json file = nlohmann::json::parse(in, nullptr, false);
+    if (file.is_object() && file.contains("measured_on")) rates_from["measured_on"] = file["measured_on"];
+  }
   if (!cal.has(overlap::dtype::f32)) {
     std::cerr << "overlap-projection: " << path << " has no f32 GEMM rates\n";
     return 1;
@@ -125,7 +137,9 @@ int main(int argc, char** argv) {
                                     {"slowdown", f.slowdown},
                                     {"efficiency", f.efficiency},
                                     {"up", up},
-                                    {"down", down}}
+                                    {"down", down},
+                                    {"gemm_rates_from", rates_from},
+                                    {"overlap", overlap::version()}}
                          .dump()
                   << "\n";
       }

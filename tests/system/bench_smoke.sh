@@ -22,6 +22,8 @@ cal=$(mktemp /tmp/overlap-bench-smoke.XXXXXX.cal.json)
 trap 'rm -f "$json" "$cal"' EXIT
 mpi_run 2 "$(dirname "$bench")/overlap-calibrate" -o "$cal" --sizes 16,64 \
   --dtypes f32 > /dev/null
+# The calibration file says where it was measured.
+python3 -c 'import json, sys; m = json.load(open(sys.argv[1]))["measured_on"]; assert m["cpu"] and m["isa"] and m["mpi"] and m["onednn"] and m["overlap"] and m["date"], m' "$cal"
 OVERLAP_CALIBRATION=$cal run 2 --op ag --variant lhs_cols --strategies ring,others,automatic
 # A dp x tp mesh: 2 tensor groups of 2 ranks at once (the peers are skipped), and
 # a group size that does not divide the ranks (exit 2, no JSON).
