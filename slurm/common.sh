@@ -74,7 +74,9 @@ launch() {
   local cpus=${SLURM_CPUS_PER_TASK:-1} v
   case $OVERLAP_LAUNCHER in
     srun)
-      srun "${overlap_srun_mpi[@]}" -c "$cpus" --cpu-bind=cores --kill-on-bad-exit=1 --export=ALL "$@" ;;
+      # ${a[@]+"${a[@]}"}: an empty array under set -u, which bash before 4.4 (RHEL 7's) rejects as unbound.
+      srun ${overlap_srun_mpi[@]+"${overlap_srun_mpi[@]}"} -c "$cpus" --cpu-bind=cores --kill-on-bad-exit=1 \
+        --export=ALL "$@" ;;
     mpirun)
       # The launcher starts its daemons through srun: they too get everything.
       export SLURM_EXPORT_ENV=ALL
@@ -83,7 +85,8 @@ launch() {
       else
         local forward=()
         for v in $(overlap_settings); do forward+=(-x "$v"); done
-        "$OVERLAP_MPIEXEC" -np "${SLURM_NTASKS:?}" --map-by "slot:PE=$cpus" --bind-to core "${forward[@]}" "$@"
+        "$OVERLAP_MPIEXEC" -np "${SLURM_NTASKS:?}" --map-by "slot:PE=$cpus" --bind-to core \
+          ${forward[@]+"${forward[@]}"} "$@"
       fi
       ;;
     *) echo "OVERLAP_LAUNCHER must be srun or mpirun, not '$OVERLAP_LAUNCHER'" >&2; return 2 ;;
