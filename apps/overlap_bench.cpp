@@ -7,13 +7,8 @@
 // for simulated runs whose GEMMs are not computed).
 //
 // The global problem is C = A @ B (M x K times K x N), sharded as a
-// tensor-parallel layer shards it (balanced blocks):
-//   ag lhs_rows: a = A[M_r, :],  b = B[:, N_r], c = C[:, N_r]
-//   ag lhs_cols: a = A[:, K_r],  b = B[:, N_r], c = C[:, N_r]
-//   ag rhs_rows: a = A[M_r, :],  b = B[K_r, :], c = C[M_r, :]
-//   ag rhs_cols: a = A[M_r, :],  b = B[:, N_r], c = C[M_r, :]
-//   rs rows:     a = A[:, K_r],  b = B[K_r, :], c = C[M_r, :]
-//   rs cols:     a = A[:, K_r],  b = B[K_r, :], c = C[:, N_r]
+// tensor-parallel layer shards it (balanced blocks); each variant's views are
+// listed once, in --help's footer (main), and built by slice_for.
 #include <fmt/format.h>
 #include <algorithm>
 #include "common/cli11.hpp"
