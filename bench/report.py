@@ -363,10 +363,9 @@ def layer_table():
     return t
 
 
-def measured_where(rows):
-    """Where rows were measured, from the fields the apps record (cpu, isa,
+def measured_where(r):
+    """Where row r was measured, from the fields the apps record (cpu, isa,
     mpi, onednn, overlap, date); older rows name only their GEMM path."""
-    r = rows[0]
     isa = r.get("isa") or re.sub(r".*\((.*)\).*", r"\1", r.get("gemm_path") or "") or "not recorded"
     if r.get("cpu"):
         return (f"{r['cpu']}, ISA {isa}; {r['mpi']}; oneDNN {r['onednn']}"
@@ -389,7 +388,7 @@ def user_summary(runs):
                         and x["strategy"] in ("ring", "bidirectional", "automatic")), key=lambda x: x["time_ms"])
             entries.append(([f"{op} ({r['variant']}) {r['m']} x {r['n']} x {r['k']}", r["transport"], str(r["ranks"]),
                              f"{r['bulk_ms']:.1f}", f"{best['time_ms']:.1f} ({best['strategy']})",
-                             f"{r['bulk_ms'] / best['time_ms']:.2f}x"], measured_where([r])))
+                             f"{r['bulk_ms'] / best['time_ms']:.2f}x"], measured_where(r)))
     layer = load("layer.jsonl")
     for transport in dict.fromkeys(r["transport"] for r in layer):
         sel = [r for r in layer if r["transport"] == transport and r["dtype"] == "f32"]
@@ -400,7 +399,7 @@ def user_summary(runs):
         best, b = min(rest, key=lambda r: r["step_ms"]), bulk[0]
         entries.append(([f"transformer block training step, seq {b['seq']}, hidden {b['hidden']}, {b['heads']} heads",
                          transport, str(b["ranks"]), f"{b['step_ms']:.0f}", f"{best['step_ms']:.0f} ({best['mode']})",
-                         f"{b['step_ms'] / best['step_ms']:.2f}x"], measured_where([b])))
+                         f"{b['step_ms'] / best['step_ms']:.2f}x"], measured_where(b)))
     wheres = list(dict.fromkeys(w for _, w in entries))
     one_place = len(wheres) == 1
     t = ["## Summary for users", "",
