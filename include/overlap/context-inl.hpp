@@ -37,7 +37,14 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
     if (const std::string p = detail::config_problem(cfg_); !p.empty()) throw std::invalid_argument(p);
   } catch (...) {
     local = detail::failure::capture(std::current_exception());
-    cfg_ = overlap::config{};
+    // The watchdog's setting stays: it chooses blocking or non-blocking
+    // collectives below, and MPI never matches one with the other, so a
+    // rank reset to no watchdog would leave the others waiting.
+    overlap::config fallback;
+    fallback.timeout_s = cfg_.timeout_s;
+    for (const setting& s : settings())
+      if (std::string(s.field) == "timeout_s" && !s.check(fallback).empty()) fallback.timeout_s = 0;
+    cfg_ = fallback;
   }
   comm_ = detail::watched_dup(comm, cfg_.timeout_s, who);
   rank_ = comm_.rank();
