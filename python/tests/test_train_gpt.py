@@ -1,0 +1,26 @@
+"""The example's loss parity with single-process PyTorch over a few steps,
+bulk and overlapped (python/examples/train_gpt.py --check)."""
+
+import json
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+
+import train_gpt  # noqa: E402
+
+
+def test_loss_parity(comm):
+    path = comm.bcast(tempfile.mkdtemp() if comm.rank == 0 else None)
+    out = os.path.join(path, "train.json")
+    status = train_gpt.main(["--steps", "3", "--check", "--layers", "2", "--hidden", "64", "--heads", "4",
+                             "--seq", "24", "--batch", "2", "--strategy", "bulk", "ring", "--json", out])
+    rows = [json.loads(line) for line in open(out)] if comm.rank == 0 else None
+    rows = comm.bcast(rows)
+    assert status == 0
+    assert [r["strategy"] for r in rows] == ["bulk", "ring"]
+    for r in rows:
+        assert r["max_rel_loss_diff"] <= 2e-3 and r["step_ms"] > 0
+        assert abs(r["final_loss"] - r["reference_losses"][-1]) <= 2e-3 * r["reference_losses"][-1]
