@@ -19,6 +19,20 @@
 
 namespace overlap {
 
+namespace detail {
+/// The defaults a context falls back to where its configuration failed on
+/// this rank, but for the watchdog's setting when it is valid: it chooses
+/// blocking or non-blocking collectives, and MPI never matches one with the
+/// other, so a rank reset to no watchdog would leave the others waiting.
+inline overlap::config config_after_failure(const overlap::config& read) {
+  overlap::config fallback;
+  fallback.timeout_s = read.timeout_s;
+  for (const setting& s : settings())
+    if (std::string(s.field) == "timeout_s" && !s.check(fallback).empty()) fallback.timeout_s = 0;
+  return fallback;
+}
+}  // namespace detail
+
 OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> given) {
   const std::string who = "overlap::context";
   detail::require_mpi_running(who.c_str());
@@ -37,14 +51,7 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
     if (const std::string p = detail::config_problem(cfg_); !p.empty()) throw std::invalid_argument(p);
   } catch (...) {
     local = detail::failure::capture(std::current_exception());
-    // The watchdog's setting stays: it chooses blocking or non-blocking
-    // collectives below, and MPI never matches one with the other, so a
-    // rank reset to no watchdog would leave the others waiting.
-    overlap::config fallback;
-    fallback.timeout_s = cfg_.timeout_s;
-    for (const setting& s : settings())
-      if (std::string(s.field) == "timeout_s" && !s.check(fallback).empty()) fallback.timeout_s = 0;
-    cfg_ = fallback;
+    cfg_ = detail::config_after_failure(cfg_);
   }
   comm_ = detail::watched_dup(comm, cfg_.timeout_s, who);
   rank_ = comm_.rank();
