@@ -5,8 +5,9 @@ curve against the same model in plain single-process PyTorch.
 
     mpirun -n 2 python3 python/examples/train_gpt.py --steps 20 --strategy bulk ring --check
 
-Every rank runs every strategy in turn from the same initial weights on the
-same data. The model: token and position embeddings, ``--layers`` pre-norm
+Every rank trains one model per strategy, all from the same initial
+weights on the same data, their steps interleaved so that the machine's
+drift reaches every strategy alike. The model: token and position embeddings, ``--layers`` pre-norm
 blocks (causal multi-head attention with fused QKV, a GELU MLP), a final
 layer norm and an LM head, trained with AdamW on a synthetic sequence task.
 The blocks' linear layers are split over the ranks (heads and MLP features);
@@ -38,19 +39,22 @@ from overlap.torch import ColumnParallelLinear, RowParallelLinear, allreduce_rep
 
 def args_of(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=10, help="optimizer steps per strategy")
+    p.add_argument("--steps", type=int, default=8, help="optimizer steps per strategy")
     p.add_argument("--strategy", nargs="+", default=["bulk", "ring"], choices=["bulk", "ring", "automatic",
                                                                                 "bidirectional"],
-                   help="strategies to train with, in turn")
+                   help="strategies to train, one model each, steps interleaved")
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=1024)
-    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--heads", type=int, default=8)
     p.add_argument("--seq", type=int, default=512, help="sequence length")
-    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--batch", type=int, default=4)
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: torch's default)")
+    p.add_argument("--phases", default="both", choices=["both", "compute_only", "comm_only"],
+                   help="what overlap's ops run: compute_only and comm_only time the two sides of the bound "
+                        "(the results are then wrong)")
     p.add_argument("--json", help="append one JSON object per strategy to this file")
     p.add_argument("--check", action="store_true", help="compare the losses with single-process PyTorch")
     p.add_argument("--tolerance", type=float, default=2e-3, help="--check: largest relative loss difference")
@@ -210,25 +214,31 @@ class TPGPT(nn.Module):
 # ------------------------------------------------------------------ training
 
 
-def train_tp(ctx, comm, a, strategy):
-    model = TPGPT(ctx, GPT(a), strategy)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
-    losses, times = [], []
+def train_tp(ctx, comm, a, strategies):
+    """Trains one model per strategy, all from the same weights on the same
+    data, their steps interleaved (step 1 of each, then step 2 of each, ...)
+    so that the machine's drift reaches every strategy alike. Returns each
+    strategy's losses and step times (the slowest rank's)."""
+    models = {s: TPGPT(ctx, GPT(a), s) for s in strategies}
+    opts = {s: torch.optim.AdamW(m.parameters(), lr=a.lr) for s, m in models.items()}
+    losses = {s: [] for s in strategies}
+    times = {s: [] for s in strategies}
     tokens = a.seq * a.batch
     for step in range(a.steps):
         data = batch_of(step, a)
-        comm.Barrier()
-        t0 = time.perf_counter()
-        logits, mine = model(data[:-1])
-        target = data[1:][mine].reshape(-1)
-        loss = F.cross_entropy(logits.float(), target, reduction="sum") / tokens
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        allreduce_replicated_grads(model.parameters(), comm)
-        opt.step()
-        dt = time.perf_counter() - t0
-        times.append(comm.allreduce(dt, op=MPI.MAX))
-        losses.append(comm.allreduce(loss.item(), op=MPI.SUM))
+        for s, model in models.items():
+            comm.Barrier()
+            t0 = time.perf_counter()
+            logits, mine = model(data[:-1])
+            target = data[1:][mine].reshape(-1)
+            loss = F.cross_entropy(logits.float(), target, reduction="sum") / tokens
+            opts[s].zero_grad(set_to_none=True)
+            loss.backward()
+            allreduce_replicated_grads(model.parameters(), comm)
+            opts[s].step()
+            dt = time.perf_counter() - t0
+            times[s].append(comm.allreduce(dt, op=MPI.MAX))
+            losses[s].append(comm.allreduce(loss.item(), op=MPI.SUM))
     return losses, times
 
 
@@ -246,6 +256,14 @@ def train_reference(a):
     return losses
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
+
+
 def main(argv=None):
     a = args_of(argv)
     if a.threads:
@@ -253,9 +271,10 @@ def main(argv=None):
     comm = MPI.COMM_WORLD
     rank = comm.rank
     results = {}
-    with overlap.Context(comm) as ctx:
-        for strategy in a.strategy:
-            losses, times = train_tp(ctx, comm, a, strategy)
+    with overlap.Context(comm, phases=a.phases) as ctx:
+        all_losses, all_times = train_tp(ctx, comm, a, list(dict.fromkeys(a.strategy)))
+        for strategy, losses in all_losses.items():
+            times = all_times[strategy]
             # The first step builds the plans; the median of the rest.
             step_ms = statistics.median(times[1:] if len(times) > 1 else times) * 1e3
             results[strategy] = (losses, step_ms)
@@ -284,10 +303,10 @@ def main(argv=None):
                     f.write(json.dumps({
                         "example": "train_gpt", "strategy": s, "ranks": comm.size, "step_ms": ms,
                         "final_loss": losses[-1], "losses": losses, "reference_losses": ref,
-                        "max_rel_loss_diff": worst if ref else None, "steps": a.steps, "layers": a.layers,
+                        "max_rel_loss_diff": worst if ref else None, "steps": a.steps, "phases": a.phases, "layers": a.layers,
                         "hidden": a.hidden, "heads": a.heads, "seq": a.seq, "batch": a.batch,
                         "transport": os.environ.get("OVERLAP_TRANSPORT", "unspecified"),
-                        "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
+                        "cpu": cpu_model(), "isa": overlap._core.cpu_isa(), "torch": torch.__version__,
                         "overlap": overlap.__version__, "mpi": MPI.Get_library_version().splitlines()[0].strip(),
                         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                     }) + "\n")

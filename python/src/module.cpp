@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "arrays.hpp"
+#include "overlap/backend/onednn.hpp"
 #include "overlap/overlap.hpp"
 
 namespace overlap::python {
@@ -66,6 +67,7 @@ class py_context {
     overlap::config cfg = config_of(kw);
     py::gil_scoped_release unlocked;  // collective
     ctx_ = std::make_unique<overlap::context>(c, cfg);
+    rank_ = ctx_->rank(), size_ = ctx_->size();
   }
   overlap::context& get() {
     if (!ctx_) throw std::logic_error("overlap.Context: the context is closed");
@@ -78,11 +80,15 @@ class py_context {
     ctx_.reset();
   }
   [[nodiscard]] bool closed() const { return !ctx_; }
+  /// This rank and the ranks of the context (also once closed).
+  [[nodiscard]] int rank() const { return rank_; }
+  [[nodiscard]] int size() const { return size_; }
   /// Started ops not yet waited for: close() refuses while there are any.
   int in_flight = 0;
 
  private:
   std::unique_ptr<overlap::context> ctx_;
+  int rank_ = 0, size_ = 1;
 };
 
 // ------------------------------------------------------------- options
@@ -620,6 +626,7 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "overlap's compiled core (use the overlap package)";
   m.attr("__version__") = ov::version();
   py::register_exception<ov::error>(m, "Error", PyExc_RuntimeError);
+  m.def("cpu_isa", &ov::backend::cpu_isa, "The instruction set the GEMMs use here (after ONEDNN_MAX_CPU_ISA).");
 
   py::class_<py_context>(m, "Context",
                          "Context(comm=None, **settings): an overlap context on a duplicate of the mpi4py "
@@ -627,8 +634,8 @@ PYBIND11_MODULE(_core, m) {
                          "overlap::config's fields (progress='poll', timeout_s=60, ...), laid over the OVERLAP_* "
                          "environment; a bad one raises ValueError on every rank.")
       .def(py::init<py::object, py::kwargs>(), py::arg("comm") = py::none())
-      .def_property_readonly("rank", [](py_context& c) { return c.get().rank(); })
-      .def_property_readonly("size", [](py_context& c) { return c.get().size(); })
+      .def_property_readonly("rank", &py_context::rank)
+      .def_property_readonly("size", &py_context::size)
       .def_property_readonly("closed", &py_context::closed)
       .def(
           "settings",

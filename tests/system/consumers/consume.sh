@@ -49,6 +49,18 @@ case $way in
       "$mpicxx" -std=c++17 $opt "$here/main.cpp" -o "$work/pc_$pc" $(pkg-config --cflags --libs "$pc")
       run "$work/pc_$pc"
     done
+    # The Python package, where the build has one: from the prefix's
+    # site-packages, at the package's version, computing across 2 ranks.
+    python=$(sed -n 's/^OVERLAP_PYTHON_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
+    site=$(sed -n 's/^OVERLAP_PYTHON_INSTALL_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
+    if grep -q '^OVERLAP_BUILD_PYTHON:BOOL=ON' "$build/CMakeCache.txt"; then
+      PYTHONPATH="$work/prefix/$site" run "$python" -c "
+import numpy as np, overlap
+assert overlap.__version__ == '$version' and overlap.__file__.startswith('$work/prefix/'), overlap.__file__
+with overlap.Context() as ctx:
+    c = overlap.all_gather_matmul(ctx, np.ones((2, 3)), np.ones((3, 4)), strategy='ring')
+assert c.shape == (2 * ctx.size, 4) and (c == 3).all()"
+    fi
     ;;
   subdir)
     cmake -S "$here/add_subdirectory" -B "$work/b" -DOVERLAP_SOURCE_DIR="$src" -DCMAKE_BUILD_TYPE= \
