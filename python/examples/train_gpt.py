@@ -20,6 +20,7 @@ rank 0 and fails when a loss differs by more than --tolerance (relative).
 """
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -178,8 +179,7 @@ class TPBlock(nn.Module):
 
 def ref_copy(module):
     """A copy of a module whose parameters every rank holds whole."""
-    m = type(module)(module.normalized_shape) if isinstance(module, nn.LayerNorm) else None
-    m.load_state_dict(module.state_dict())
+    m = copy.deepcopy(module)
     for p in m.parameters():
         p.sequence_parallel = True
     return m

@@ -5,9 +5,9 @@
 /// arrays and torch tensors without copies (python/src/arrays.hpp).
 ///
 /// Every call is collective, and so is the way it fails: each rank first
-/// converts its arguments and sizes the outputs it must allocate, then the
-/// ranks exchange one row each (prelude): whether that failed, and the
-/// extent of the gathered dimension. A failure on any rank raises the same
+/// converts its arguments, then the ranks exchange one row each (prelude):
+/// whether that failed, how each operand is laid out, and this rank's extent
+/// of the gathered dimension (which sizes the outputs a call allocates). A failure on any rank raises the same
 /// error on every rank before any op starts; the library's own checks then
 /// raise alike (std::invalid_argument, ValueError). The GIL is released
 /// while MPI or the op runs.
@@ -18,7 +18,6 @@
 
 #include <array>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +29,16 @@ namespace overlap::python {
 namespace {
 
 // ---------------------------------------------------------------- contexts
+
+/// A setting's field name without its unit ("progress_interval (us)": "progress_interval").
+std::string field_name(const setting& s) {
+  const std::string f(s.field);
+  return f.substr(0, f.find(' '));
+}
+
+/// Which operand all_gather_matmul gathers (a for lhs_*), and whether along its rows.
+bool gathers_lhs(gathered g) { return g == gathered::lhs_rows || g == gathered::lhs_cols; }
+bool gathers_rows(gathered g) { return g == gathered::lhs_rows || g == gathered::rhs_rows; }
 
 /// The config of Context(comm, **settings): the OVERLAP_* environment, then
 /// the keyword settings (named as config's fields, valued as the variables
@@ -44,7 +53,7 @@ overlap::config config_of(const py::kwargs& kw) {
     std::string why = "is not a setting (they are:";
     const setting* found = nullptr;
     for (const setting& s : settings()) {
-      const std::string field = std::string(s.field).substr(0, std::string(s.field).find(' '));
+      const std::string field = field_name(s);
       if (field == key) found = &s;
       why += " " + field;
     }
@@ -121,14 +130,13 @@ struct common_options {
 
 /// What every rank tells the others before a call starts.
 struct prelude_row {
-  int64_t failed = 0;     ///< this rank's conversion failed
-  int64_t wants_sum = 0;  ///< this rank allocates an output sized by the gathered dimension's total
-  int64_t extent = 0;     ///< this rank's extent of the gathered dimension
-  int64_t bias = -1;      ///< a bias whose length must equal that total (-1: none to check)
+  int64_t failed = 0;  ///< this rank's conversion failed
+  int64_t extent = 0;  ///< this rank's extent of the gathered dimension
+  int64_t bias = -1;   ///< a bias whose length must equal that total (-1: none to check)
   /// How the operands (a, b, and gathered_out or the list of others) can be read (orientation).
   std::array<int64_t, 3> orient{2, 2, 2};
 };
-constexpr int prelude_words = 7;
+constexpr int prelude_words = 6;
 static_assert(sizeof(prelude_row) == prelude_words * sizeof(int64_t));
 
 /// What the ranks agreed on.
@@ -356,13 +364,9 @@ py::object ag_single(py_context& pc, const ag_request& r, mode how) {
     r.common.apply(opt);
     a = as_array(r.a, "a"), b = as_array(r.b, "b");
     same_type(b, a, "b");
-    const bool lhs = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::lhs_cols;
-    const array& x = lhs ? a : b;
-    if (x.ndim != 2 || (lhs ? b : a).ndim != 2) throw std::invalid_argument("a and b must be 2-D");
-    // The gathered dimension of op(X): rows for *_rows, columns for *_cols.
-    const bool rows = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::rhs_rows;
-    row.extent = rows ? x.rows : x.cols;
     row.orient = {code(orientation_of(a, "a", true)), code(orientation_of(b, "b", true)), code(orientation::either)};
+    const array& x = gathers_lhs(opt.gathered) ? a : b;
+    row.extent = gathers_rows(opt.gathered) ? x.rows : x.cols;  // of op(X), the gathered dimension
     if (!want_out) c = output_of(r.out, a, "out");
     if (py::isinstance<py::bool_>(r.gathered_out)) {
       want_g = r.gathered_out.cast<bool>();
@@ -371,8 +375,6 @@ py::object ag_single(py_context& pc, const ag_request& r, mode how) {
       row.orient[2] = code(orientation_of(g, "gathered_out", true));
       if (!g.writable) throw std::invalid_argument("gathered_out is read-only");
     }
-    const bool summed_out = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::rhs_cols;
-    row.wants_sum = (want_out && summed_out) || want_g;
     if (!r.common.bias.is_none()) {
       const bool deferred = want_out && opt.gathered == gathered::rhs_cols;
       bias = bias_of(r.common.bias, a.type, deferred ? -1 : (want_out ? b.cols : c.ndim == 2 ? c.cols : -1));
@@ -383,7 +385,7 @@ py::object ag_single(py_context& pc, const ag_request& r, mode how) {
   });
   const agreed_call agreed = prelude(ctx, mine, row, where);
   const int64_t total = agreed.total;
-  const bool lhs = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::lhs_cols;
+  const bool lhs = gathers_lhs(opt.gathered);
   if (g.owner && agreed.transposed[2] != agreed.transposed[lhs ? 0 : 1])
     throw std::invalid_argument(std::string(where) +
                                 ": gathered_out must be laid out as the sharded operand is (transposed when it is)");
@@ -400,7 +402,7 @@ py::object ag_single(py_context& pc, const ag_request& r, mode how) {
       c = allocate_like(a, m, n, "out");
     }
     if (want_g) {  // laid out as X is stored, returned as op(X)
-      const bool rows = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::rhs_rows;
+      const bool rows = gathers_rows(opt.gathered);
       const int64_t lr = rows ? total : (lhs ? a.rows : b.rows), lc = rows ? (lhs ? a.cols : b.cols) : total;
       g = allocate_like(a, x.transposed ? lc : lr, x.transposed ? lr : lc, "gathered_out");
       if (x.transposed) g = as_array(g.owner.attr("T"), "gathered_out");
@@ -440,13 +442,12 @@ py::object ag_list(py_context& pc, const ag_request& r) {
   const detail::failure mine = local_stage([&] {
     opt.gathered = enum_arg(r.gathered, "gathered", overlap::gathered::lhs_rows);
     r.common.apply(opt);
-    const bool lhs = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::lhs_cols;
+    const bool lhs = gathers_lhs(opt.gathered);
     const py::object& list = lhs ? r.b : r.a;
     if (!py::isinstance<py::list>(list) && !py::isinstance<py::tuple>(list))
       throw std::invalid_argument(std::string("gathered='") + to_string(opt.gathered) + "' takes a list as " +
                                   (lhs ? "b" : "a") + " (the sharded operand is " + (lhs ? "a" : "b") + ")");
     x = as_array(lhs ? r.a : r.b, lhs ? "a" : "b");
-    if (x.ndim != 2) throw std::invalid_argument("the sharded operand must be 2-D");
     row.orient[lhs ? 0 : 1] = code(orientation_of(x, lhs ? "a" : "b", true));
     size_t i = 0;
     for (const py::handle o : list) {
@@ -466,11 +467,9 @@ py::object ag_list(py_context& pc, const ag_request& r) {
     if (!r.gathered_out.is_none()) throw std::invalid_argument("gathered_out is not offered with several products");
     if (opt.accumulate && want_out)
       throw std::invalid_argument("accumulate=True needs out (its contents are added to)");
-    const bool rows = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::rhs_rows;
-    row.extent = rows ? x.rows : x.cols;
-    row.wants_sum = want_out && (opt.gathered == gathered::lhs_rows || opt.gathered == gathered::rhs_cols);
+    row.extent = gathers_rows(opt.gathered) ? x.rows : x.cols;
   });
-  const bool lhs = opt.gathered == gathered::lhs_rows || opt.gathered == gathered::lhs_cols;
+  const bool lhs = gathers_lhs(opt.gathered);
   const agreed_call agreed = prelude(ctx, mine, row, where, {"a", "b", lhs ? "the list b" : "the list a"});
   const int64_t total = agreed.total;
   return with_type(x.type, [&](auto tag) -> py::object {
@@ -641,10 +640,7 @@ PYBIND11_MODULE(_core, m) {
           "settings",
           [](py_context& c) {
             py::dict d;
-            for (const ov::setting& s : ov::settings()) {
-              const std::string f(s.field);
-              d[py::str(f.substr(0, f.find(' ')))] = s.text(c.get().config());
-            }
+            for (const ov::setting& s : ov::settings()) d[py::str(field_name(s))] = s.text(c.get().config());
             return d;
           },
           "The context's settings as text (the progress policy as chosen).")
