@@ -37,7 +37,7 @@
 namespace {
 
 struct options {
-  std::string op = "ag", variant, dtype = "f32";  // variant defaults to lhs_rows (ag) or rows (rs)
+  std::string op = "ag", variant, dtype = "f32";  // variant defaults to lhs_rows (ag) or rows (rs, ar)
   int64_t m = 2048, n = 2048, k = 2048;
   std::vector<std::string> strategies{"ring", "bidirectional"};
   bool peers = true;
@@ -71,6 +71,8 @@ slicing slice_for(const options& o, int R, int p) {
     if (o.variant == "lhs_cols") return {cols(all_a, K), cols(all_b, N), cols(all_c, N)};
     if (o.variant == "rhs_rows") return {rows(all_a, M), rows(all_b, K), rows(all_c, M)};
     if (o.variant == "rhs_cols") return {rows(all_a, M), cols(all_b, N), rows(all_c, M)};
+  } else if (o.op == "ar") {
+    if (o.variant == "rows" || o.variant == "cols") return {cols(all_a, K), rows(all_b, K), all_c};
   } else {
     if (o.variant == "rows") return {cols(all_a, K), rows(all_b, K), rows(all_c, M)};
     if (o.variant == "cols") return {cols(all_a, K), rows(all_b, K), cols(all_c, N)};
@@ -296,6 +298,8 @@ class bench_run {
     Options opt;
     if constexpr (std::is_same_v<Options, overlap::ag_options>)
       (void)overlap::parse_enum(o_.variant, opt.gathered);
+    else if constexpr (std::is_same_v<Options, overlap::ar_options>)
+      (void)overlap::parse_enum(o_.variant, opt.reduced);
     else
       (void)overlap::parse_enum(o_.variant, opt.scattered);
     opt.strategy = s.strategy, opt.algorithm = s.algorithm;
@@ -308,15 +312,19 @@ class bench_run {
     return [this, &ctx, s] {
       if (o_.op == "ag")
         overlap::all_gather_matmul<T>(ctx, av(), bv(), cv(), options_for<overlap::ag_options>(s));
+      else if (o_.op == "ar")
+        overlap::matmul_all_reduce<T>(ctx, av(), bv(), cv(), options_for<overlap::ar_options>(s));
       else
         overlap::matmul_reduce_scatter<T>(ctx, av(), bv(), cv(), options_for<overlap::rs_options>(s));
     };
   }
   overlap::schedule schedule_of(overlap::context& ctx, const std::string& name) {
     const asked s = asked_for(name);
-    return o_.op == "ag"
-               ? overlap::all_gather_matmul_schedule<T>(ctx, av(), bv(), cv(), options_for<overlap::ag_options>(s))
-               : overlap::matmul_reduce_scatter_schedule<T>(ctx, av(), bv(), cv(), options_for<overlap::rs_options>(s));
+    if (o_.op == "ag")
+      return overlap::all_gather_matmul_schedule<T>(ctx, av(), bv(), cv(), options_for<overlap::ag_options>(s));
+    if (o_.op == "ar")
+      return overlap::matmul_all_reduce_schedule<T>(ctx, av(), bv(), cv(), options_for<overlap::ar_options>(s));
+    return overlap::matmul_reduce_scatter_schedule<T>(ctx, av(), bv(), cv(), options_for<overlap::rs_options>(s));
   }
   /// Counts a wrong result (max relative error over ranks above T's tolerance).
   double judge(const std::string& name, double err) {
@@ -475,7 +483,9 @@ class bench_run {
     const double bulk_ms = results_.front().time_ms;
     auto optional_ms = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
     nlohmann::json row{
-        {"op", o_.op == "ag" ? "all_gather_matmul" : "matmul_reduce_scatter"},
+        {"op", o_.op == "ag"   ? "all_gather_matmul"
+               : o_.op == "ar" ? "matmul_all_reduce"
+                               : "matmul_reduce_scatter"},
         {"variant", o_.variant},
         {"strategy", r.strategy},
         {"dtype", o_.dtype},
@@ -556,8 +566,8 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"overlap-bench: compute only, comm only, bulk, decomposed strategies and peers, side by side"};
   overlap::apps::init_app(app);
-  app.add_option("--op", o.op, "ag (all_gather_matmul) or rs (matmul_reduce_scatter)")
-      ->check(CLI::IsMember({"ag", "rs"}));
+  app.add_option("--op", o.op, "ag (all_gather_matmul), rs (matmul_reduce_scatter) or ar (matmul_all_reduce)")
+      ->check(CLI::IsMember({"ag", "rs", "ar"}));
   // Names from the library's enum tables (enum_names).
   std::vector<std::string> variants = overlap::enum_name_list<overlap::gathered>();
   for (const auto& v : overlap::enum_name_list<overlap::scattered>()) variants.push_back(v);
@@ -614,6 +624,9 @@ int main(int argc, char** argv) {
       "  --op rs --variant rows      a = A[:, K_r]  b = B[K_r, :]  c = C[M_r, :]   (partial sums scattered by rows)\n"
       "  --op rs --variant cols      a = A[:, K_r]  b = B[K_r, :]  c = C[:, N_r]   (partial sums scattered by "
       "columns)\n"
+      "  --op ar --variant rows      a = A[:, K_r]  b = B[K_r, :]  c = C           (partial sums reduced in row "
+      "groups)\n"
+      "  --op ar --variant cols      a = A[:, K_r]  b = B[K_r, :]  c = C           (... in column groups)\n"
       "\n" +
       app.get_footer());
   if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;

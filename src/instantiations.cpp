@@ -1,10 +1,11 @@
 // The compiled flavour (overlap::compiled): the one translation unit that
 // includes the implementation (every -inl.hpp), defines the OVERLAP_FUNC
-// functions and instantiates both ops for every element type of
+// functions and instantiates every op for every element type of
 // OVERLAP_FOR_EACH_ELEMENT. Code that links the library parses declarations
 // only (flavour.hpp).
 #include "overlap/context-inl.hpp"
 #include "overlap/ops/all_gather_matmul-inl.hpp"
+#include "overlap/ops/matmul_all_reduce-inl.hpp"
 #include "overlap/ops/matmul_reduce_scatter-inl.hpp"
 #include "overlap/overlap.hpp"
 #include "overlap/schedule/calibration-inl.hpp"
@@ -19,7 +20,8 @@ namespace overlap::detail {
   template schedule op_schedule<Op>(context&, const Args&, const Options&);
 #define OVERLAP_INSTANTIATE(T)                           \
   OVERLAP_ENTRY_POINTS(ag_op<T>, ag_args<T>, ag_options) \
-  OVERLAP_ENTRY_POINTS(rs_op<T>, rs_args<T>, rs_options)
+  OVERLAP_ENTRY_POINTS(rs_op<T>, rs_args<T>, rs_options) \
+  OVERLAP_ENTRY_POINTS(ar_op<T>, ar_args<T>, ar_options)
 OVERLAP_FOR_EACH_ELEMENT(OVERLAP_INSTANTIATE)
 #undef OVERLAP_INSTANTIATE
 #undef OVERLAP_ENTRY_POINTS

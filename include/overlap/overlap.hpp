@@ -21,6 +21,7 @@
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/mpi/environment.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
+#include "overlap/ops/matmul_all_reduce.hpp"
 #include "overlap/ops/matmul_reduce_scatter.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/shared_gather.hpp"
@@ -31,6 +32,7 @@
 #ifndef OVERLAP_COMPILED
 #include "overlap/context-inl.hpp"
 #include "overlap/ops/all_gather_matmul-inl.hpp"
+#include "overlap/ops/matmul_all_reduce-inl.hpp"
 #include "overlap/ops/matmul_reduce_scatter-inl.hpp"
 #include "overlap/schedule/calibration-inl.hpp"
 #endif

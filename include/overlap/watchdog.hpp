@@ -23,30 +23,43 @@ namespace overlap::detail {
 /// non-blocking form into its MPI_Request*) and a bounded wait. The ranks
 /// agreed to run it, so an MPI error or a timeout is fatal (ctx.fatal);
 /// describe() names what the call is for, e.g. the op and phase.
-template <class Ctx, class Blocking, class Start, class Describe>
-void watched_collective(Ctx& ctx, const char* call, Blocking&& blocking, Start&& start, Describe&& describe) {
+/// Waits for a non-blocking collective of an op that `call` started into
+/// `req`: MPI_Wait when the watchdog is off, else MPI_Test until it completes
+/// or timeout_s passes. The ranks agreed to run it, so an MPI error or a
+/// timeout is fatal (ctx.fatal); describe() names what the call is for.
+template <class Ctx, class Describe>
+void watched_wait(Ctx& ctx, const char* call, MPI_Request& req, Describe&& describe) {
   const int timeout_s = ctx.config().timeout_s;
   int rc = MPI_SUCCESS;
   if (timeout_s <= 0) {
-    rc = blocking();
+    rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
   } else {
-    MPI_Request req = MPI_REQUEST_NULL;
-    rc = start(&req);
-    if (rc == MPI_SUCCESS) {
-      const bool done = mpi::poll_until(
-          [&] {
-            int flag = 0;
-            rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-            return rc != MPI_SUCCESS || flag != 0;
-          },
-          timeout_s);
-      if (!done)
-        ctx.fatal("watchdog: " + describe() + ": waited more than " + std::to_string(timeout_s) + " s in " + call +
-                      " for the other " + std::to_string(ctx.size() - 1) + " ranks of the context",
-                  call, 0, error_source::watchdog);
-    }
+    const bool done = mpi::poll_until(
+        [&] {
+          int flag = 0;
+          rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+          return rc != MPI_SUCCESS || flag != 0;
+        },
+        timeout_s);
+    if (!done)
+      ctx.fatal("watchdog: " + describe() + ": waited more than " + std::to_string(timeout_s) + " s in " + call +
+                    " for the other " + std::to_string(ctx.size() - 1) + " ranks of the context",
+                call, 0, error_source::watchdog);
   }
   if (rc != MPI_SUCCESS) ctx.fatal(describe() + ": " + mpi_error_text(rc), call, rc, error_source::mpi);
+}
+
+template <class Ctx, class Blocking, class Start, class Describe>
+void watched_collective(Ctx& ctx, const char* call, Blocking&& blocking, Start&& start, Describe&& describe) {
+  if (ctx.config().timeout_s <= 0) {
+    const int rc = blocking();
+    if (rc != MPI_SUCCESS) ctx.fatal(describe() + ": " + mpi_error_text(rc), call, rc, error_source::mpi);
+    return;
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  const int rc = start(&req);
+  if (rc != MPI_SUCCESS) ctx.fatal(describe() + ": " + mpi_error_text(rc), call, rc, error_source::mpi);
+  watched_wait(ctx, call, req, describe);
 }
 
 /// Collective: a duplicate of comm (MPI_Comm_dup), bounded by the watchdog

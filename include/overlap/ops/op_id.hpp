@@ -12,10 +12,12 @@ namespace overlap::detail {
 
 /// The ops. The value enters the argument agreement, plan keys and
 /// fingerprints, and sets the op's message tags (tags_of).
-enum class op_id : int64_t { all_gather_matmul = 1, matmul_reduce_scatter = 2 };
+enum class op_id : int64_t { all_gather_matmul = 1, matmul_reduce_scatter = 2, matmul_all_reduce = 3 };
 
 /// The message tags of one op's point-to-point transfers (engine/tags.hpp):
 /// one per ring lane, one for the other-operands algorithm's output blocks.
+/// matmul_all_reduce's rings are matmul_reduce_scatter's (and its all-gathers
+/// are collectives): it has the reduce-scatter's tags.
 struct op_tags {
   int lanes[2];
   int blocks;
@@ -46,6 +48,14 @@ struct entry_names {
             "gathered",
             "ag_options.gathered",
             "config.ag_chunks"};
+  if (op == op_id::matmul_all_reduce)
+    return {"overlap::matmul_all_reduce",
+            "overlap::start_matmul_all_reduce",
+            "overlap::matmul_all_reduce_schedule",
+            "ar_options",
+            "reduced",
+            "ar_options.reduced",
+            "config.rs_chunks"};
   return {"overlap::matmul_reduce_scatter",
           "overlap::start_matmul_reduce_scatter",
           "overlap::matmul_reduce_scatter_schedule",
@@ -60,8 +70,9 @@ struct entry_names {
 namespace overlap {
 template <>
 struct enum_names<detail::op_id> {
-  static constexpr std::array<enum_entry<detail::op_id>, 2> entries{
+  static constexpr std::array<enum_entry<detail::op_id>, 3> entries{
       {{detail::op_id::all_gather_matmul, "all_gather_matmul"},
-       {detail::op_id::matmul_reduce_scatter, "matmul_reduce_scatter"}}};
+       {detail::op_id::matmul_reduce_scatter, "matmul_reduce_scatter"},
+       {detail::op_id::matmul_all_reduce, "matmul_all_reduce"}}};
 };
 }  // namespace overlap

@@ -43,6 +43,21 @@ struct enum_names<scattered> {
   static constexpr std::array<enum_entry<scattered>, 2> entries{{{scattered::rows, "rows"}, {scattered::cols, "cols"}}};
 };
 
+/// How matmul_all_reduce splits the sum into the blocks that travel while
+/// it is reduced and then gathered: rows or columns of C. Either way every
+/// rank ends with all of C.
+enum class reduced {
+  rows,  ///< blocks of C's rows (M split over the ranks)
+  cols,  ///< blocks of C's columns (N split over the ranks): for C with few rows
+};
+
+/// The names of reduced's values, as the environment, messages and JSON spell them.
+template <>
+struct enum_names<reduced> {
+  /// Every value with its name.
+  static constexpr std::array<enum_entry<reduced>, 2> entries{{{reduced::rows, "rows"}, {reduced::cols, "cols"}}};
+};
+
 /// A strided batch: `count` independent products of the same shapes and
 /// options in one call. The views describe member 0; member i reads
 /// a.data + i * a and b.data + i * b and writes c.data + i * c (and
@@ -100,6 +115,23 @@ struct rs_options {
   /// bf16 (8 significant bits), so the error grows with the rank count: about
   /// R * 2^-8 of sum |a_k b_k| instead of one final rounding. The bulk
   /// strategy always reduces in fp32 (MPI has no bf16 sum).
+  bool bf16_transfers = false;
+  /// C += the op's result (see ag_options::accumulate).
+  bool accumulate = false;
+  /// Several products in one call (see overlap::batch; `out` is not used).
+  overlap::batch batch;
+};
+
+/// Options of matmul_all_reduce (transposes as in ag_options). algorithm
+/// may be automatic or named: the op has no other-operands algorithm.
+struct ar_options {
+  overlap::reduced reduced = overlap::reduced::rows;             ///< how the sum is split while it travels; must agree
+  overlap::strategy strategy = overlap::strategy::automatic;     ///< the schedule; must agree
+  overlap::algorithm algorithm = overlap::algorithm::automatic;  ///< automatic or named; must agree
+  bool transpose_a = false;                                      ///< a is stored transposed; must agree
+  bool transpose_b = false;                                      ///< b is stored transposed; must agree
+  overlap::epilogue epilogue;                                    ///< bias and activation, after the sum
+  /// bfloat16 only, rings only: partial sums travel in bf16 (see rs_options::bf16_transfers).
   bool bf16_transfers = false;
   /// C += the op's result (see ag_options::accumulate).
   bool accumulate = false;

@@ -140,6 +140,14 @@ typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typen
       *ctx.store_plan(stored, make_plan<Op>(ctx, checks, x, opt, g, sched, fingerprint)));
 }
 
+/// Whether an op runs its plans itself, member by member (Op::run_member):
+/// an op made of other ops' plans, with no ring pattern of its own
+/// (matmul_all_reduce, of matmul_reduce_scatter's rings).
+template <class Op, class = void>
+struct runs_itself : std::false_type {};
+template <class Op>
+struct runs_itself<Op, std::void_t<decltype(&Op::run_member)>> : std::true_type {};
+
 /// Runs a prepared plan: C = the op's result. Bulk and the other-operands
 /// algorithm run a batch's members one after the other on the same plan;
 /// a ring moves every member's piece in one message per step.
@@ -147,20 +155,24 @@ template <class Op>
 void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, const typename Op::options& opt) {
   using T = typename Op::element;
   const T* bias = opt.epilogue.bias.template get<T>();
-  if (plan.algorithm == algorithm::others || plan.strategy == strategy::bulk) {
-    for (int64_t m = 0; m < plan.batch.count; ++m) {
-      const typename Op::args y = Op::member(x, plan.batch, m);
-      if (plan.algorithm == algorithm::others)
-        others_runner<T>(ctx, plan, plan.others, tags_of(Op::id).blocks, y, bias).run();
-      else
-        Op::bulk(ctx, plan, y, opt, bias);
+  if constexpr (runs_itself<Op>::value) {
+    for (int64_t m = 0; m < plan.batch.count; ++m) Op::run_member(ctx, plan, Op::member(x, plan.batch, m), opt, bias);
+  } else {
+    if (plan.algorithm == algorithm::others || plan.strategy == strategy::bulk) {
+      for (int64_t m = 0; m < plan.batch.count; ++m) {
+        const typename Op::args y = Op::member(x, plan.batch, m);
+        if (plan.algorithm == algorithm::others)
+          others_runner<T>(ctx, plan, plan.others, tags_of(Op::id).blocks, y, bias).run();
+        else
+          Op::bulk(ctx, plan, y, opt, bias);
+      }
+      return;
     }
-    return;
+    Op::before_ring(ctx, plan, x);
+    run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
+    typename Op::pattern pattern(plan, x, opt, bias, ctx.rank());
+    run_on_ring(ctx, plan, pattern, Op::id, plan.lanes, plan.strategy == strategy::hierarchical);
   }
-  Op::before_ring(ctx, plan, x);
-  run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
-  typename Op::pattern pattern(plan, x, opt, bias, ctx.rank());
-  run_on_ring(ctx, plan, pattern, Op::id, plan.lanes, plan.strategy == strategy::hierarchical);
 }
 
 /// The call: prepared and run (with accumulate's save and add) on this thread.

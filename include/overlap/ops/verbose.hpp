@@ -24,7 +24,7 @@ inline std::string list(const std::vector<int64_t>& v) {
 /// strategy, lanes, n_steps, window, and steps whose first has nr x nc.
 template <class Plan>
 std::string ring_summary(overlap::strategy asked, const Plan& plan, int chunks, bool chosen, size_t slot_bytes) {
-  if (plan.strategy == strategy::bulk) return "";
+  if (plan.strategy == strategy::bulk || plan.steps.empty()) return "";  // empty: the op's plans hold the steps
   std::string s;
   if (asked != plan.strategy) s += " (" + std::string(to_string(asked)) + " asked)";
   const auto& first = plan.steps.front();

@@ -43,6 +43,9 @@ struct work {
   int lanes = 1;
   double step_bytes = 0;  ///< per lane and step
   gemm_work piece;        ///< per lane and step
+  /// After the ring: an all-gather of blocks this large (bytes) that nothing
+  /// overlaps (matmul_all_reduce's last group).
+  double tail_allgather_block = 0;
 };
 
 /// The most elements one rank sends to or receives from the others when rank
@@ -160,7 +163,9 @@ inline double predict_others(const link_rates& l, int R, const work& w, const ph
 /// Predicted seconds of `w` on R ranks over links `l` with GEMM rates `g`.
 inline double predict(const link_rates& l, const gemm_rates& g, int R, const work& w) {
   const double hops = R - 1;
-  if (w.ring) return predict_ring(l, g, w);
+  if (w.ring)
+    return predict_ring(l, g, w) +
+           (R > 1 && w.tail_allgather_block > 0 ? hops * (l.latency_s + w.tail_allgather_block / l.bytes_per_s) : 0);
   phase_seconds t;
   for (size_t i = 0; i < w.gemms.size(); ++i)
     (i < static_cast<size_t>(w.own_gemms) ? t.own : t.rest) += gemm_seconds(g, w.gemms[i]);

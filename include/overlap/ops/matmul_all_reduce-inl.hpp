@@ -1,0 +1,380 @@
+#pragma once
+/// @file
+/// The implementation of matmul_all_reduce: part of the header-only flavour,
+/// compiled once into the library otherwise (flavour.hpp). The op is made of
+/// matmul_reduce_scatter's rings (one per group of C's rows or columns)
+/// and non-blocking all-gathers, so it has no ring pattern of its own: its
+/// traits run their plans themselves (run_member, ops/pipeline.hpp).
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "overlap/context.hpp"
+#include "overlap/engine/buffer.hpp"
+#include "overlap/matrix.hpp"
+#include "overlap/mpi/datatype.hpp"
+#include "overlap/ops/agreement.hpp"
+#include "overlap/ops/checks.hpp"
+#include "overlap/ops/geometry.hpp"
+#include "overlap/ops/matmul_all_reduce.hpp"
+#include "overlap/ops/matmul_reduce_scatter-inl.hpp"
+#include "overlap/ops/op_id.hpp"
+#include "overlap/ops/options.hpp"
+#include "overlap/ops/pipeline.hpp"
+#include "overlap/ops/plan.hpp"
+#include "overlap/ops/run.hpp"
+#include "overlap/schedule/choose.hpp"
+#include "overlap/schedule/chunks.hpp"
+#include "overlap/watchdog.hpp"
+
+namespace overlap::detail {
+
+/// The most groups a ring schedule splits C into. A group's all-gather runs
+/// while the next group's ring computes, so only the last group's is
+/// exposed (1 / groups of the gather); each group's ring also exposes its
+/// first piece's product and its last transfer, so more groups cost more.
+/// 8 ran fastest of 4, 8, 12 and 16 (docs/results.md, "matmul_all_reduce").
+inline constexpr int ar_max_groups = 8;
+
+/// One group of C's rows (reduced = rows) or columns: its ring, and its
+/// all-gather's blocks (rank q's block is counts[q] elements at displs[q]
+/// of c, or of gather_ws where the blocks cannot land in c).
+struct ar_group {
+  range span;           ///< the group's rows or columns of C
+  shard_layout layout;  ///< its blocks over the ranks
+  size_t ring = 0;      ///< its ring plan: groups of one length share one
+  std::vector<int> counts, displs;
+};
+
+/// What each rank contributes when the ranks exchange their calls (see
+/// rs_exchanged: the same fields).
+struct ar_exchanged : matmul_row {
+  int64_t bf16_transfers;
+
+  static constexpr std::array<agreed_field<ar_exchanged>, 1> more_agreed{{
+      {"bf16_transfers", &ar_exchanged::bf16_transfers},
+  }};
+};
+
+/// What the exchanged table says about the whole problem.
+struct ar_global {
+  bool rows = true;
+  int64_t m = 0, n = 0;
+  std::vector<int64_t> ks;  ///< every rank's K_r
+  int64_t knee_units = 0;   ///< the largest GEMM rate knee over ranks
+};
+
+/// A plan of matmul_all_reduce: bulk's GEMM, sum and finishing pass, or
+/// the groups with their rings. Its own steps stay empty: the rings hold them.
+template <class T>
+struct ar_plan final : op_plan<T, rs_step, std::byte> {
+  bool rows = true;  ///< groups of rows (else columns)
+  int64_t m = 0, n = 0;
+  std::vector<int64_t> ks;
+  dtype acc = dtype::f32;  ///< what partial sums are summed and sent in
+  // bulk
+  std::shared_ptr<const gemm_kernel> bulk_kernel;
+  engine::buffer<std::byte> sum_ws;  ///< the product and its sum where c cannot hold them
+  gemm_desc finish;                  ///< c = act(sum + bias), converting an fp32 sum
+  // the rings
+  std::vector<ar_group> groups;
+  std::vector<std::unique_ptr<rs_plan<T>>> rings;
+  engine::buffer<T> gather_ws;  ///< every group's blocks, where they cannot land in c
+};
+
+/// matmul_all_reduce as an op of the shared pipeline (ops/pipeline.hpp).
+template <class T>
+struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config::rs_chunks>,
+               op_types<T, ar_args<T>, ar_options, ar_plan<T>, ar_exchanged, ar_global, void> {
+  static void describe(ar_plan<T>& p, const ar_options& o, const ar_global& g) {
+    p.rows = g.rows, p.m = g.m, p.n = g.n, p.ks = g.ks;
+    p.acc = rs_op<T>::acc_type(dtype_of<T>(), ring_options(o), p.strategy);
+  }
+  static std::string summary(const ar_plan<T>& p, const ar_global& /*g*/) {
+    return ", C " + std::to_string(p.m) + " x " + std::to_string(p.n) + " reduced by " + (p.rows ? "rows" : "columns") +
+           ", sums in " + to_string(p.acc);
+  }
+  static std::string plan_notes(const ar_plan<T>& p) {
+    if (p.groups.empty()) return "";
+    const rs_plan<T>& first = *p.rings.front();
+    return ", " + std::to_string(p.groups.size()) + " groups, each reduce-scattered by a ring" +
+           ring_summary(first.strategy, first, first.sched.chunks, false, first.slots.size()) +
+           " and all-gathered during the next one's";
+  }
+
+  // The checks, the exchange and the choice (ops/pipeline.hpp, prepare).
+
+  /// Step 1: the checks each rank makes alone.
+  static int local_checks(const context& ctx, arg_checks& checks, const ar_args<T>& x, const ar_options& opt) {
+    check_matmul_args<ar_op>(checks, opt, x);
+    checks.require(opt.algorithm != algorithm::others,
+                   "ar_options.algorithm: matmul_all_reduce has no other-operands algorithm (automatic or named)");
+    const dims2 la = op_dims(x.a, opt.transpose_a), lb = op_dims(x.b, opt.transpose_b);
+    const bool ta = opt.transpose_a, tb = opt.transpose_b;
+    require_equal(checks, ta, tb, lb.rows, "b.rows", la.cols, "a.cols", ", this rank's K");
+    require_equal(checks, ta, tb, x.c.rows, "c.rows", la.rows, "a.rows");
+    require_equal(checks, ta, tb, x.c.cols, "c.cols", lb.cols, "b.cols");
+    return checked_backend<T>(ctx, checks);
+  }
+
+  /// This rank's row of the exchange.
+  static ar_exchanged row_of(const context& ctx, const ar_args<T>& x, const ar_options& opt) {
+    // Pieces split the reduced dimension: their GEMMs' rate depends on the other one.
+    const int64_t other = opt.reduced == reduced::rows ? x.c.cols : x.c.rows;
+    return {matmul_row_of<ar_op>(ctx, opt, x, ctx.piece_knee(dtype_of<T>(), other)), opt.bf16_transfers};
+  }
+
+  /// Step 3: the rules that span ranks (c's shape follows from M and N).
+  static ar_global global_checks(const context& ctx, const arg_checks& checks, const ar_options& opt,
+                                 const std::vector<ar_exchanged>& table) {
+    ar_global g;
+    g.rows = opt.reduced == reduced::rows;
+    for (size_t r = 0; r < table.size(); ++r) {
+      require_agreed(ctx, checks, table, r, &ar_exchanged::a_rows, op_name("a", opt.transpose_a) + ".rows (M)");
+      require_agreed(ctx, checks, table, r, &ar_exchanged::b_cols, op_name("b", opt.transpose_b) + ".cols (N)");
+      g.ks.push_back(table[r].a_cols);
+      g.knee_units = std::max(g.knee_units, table[r].knee);
+    }
+    g.m = table.front().a_rows, g.n = table.front().b_cols;
+    return g;
+  }
+
+  /// Step 4: the schedule. A ring's chunks are its groups' rings' chunks.
+  static schedule choose(context& ctx, const ar_options& opt, const ar_global& g) {
+    const int R = ctx.size();
+    const dtype t = dtype_of<T>();
+    const int64_t extent = g.rows ? g.m : g.n, width = g.rows ? g.n : g.m;
+    auto chunks_for = [&](int lanes) {
+      chunk_request r;
+      r.configured = ctx.config().rs_chunks, r.rule = rs_chunk_rule, r.ranks = R, r.lanes = lanes;
+      r.piece_units = extent / groups_of(extent, R, lanes, 1) / R / lanes;
+      r.bytes_per_unit =
+          width * static_cast<int64_t>(size_of(rs_op<T>::acc_type(t, ring_options(opt), strategy::ring)));
+      r.one_node = ctx.one_node(), r.knee_units = g.knee_units;
+      return plan_chunks(r);
+    };
+    schedule_request req;
+    req.strategy = opt.strategy, req.algorithm = algorithm::named, req.others_allowed = false;
+    req.hierarchical = true;
+    req.hierarchical_chunks = ctx.config().rs_chunks > 0 ? ctx.config().rs_chunks : 2;
+    return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) { return work_of(g, R, c, opt); });
+  }
+
+  /// The groups a ring splits `extent` into: ar_max_groups, fewer where
+  /// the groups' rings would have pieces under one row or column.
+  static int groups_of(int64_t extent, int R, int lanes, int chunks) {
+    return static_cast<int>(std::clamp<int64_t>(extent / (int64_t{R} * lanes * chunks), 1, ar_max_groups));
+  }
+
+  /// What a candidate schedule does on the busiest rank, for the cost model:
+  /// bulk, one GEMM and MPI_Allreduce (a reduce-scatter and an all-gather);
+  /// a ring, the groups' rings one after the other, whose steps also carry
+  /// the previous group's blocks, and the last group's all-gather after them.
+  static work work_of(const ar_global& g, int R, const candidate& c, const ar_options& opt) {
+    const int64_t extent = g.rows ? g.m : g.n, width = g.rows ? g.n : g.m;
+    const int64_t kmax = *std::max_element(g.ks.begin(), g.ks.end());
+    const auto elem = static_cast<int64_t>(sizeof(T));
+    const auto acc = static_cast<int64_t>(size_of(rs_op<T>::acc_type(dtype_of<T>(), ring_options(opt), c.strategy)));
+    const int64_t shard = ceil_div(extent, R);
+    work w;
+    if (c.strategy == strategy::bulk) {
+      w.gemms.push_back({g.m, g.n, kmax});
+      w.reduce_scatter_block = double(shard * width * acc);
+      w.allgather_block = double(shard * width * elem);
+      return w;
+    }
+    const int lanes = c.strategy == strategy::bidirectional ? 2 : 1;
+    const int groups = groups_of(extent, R, lanes, c.chunks);
+    candidate all = c;
+    all.chunks = c.chunks * groups;
+    work r = ring_work(all, R);
+    const int64_t split = ceil_div(shard, int64_t{r.lanes} * all.chunks);
+    r.piece = g.rows ? gemm_work{split, g.n, kmax} : gemm_work{g.m, split, kmax};
+    r.step_bytes = double(split * width * (acc + elem));
+    r.tail_allgather_block = double(ceil_div(shard, groups) * width * elem);
+    return r;
+  }
+
+  // The plans.
+
+  /// The options of a group's ring (a column group's ring reads its own
+  /// block of the bias: run_member moves the pointer).
+  static rs_options ring_options(const ar_options& o) {
+    rs_options r;
+    r.scattered = o.reduced == reduced::rows ? scattered::rows : scattered::cols;
+    r.strategy = o.strategy, r.transpose_a = o.transpose_a, r.transpose_b = o.transpose_b;
+    r.epilogue = o.epilogue;
+    r.bf16_transfers = o.bf16_transfers;
+    return r;
+  }
+
+  /// Group `gr`'s operands for its ring: its rows of op(a) (or columns of
+  /// op(b)), and this rank's block of them in c.
+  static rs_args<T> group_args(const ar_plan<T>& plan, const ar_group& gr, const ar_args<T>& x, const ar_options& opt,
+                               int rank) {
+    const range mine{gr.span.begin + gr.layout.offset(rank), gr.layout.size(rank)};
+    const int64_t s = gr.span.begin, len = gr.span.len;
+    if (plan.rows) {
+      const matrix_view<const T> a = opt.transpose_a ? x.a.block(0, s, x.a.rows, len) : x.a.block(s, 0, len, x.a.cols);
+      return {a, x.b, x.c.block(mine.begin, 0, mine.len, x.c.cols)};
+    }
+    const matrix_view<const T> b = opt.transpose_b ? x.b.block(s, 0, len, x.b.cols) : x.b.block(0, s, x.b.rows, len);
+    return {x.a, b, x.c.block(0, mine.begin, x.c.rows, mine.len)};
+  }
+
+  /// The bulk plan: one GEMM into c (or, for an fp32 sum or a strided c,
+  /// into sum_ws), MPI_Allreduce in place, and a pass that writes c.
+  static void build_bulk(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt) {
+    const dtype t = dtype_of<T>();
+    const bool via_ws = x.c.ld != x.c.cols || plan.acc != t;
+    if (via_ws) plan.sum_ws = engine::buffer<std::byte>(static_cast<size_t>(plan.m * plan.n) * size_of(plan.acc));
+    const int64_t k = op_dims(x.a, opt.transpose_a).cols;
+    plan.bulk_kernel = ctx.make_kernel(gemm_desc::shape(plan.m, plan.n, k)
+                                           .strides(x.a.ld, x.b.ld, via_ws ? plan.n : x.c.ld)
+                                           .transposed(opt.transpose_a, opt.transpose_b)
+                                           .types(t, plan.acc));
+    gemm_desc& f = plan.finish;
+    f.m = plan.m, f.n = plan.n, f.k = 0, f.ldc = x.c.ld;
+    f.accumulate = !via_ws;
+    f.bias = static_cast<bool>(opt.epilogue.bias), f.act = opt.epilogue.activation;
+    f.in = f.out = t;
+    f.addend = via_ws, f.ld_addend = plan.n, f.addend_type = plan.acc;
+  }
+
+  static void build_ring(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt, int chunks) {
+    build_groups(ctx, plan, x, opt, chunks);
+  }
+  static void build_hierarchical(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt,
+                                 int chunks) {
+    build_groups(ctx, plan, x, opt, chunks);
+  }
+  /// Never chosen: local_checks refuse algorithm::others.
+  static void build_others(context& /*ctx*/, ar_plan<T>& /*plan*/, const ar_args<T>& /*x*/, const ar_options& /*opt*/,
+                           const ar_global& /*g*/, int /*pieces*/) {
+    throw std::logic_error("matmul_all_reduce has no other-operands algorithm");
+  }
+
+  /// The ring plans: C split into groups, each with its ring (a plan of
+  /// matmul_reduce_scatter over the group, `chunks` pieces per shard) and
+  /// its all-gather. Row groups land in c itself where c is dense; column
+  /// groups and a strided c go through gather_ws, each group's blocks one
+  /// after the other in rank order.
+  static void build_groups(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt, int chunks) {
+    const int R = ctx.size();
+    const int64_t extent = plan.rows ? plan.m : plan.n, width = plan.rows ? plan.n : plan.m;
+    const bool in_c = plan.rows && x.c.ld == x.c.cols;
+    const int groups = groups_of(extent, R, plan.lanes, chunks);
+    for (int i = 0; i < groups; ++i) {
+      ar_group gr;
+      gr.span = range{0, extent}.chunk(groups, i);
+      gr.layout = shard_layout::balanced(gr.span.len, R);
+      for (int q = 0; q < R; ++q) {
+        gr.counts.push_back(mpi::detail::to_count(gr.layout.size(q) * width, "all-gather count"));
+        gr.displs.push_back(
+            mpi::detail::to_count((gr.span.begin + gr.layout.offset(q)) * width, "all-gather displacement"));
+      }
+      auto same = [&](const std::unique_ptr<rs_plan<T>>& r) { return r->layout.sizes() == gr.layout.sizes(); };
+      gr.ring = static_cast<size_t>(std::find_if(plan.rings.begin(), plan.rings.end(), same) - plan.rings.begin());
+      if (gr.ring == plan.rings.size()) plan.rings.push_back(build_group_ring(ctx, plan, gr, x, opt, chunks));
+      plan.groups.push_back(std::move(gr));
+    }
+    if (!in_c) plan.gather_ws = engine::buffer<T>(static_cast<size_t>(extent * width));
+  }
+
+  /// A group's ring: a plan of matmul_reduce_scatter, described as the
+  /// pipeline's make_plan would for the group alone (one batch member: the
+  /// members run one after the other).
+  static std::unique_ptr<rs_plan<T>> build_group_ring(context& ctx, const ar_plan<T>& plan, const ar_group& gr,
+                                                      const ar_args<T>& x, const ar_options& opt, int chunks) {
+    auto ring = std::make_unique<rs_plan<T>>();
+    ring->sched = plan.sched, ring->strategy = plan.strategy, ring->algorithm = algorithm::named;
+    ring->lanes = plan.lanes, ring->fingerprint = plan.fingerprint;
+    ring->summary = plan.summary + ", a group of " + std::to_string(gr.span.len);
+    rs_global g;
+    g.rows = plan.rows, g.m = plan.rows ? gr.span.len : plan.m, g.n = plan.rows ? plan.n : gr.span.len;
+    g.layout = gr.layout, g.ks = plan.ks;
+    const rs_options ro = ring_options(opt);
+    rs_op<T>::describe(*ring, ro, g);
+    const rs_args<T> y = group_args(plan, gr, x, opt, ctx.rank());
+    if (plan.strategy == strategy::hierarchical)
+      rs_op<T>::build_hierarchical(ctx, *ring, y, ro, chunks);
+    else
+      rs_op<T>::build_ring(ctx, *ring, y, ro, chunks);
+    return ring;
+  }
+
+  // Running.
+
+  static ar_args<T> member(const ar_args<T>& x, const overlap::batch& b, int64_t m) {
+    return {detail::member(x.a, b.a, m), detail::member(x.b, b.b, m), detail::member(x.c, b.c, m)};
+  }
+
+  /// Runs one batch member's plan (the pipeline's run calls it for every
+  /// strategy, member by member).
+  static void run_member(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt, const T* bias) {
+    if (plan.strategy == strategy::bulk) return bulk(ctx, plan, x, bias);
+    const int p = ctx.rank();
+    T* dst = plan.gather_ws.data() != nullptr ? plan.gather_ws.data() : x.c.data;
+    std::vector<MPI_Request> gathers(plan.groups.size(), MPI_REQUEST_NULL);
+    for (size_t i = 0; i < plan.groups.size(); ++i) {
+      const ar_group& gr = plan.groups[i];
+      const rs_args<T> y = group_args(plan, gr, x, opt, p);
+      rs_options ro = ring_options(opt);
+      // The bias has one value per column of C; a column group's ring reads its block's.
+      ro.epilogue.bias = bias == nullptr || plan.rows ? bias : bias + gr.span.begin + gr.layout.offset(p);
+      run<rs_op<T>>(ctx, *plan.rings[gr.ring], y, ro);
+      if (x.c.data != dst) copy_block<T>(y.c, block_at(plan, gr, dst, p));
+      start_gather(ctx, plan, gr, dst, &gathers[i]);
+    }
+    for (MPI_Request& r : gathers)
+      if (r != MPI_REQUEST_NULL) watched_wait(ctx, "MPI_Iallgatherv", r, [&] { return plan.summary; });
+    if (x.c.data == dst) return;
+    run_local_step(ctx, plan, [&] {
+      for (const ar_group& gr : plan.groups)
+        for (int q = 0; q < ctx.size(); ++q)
+          if (q != p) copy_block<T>(block_at(plan, gr, dst, q), group_args(plan, gr, x, opt, q).c);
+    });
+  }
+
+  /// Rank q's block of group gr where the all-gather moves it: dense, at
+  /// its displacement from `base`.
+  static matrix_view<T> block_at(const ar_plan<T>& plan, const ar_group& gr, T* base, int q) {
+    const int64_t len = gr.layout.size(q);
+    T* at = base + gr.displs[static_cast<size_t>(q)];
+    return plan.rows ? matrix_view<T>(at, len, plan.n, plan.n)
+                     : matrix_view<T>(at, plan.m, len, std::max<int64_t>(len, 1));
+  }
+
+  /// Starts group gr's all-gather in place (not at all under
+  /// ring_phases::compute_only, where benchmarks time the computing alone).
+  static void start_gather(context& ctx, const ar_plan<T>& plan, const ar_group& gr, T* base, MPI_Request* req) {
+    if (ctx.config().phases == ring_phases::compute_only) return;
+    const int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, gr.counts.data(), gr.displs.data(),
+                                   mpi_type_of(dtype_of<T>()), ctx.comm(), req);
+    if (rc != MPI_SUCCESS)
+      ctx.fatal(plan.summary + ": " + mpi_error_text(rc), "MPI_Iallgatherv", rc, error_source::mpi);
+  }
+
+  /// The bulk run: the GEMM, MPI_Allreduce in place, and the pass over c.
+  static void bulk(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const T* bias) {
+    void* sum = plan.sum_ws.data() != nullptr ? static_cast<void*>(plan.sum_ws.data()) : static_cast<void*>(x.c.data);
+    run_local_step(ctx, plan, [&] { plan.bulk_kernel->run(gemm_operands().a(x.a.data).b(x.b.data).c(sum)); });
+    const int count = mpi::detail::to_count(plan.m * plan.n, "all-reduce count");
+    const MPI_Datatype type = mpi_type_of(plan.acc);
+    run_collective(
+        ctx, plan, "MPI_Allreduce", [&] { return MPI_Allreduce(MPI_IN_PLACE, sum, count, type, MPI_SUM, ctx.comm()); },
+        [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, sum, count, type, MPI_SUM, ctx.comm(), r); });
+    // c = act(sum + bias) (the pass also converts an fp32 sum to bf16).
+    run_local_step(ctx, plan, [&] {
+      run_degenerate(plan.finish, gemm_operands().c(x.c.data).bias(bias).addend(plan.sum_ws.data()));
+    });
+  }
+};
+
+}  // namespace overlap::detail
