@@ -194,6 +194,10 @@ struct config {
   /// accumulator of one chunk travels while the next chunk is computed;
   /// 0: the plan chooses.
   int rs_chunks = 0;
+  /// matmul_all_reduce's ring strategies: the groups C is split into, each
+  /// reduce-scattered on a ring (rs_chunks pieces per shard) and then
+  /// all-gathered while the next group's ring runs; 0: the plan chooses.
+  int ar_groups = 0;
   /// The order of the ranks on the ring (see overlap::ring_order).
   overlap::ring_order ring = overlap::ring_order::node;
   /// How bfloat16 products are computed (see bf16_gemm).
@@ -385,6 +389,10 @@ setting make_setting(const char* variable, const char* field, const char* meanin
                                        "ring steps per all-gathered shard (0: the plan chooses)", 0, 1024),
       make_setting<&config::rs_chunks>("OVERLAP_RS_CHUNKS", "rs_chunks",
                                        "ring steps per reduce-scattered shard (0: the plan chooses)", 0, 1024, 1),
+      make_setting<&config::ar_groups>("OVERLAP_AR_GROUPS", "ar_groups",
+                                       "matmul_all_reduce: groups of C, each reduced on a ring and gathered during the "
+                                       "next (0: the plan chooses)",
+                                       0, 1024),
       make_setting<&config::ring>("OVERLAP_RING_ORDER", "ring",
                                   "ring neighbours: the ranks of one node together, or plain rank order"),
       make_setting<&config::bf16>("OVERLAP_BF16_GEMM", "bf16",

@@ -30,7 +30,7 @@ struct ar_param {
   reduced how;
   strategy st;
   backend_kind backend;
-  int chunks;
+  int chunks, groups;
   shape sh;
   split k_split;
   uint32_t seed;
@@ -43,17 +43,18 @@ std::vector<ar_param> ar_params() {
     for (strategy st : strategies)
       for (backend_kind be : {backend_kind::onednn, backend_kind::eigen})
         for (int chunks : {0, 3})
-          for (const shape& sh : shapes)
-            for (split ks : splits) out.push_back({how, st, be, chunks, sh, ks, seed++});
+          for (int groups : {0, 3})
+            for (const shape& sh : shapes)
+              for (split ks : splits) out.push_back({how, st, be, chunks, groups, sh, ks, seed++});
   return out;
 }
 
 std::string ar_param_name(const ::testing::TestParamInfo<ar_param>& info) {
   const ar_param& c = info.param;
   return case_name(std::string(overlap::to_string(c.how)) + "_" + overlap::to_string(c.st) + "_" +
-                   overlap::to_string(c.backend) + "_chunks" + std::to_string(c.chunks) + "_m" +
-                   std::to_string(c.sh.m) + "n" + std::to_string(c.sh.n) + "k" + std::to_string(c.sh.k) + "_" +
-                   to_string(c.k_split));
+                   overlap::to_string(c.backend) + "_chunks" + std::to_string(c.chunks) + "_groups" +
+                   std::to_string(c.groups) + "_m" + std::to_string(c.sh.m) + "n" + std::to_string(c.sh.n) + "k" +
+                   std::to_string(c.sh.k) + "_" + to_string(c.k_split));
 }
 
 class ar_test : public suite_with_contexts<ar_param> {};
@@ -63,6 +64,7 @@ TEST_P(ar_test, matches_reference) {
   overlap::config cfg;
   cfg.backend = c.backend;
   cfg.rs_chunks = c.chunks;
+  cfg.ar_groups = c.groups;
   overlap::context& ctx = suite_context(cfg);
   for (const int64_t pad : {0, 3}) {
     ar_case cs{c.how, c.st, c.sh.m, c.sh.n, c.sh.k, c.k_split, pad, c.seed};
@@ -97,24 +99,34 @@ void every_option(overlap::context& ctx, const std::vector<strategy>& sts, uint3
       }
 }
 
+/// A context whose rings split C into `groups` groups (ar_groups).
+overlap::config grouped(int groups, backend_kind backend = backend_kind::automatic) {
+  overlap::config cfg;
+  cfg.ar_groups = groups;
+  cfg.backend = backend;
+  return cfg;
+}
+
 TEST(ar_options, every_option_f32) {
-  overlap::context ctx(MPI_COMM_WORLD);
-  every_option<float>(ctx, strategies, 100);
+  for (int groups : {0, 3}) {
+    overlap::context ctx(MPI_COMM_WORLD, grouped(groups));
+    every_option<float>(ctx, strategies, 100);
+  }
 }
 TEST(ar_options, every_option_bf16) {
-  overlap::context ctx(MPI_COMM_WORLD);
-  every_option<overlap::bfloat16>(ctx, strategies, 200);
+  for (int groups : {0, 4}) {
+    overlap::context ctx(MPI_COMM_WORLD, grouped(groups));
+    every_option<overlap::bfloat16>(ctx, strategies, 200);
+  }
 }
 TEST(ar_options, every_option_f64) {
-  overlap::config cfg;
-  cfg.backend = backend_kind::eigen;
-  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  overlap::context ctx(MPI_COMM_WORLD, grouped(2, backend_kind::eigen));
   every_option<double>(ctx, strategies, 300);
 }
 
 // The hierarchical schedule on every two-level layout at this rank count.
 TEST(ar_options, hierarchical_on_faked_nodes) {
-  overlap::context ctx(MPI_COMM_WORLD);
+  overlap::context ctx(MPI_COMM_WORLD, grouped(2));
   const int R = ctx.size();
   for (int slots = 2; slots <= R / 2; ++slots) {
     if (R % slots != 0) continue;
@@ -135,6 +147,24 @@ TEST(ar_options, plan_is_built_once) {
   for (uint32_t seed = 1; seed <= 3; ++seed)
     run_ar_case<float>(ctx, {reduced::rows, strategy::ring, 33, 10, 9, split::skewed, 1, seed});
   EXPECT_EQ(ctx.plans_built(), 1u) << "the plan was rebuilt although nothing changed";
+}
+
+// A larger C in 0 (the plan's choice), 1 and 5 groups: the schedule is the
+// ring with its configured chunks, and every rank gets the whole sum.
+TEST(ar_options, configured_groups) {
+  matrix<float> a(512, 8), b(8, 256), c(512, 256);
+  for (int groups : {0, 1, 5}) {
+    overlap::config cfg = grouped(groups);
+    cfg.rs_chunks = 2;
+    overlap::context ctx(MPI_COMM_WORLD, cfg);
+    overlap::ar_options ring;
+    ring.strategy = strategy::ring;
+    const overlap::schedule s = overlap::matmul_all_reduce_schedule<float>(ctx, a.cview(), b.cview(), c.view(), ring);
+    EXPECT_EQ(s.strategy, strategy::ring);
+    EXPECT_EQ(s.chunks, 2);
+    for (reduced how : {reduced::rows, reduced::cols})
+      run_ar_case<float>(ctx, {how, strategy::ring, 512, 256, 8, split::skewed, groups == 5 ? 2 : 0, 11});
+  }
 }
 
 /// Runs `bad` on every rank and expects std::invalid_argument naming `needle`
@@ -171,6 +201,18 @@ TEST(ar_errors, bad_input_on_one_rank_is_refused_everywhere) {
   overlap::ar_options others;
   others.algorithm = overlap::algorithm::others;
   expect_all_ranks_reject(ctx, "no other-operands algorithm", [&] { call(c.view(), b.cview(), others); });
+  if (ctx.size() > 1) {
+    overlap::config differs;
+    differs.ar_groups = last ? 2 : 3;
+    overlap::context other(MPI_COMM_WORLD, differs);
+    bool threw = false;
+    try {
+      overlap::matmul_all_reduce<float>(other, a.cview(), b.cview(), c.view());
+    } catch (const std::invalid_argument& e) {
+      threw = std::string(e.what()).find("config.ar_groups") != std::string::npos;
+    }
+    EXPECT_TRUE(threw) << "ranks with different ar_groups were not refused";
+  }
   overlap::ar_options cols;
   cols.reduced = last ? overlap::reduced::cols : overlap::reduced::rows;
   if (ctx.size() > 1) expect_all_ranks_reject(ctx, "ar_options.reduced", [&] { call(c.view(), b.cview(), cols); });

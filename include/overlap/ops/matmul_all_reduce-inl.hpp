@@ -55,10 +55,11 @@ struct ar_group {
 /// What each rank contributes when the ranks exchange their calls (see
 /// rs_exchanged: the same fields).
 struct ar_exchanged : matmul_row {
-  int64_t bf16_transfers;
+  int64_t bf16_transfers, groups;
 
-  static constexpr std::array<agreed_field<ar_exchanged>, 1> more_agreed{{
+  static constexpr std::array<agreed_field<ar_exchanged>, 2> more_agreed{{
       {"bf16_transfers", &ar_exchanged::bf16_transfers},
+      {"ar_groups", &ar_exchanged::groups, field_scope::setting},
   }};
 };
 
@@ -66,8 +67,9 @@ struct ar_exchanged : matmul_row {
 struct ar_global {
   bool rows = true;
   int64_t m = 0, n = 0;
-  std::vector<int64_t> ks;  ///< every rank's K_r
-  int64_t knee_units = 0;   ///< the largest GEMM rate knee over ranks
+  std::vector<int64_t> ks;    ///< every rank's K_r
+  int64_t knee_units = 0;     ///< the largest GEMM rate knee over ranks
+  int configured_groups = 0;  ///< config::ar_groups (agreed)
 };
 
 /// A plan of matmul_all_reduce: bulk's GEMM, sum and finishing pass, or
@@ -78,6 +80,8 @@ struct ar_plan final : op_plan<T, rs_step, std::byte> {
   int64_t m = 0, n = 0;
   std::vector<int64_t> ks;
   dtype acc = dtype::f32;  ///< what partial sums are summed and sent in
+  int64_t knee_units = 0;  ///< the largest GEMM rate knee over ranks
+  int configured_groups = 0;
   // bulk
   std::shared_ptr<const gemm_kernel> bulk_kernel;
   engine::buffer<std::byte> sum_ws;  ///< the product and its sum where c cannot hold them
@@ -93,7 +97,8 @@ template <class T>
 struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config::rs_chunks>,
                op_types<T, ar_args<T>, ar_options, ar_plan<T>, ar_exchanged, ar_global, void> {
   static void describe(ar_plan<T>& p, const ar_options& o, const ar_global& g) {
-    p.rows = g.rows, p.m = g.m, p.n = g.n, p.ks = g.ks;
+    p.rows = g.rows, p.m = g.m, p.n = g.n, p.ks = g.ks, p.knee_units = g.knee_units;
+    p.configured_groups = g.configured_groups;
     p.acc = rs_op<T>::acc_type(dtype_of<T>(), ring_options(o), p.strategy);
   }
   static std::string summary(const ar_plan<T>& p, const ar_global& /*g*/) {
@@ -127,7 +132,8 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
   static ar_exchanged row_of(const context& ctx, const ar_args<T>& x, const ar_options& opt) {
     // Pieces split the reduced dimension: their GEMMs' rate depends on the other one.
     const int64_t other = opt.reduced == reduced::rows ? x.c.cols : x.c.rows;
-    return {matmul_row_of<ar_op>(ctx, opt, x, ctx.piece_knee(dtype_of<T>(), other)), opt.bf16_transfers};
+    return {matmul_row_of<ar_op>(ctx, opt, x, ctx.piece_knee(dtype_of<T>(), other)), opt.bf16_transfers,
+            ctx.config().ar_groups};
   }
 
   /// Step 3: the rules that span ranks (c's shape follows from M and N).
@@ -142,6 +148,7 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
       g.knee_units = std::max(g.knee_units, table[r].knee);
     }
     g.m = table.front().a_rows, g.n = table.front().b_cols;
+    g.configured_groups = static_cast<int>(table.front().groups);
     return g;
   }
 
@@ -149,13 +156,13 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
   static schedule choose(context& ctx, const ar_options& opt, const ar_global& g) {
     const int R = ctx.size();
     const dtype t = dtype_of<T>();
-    const int64_t extent = g.rows ? g.m : g.n, width = g.rows ? g.n : g.m;
+    const int64_t extent = g.rows ? g.m : g.n;
+    const dtype acc = rs_op<T>::acc_type(t, ring_options(opt), strategy::ring);
     auto chunks_for = [&](int lanes) {
       chunk_request r;
       r.configured = ctx.config().rs_chunks, r.rule = rs_chunk_rule, r.ranks = R, r.lanes = lanes;
-      r.piece_units = extent / groups_of(extent, R, lanes, 1) / R / lanes;
-      r.bytes_per_unit =
-          width * static_cast<int64_t>(size_of(rs_op<T>::acc_type(t, ring_options(opt), strategy::ring)));
+      r.piece_units = extent / groups_of(g, R, lanes, 1, acc) / R / lanes;
+      r.bytes_per_unit = (g.rows ? g.n : g.m) * static_cast<int64_t>(size_of(acc));
       r.one_node = ctx.one_node(), r.knee_units = g.knee_units;
       return plan_chunks(r);
     };
@@ -166,10 +173,25 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
     return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) { return work_of(g, R, c, opt); });
   }
 
-  /// The groups a ring splits `extent` into: ar_max_groups, fewer where
-  /// the groups' rings would have pieces under one row or column.
-  static int groups_of(int64_t extent, int R, int lanes, int chunks) {
-    return static_cast<int>(std::clamp<int64_t>(extent / (int64_t{R} * lanes * chunks), 1, ar_max_groups));
+  /// The groups a ring splits C into (its rings with `chunks` pieces per
+  /// shard and lane, partial sums of type acc): config::ar_groups when set,
+  /// else ar_max_groups, fewer while a piece would fall below the hard
+  /// floors of plan_chunks (schedule/chunks.hpp: its product
+  /// hard_floor_units or the GEMM rate's knee wide, its message
+  /// hard_floor_bytes). Every piece reads all of the other operand, so
+  /// thinner ones cost more than they hide. At most one per row or column.
+  static int groups_of(const ar_global& g, int R, int lanes, int chunks, dtype acc) {
+    const int64_t extent = std::max<int64_t>(g.rows ? g.m : g.n, 1);
+    const int64_t unit_bytes = (g.rows ? g.n : g.m) * static_cast<int64_t>(size_of(acc));
+    if (g.configured_groups > 0) return static_cast<int>(std::min<int64_t>(g.configured_groups, extent));
+    const int64_t per_group = int64_t{R} * lanes * chunks;
+    auto thin = [&](int groups) {
+      const int64_t units = extent / (per_group * groups);
+      return units < std::max(hard_floor_units, g.knee_units) || units * unit_bytes < hard_floor_bytes;
+    };
+    int groups = ar_max_groups;
+    while (groups > 1 && thin(groups)) --groups;
+    return groups;
   }
 
   /// What a candidate schedule does on the busiest rank, for the cost model:
@@ -180,7 +202,8 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
     const int64_t extent = g.rows ? g.m : g.n, width = g.rows ? g.n : g.m;
     const int64_t kmax = *std::max_element(g.ks.begin(), g.ks.end());
     const auto elem = static_cast<int64_t>(sizeof(T));
-    const auto acc = static_cast<int64_t>(size_of(rs_op<T>::acc_type(dtype_of<T>(), ring_options(opt), c.strategy)));
+    const dtype acc_type = rs_op<T>::acc_type(dtype_of<T>(), ring_options(opt), c.strategy);
+    const auto acc = static_cast<int64_t>(size_of(acc_type));
     const int64_t shard = ceil_div(extent, R);
     work w;
     if (c.strategy == strategy::bulk) {
@@ -190,7 +213,7 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
       return w;
     }
     const int lanes = c.strategy == strategy::bidirectional ? 2 : 1;
-    const int groups = groups_of(extent, R, lanes, c.chunks);
+    const int groups = groups_of(g, R, lanes, c.chunks, acc_type);
     candidate all = c;
     all.chunks = c.chunks * groups;
     work r = ring_work(all, R);
@@ -269,7 +292,10 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
     const int R = ctx.size();
     const int64_t extent = plan.rows ? plan.m : plan.n, width = plan.rows ? plan.n : plan.m;
     const bool in_c = plan.rows && x.c.ld == x.c.cols;
-    const int groups = groups_of(extent, R, plan.lanes, chunks);
+    ar_global whole;
+    whole.rows = plan.rows, whole.m = plan.m, whole.n = plan.n, whole.knee_units = plan.knee_units;
+    whole.configured_groups = plan.configured_groups;
+    const int groups = groups_of(whole, R, plan.lanes, chunks, plan.acc);
     for (int i = 0; i < groups; ++i) {
       ar_group gr;
       gr.span = range{0, extent}.chunk(groups, i);
@@ -322,13 +348,15 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
     const int p = ctx.rank();
     T* dst = plan.gather_ws.data() != nullptr ? plan.gather_ws.data() : x.c.data;
     std::vector<MPI_Request> gathers(plan.groups.size(), MPI_REQUEST_NULL);
+    std::vector<bool> packed(plan.rings.size());  // row groups read the same b: packed once per ring plan
     for (size_t i = 0; i < plan.groups.size(); ++i) {
       const ar_group& gr = plan.groups[i];
+      rs_plan<T>& ring = *plan.rings[gr.ring];
       const rs_args<T> y = group_args(plan, gr, x, opt, p);
-      rs_options ro = ring_options(opt);
+      if (!packed[gr.ring] || !plan.rows) pack_b(ctx, ring, y), packed[gr.ring] = true;
       // The bias has one value per column of C; a column group's ring reads its block's.
-      ro.epilogue.bias = bias == nullptr || plan.rows ? bias : bias + gr.span.begin + gr.layout.offset(p);
-      run<rs_op<T>>(ctx, *plan.rings[gr.ring], y, ro);
+      const T* own_bias = bias == nullptr || plan.rows ? bias : bias + gr.span.begin + gr.layout.offset(p);
+      run_ring<rs_op<T>>(ctx, ring, y, ring_options(opt), own_bias);
       if (x.c.data != dst) copy_block<T>(y.c, block_at(plan, gr, dst, p));
       start_gather(ctx, plan, gr, dst, &gathers[i]);
     }

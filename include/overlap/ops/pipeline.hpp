@@ -140,6 +140,21 @@ typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typen
       *ctx.store_plan(stored, make_plan<Op>(ctx, checks, x, opt, g, sched, fingerprint)));
 }
 
+/// Packs B once for the pieces of a ring plan that read all of it (where
+/// the backend can: b_packing).
+template <class Plan, class Args>
+void pack_b(context& ctx, Plan& plan, const Args& x) {
+  run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
+}
+
+/// Runs a ring plan's steps with the op's ring pattern, B packed (pack_b).
+template <class Op>
+void run_ring(context& ctx, typename Op::plan& plan, const typename Op::args& x, const typename Op::options& opt,
+              const typename Op::element* bias) {
+  typename Op::pattern pattern(plan, x, opt, bias, ctx.rank());
+  run_on_ring(ctx, plan, pattern, Op::id, plan.lanes, plan.strategy == strategy::hierarchical);
+}
+
 /// Whether an op runs its plans itself, member by member (Op::run_member):
 /// an op made of other ops' plans, with no ring pattern of its own
 /// (matmul_all_reduce, of matmul_reduce_scatter's rings).
@@ -169,9 +184,8 @@ void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, cons
       return;
     }
     Op::before_ring(ctx, plan, x);
-    run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
-    typename Op::pattern pattern(plan, x, opt, bias, ctx.rank());
-    run_on_ring(ctx, plan, pattern, Op::id, plan.lanes, plan.strategy == strategy::hierarchical);
+    pack_b(ctx, plan, x);
+    run_ring<Op>(ctx, plan, x, opt, bias);
   }
 }
 
