@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ag_cases.hpp"
+#include "rejects.hpp"
 
 using namespace testing_support;
 using overlap::gathered;
@@ -14,23 +15,11 @@ using overlap::strategy;
 
 namespace {
 
-/// Runs `bad` on every rank, expects std::invalid_argument containing `needle`
-/// everywhere, then checks that a valid call on the same context works.
+/// expect_all_ranks_reject, then an all_gather_matmul on the same context.
 void expect_all_ranks_reject(overlap::context& ctx, const std::string& needle, const std::function<void()>& bad) {
-  bool threw = false;
-  try {
-    bad();
-  } catch (const std::invalid_argument& e) {
-    threw = true;
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
-  }
-  EXPECT_TRUE(threw) << "expected std::invalid_argument mentioning '" << needle << "'";
-  int all = 0;
-  int mine = threw ? 1 : 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  EXPECT_EQ(all, 1) << "some rank did not throw";
-  // The context is still usable.
-  run_ag_case<float>(ctx, {gathered::lhs_rows, strategy::ring, 6, 5, 4, split::skewed, 0, false, 3});
+  testing_support::expect_all_ranks_reject(needle, bad, [&] {
+    run_ag_case<float>(ctx, {gathered::lhs_rows, strategy::ring, 6, 5, 4, split::skewed, 0, false, 3});
+  });
 }
 
 struct fixture : ::testing::Test {

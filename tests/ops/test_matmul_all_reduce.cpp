@@ -11,6 +11,7 @@
 
 #include "ar_cases.hpp"
 #include "named_cases.hpp"
+#include "rejects.hpp"
 
 using namespace testing_support;
 using overlap::backend_kind;
@@ -19,11 +20,6 @@ using overlap::strategy;
 
 namespace {
 
-struct shape {
-  int64_t m, n, k;
-};
-const std::vector<shape> shapes = {{1, 1, 1}, {7, 13, 5}, {2, 3, 2}, {31, 17, 37}, {40, 64, 48}};
-const std::vector<split> splits = {split::balanced, split::skewed, split::first_empty, split::last_takes_all};
 const std::vector<strategy> strategies = {strategy::bulk, strategy::ring, strategy::bidirectional, strategy::automatic};
 
 struct ar_param {
@@ -31,7 +27,7 @@ struct ar_param {
   strategy st;
   backend_kind backend;
   int chunks, groups;
-  shape sh;
+  sweep_shape sh;
   split k_split;
   uint32_t seed;
 };
@@ -44,8 +40,8 @@ std::vector<ar_param> ar_params() {
       for (backend_kind be : {backend_kind::onednn, backend_kind::eigen})
         for (int chunks : {0, 3})
           for (int groups : {0, 3})
-            for (const shape& sh : shapes)
-              for (split ks : splits) out.push_back({how, st, be, chunks, groups, sh, ks, seed++});
+            for (const sweep_shape& sh : sweep_shapes)
+              for (split ks : every_split) out.push_back({how, st, be, chunks, groups, sh, ks, seed++});
   return out;
 }
 
@@ -167,21 +163,11 @@ TEST(ar_options, configured_groups) {
   }
 }
 
-/// Runs `bad` on every rank and expects std::invalid_argument naming `needle`
-/// everywhere; then a valid call on the same context.
+/// expect_all_ranks_reject, then a matmul_all_reduce on the same context.
 void expect_all_ranks_reject(overlap::context& ctx, const std::string& needle, const std::function<void()>& bad) {
-  bool threw = false;
-  try {
-    bad();
-  } catch (const std::invalid_argument& e) {
-    threw = true;
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
-  }
-  EXPECT_TRUE(threw) << "expected std::invalid_argument mentioning '" << needle << "'";
-  int mine = threw ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  EXPECT_EQ(all, 1) << "some rank did not throw";
-  run_ar_case<float>(ctx, {reduced::rows, strategy::ring, 6, 5, 4, split::skewed, 0, 3});
+  testing_support::expect_all_ranks_reject(needle, bad, [&] {
+    run_ar_case<float>(ctx, {reduced::rows, strategy::ring, 6, 5, 4, split::skewed, 0, 3});
+  });
 }
 
 TEST(ar_errors, bad_input_on_one_rank_is_refused_everywhere) {

@@ -17,11 +17,6 @@ using overlap::strategy;
 
 namespace {
 
-struct shape {
-  int64_t m, n, k;
-};
-const std::vector<shape> shapes = {{1, 1, 1}, {7, 13, 5}, {2, 3, 2}, {31, 17, 37}, {40, 64, 48}};
-const std::vector<split> splits = {split::balanced, split::skewed, split::first_empty, split::last_takes_all};
 const std::vector<scattered> layouts = {scattered::rows, scattered::cols};
 const std::vector<backend_kind> backends = {backend_kind::onednn, backend_kind::eigen};
 
@@ -33,7 +28,7 @@ struct rs_param {
   plan_choice choice;
   backend_kind backend;
   int chunks;
-  shape sh;
+  sweep_shape sh;
   split how;
   uint32_t seed;
 };
@@ -45,8 +40,8 @@ std::vector<rs_param> rs_params() {
     for (const plan_choice& choice : plan_choices)
       for (backend_kind be : backends)
         for (int chunks : {0, 2, 3})
-          for (const shape& sh : shapes)
-            for (split how : splits) out.push_back({sc, choice, be, chunks, sh, how, seed++});
+          for (const sweep_shape& sh : sweep_shapes)
+            for (split how : every_split) out.push_back({sc, choice, be, chunks, sh, how, seed++});
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "overlap/overlap.hpp"
+#include "reference.hpp"
 
 namespace testing_support {
 
@@ -36,6 +37,17 @@ class suite_with_contexts : public ::testing::TestWithParam<Param> {
  public:
   static void TearDownTestSuite() { free_suite_contexts(); }
 };
+
+/// A global shape M x N x K of a registered case.
+struct sweep_shape {
+  int64_t m, n, k;
+};
+/// The reduce-scatter and all-reduce sweeps' shapes: 1x1x1; primes; a
+/// sharded extent smaller than the rank count; mid sizes.
+inline const std::vector<sweep_shape> sweep_shapes = {{1, 1, 1}, {7, 13, 5}, {2, 3, 2}, {31, 17, 37}, {40, 64, 48}};
+/// Every way a sweep shares a dimension over the ranks (reference.hpp).
+inline const std::vector<split> every_split = {split::balanced, split::skewed, split::first_empty,
+                                               split::last_takes_all};
 
 /// A gtest name from parts: anything but letters and digits becomes '_'.
 inline std::string case_name(const std::string& text) {
