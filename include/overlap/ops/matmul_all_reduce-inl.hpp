@@ -76,20 +76,20 @@ struct ar_global {
 /// the groups with their rings. Its own steps stay empty: the rings hold them.
 template <class T>
 struct ar_plan final : op_plan<T, rs_step, std::byte> {
-  bool rows = true;  ///< groups of rows (else columns)
-  int64_t m = 0, n = 0;
-  std::vector<int64_t> ks;
+  ar_global whole;         ///< the problem, as the exchanged table gives it
   dtype acc = dtype::f32;  ///< what partial sums are summed and sent in
-  int64_t knee_units = 0;  ///< the largest GEMM rate knee over ranks
-  int configured_groups = 0;
   // bulk
   std::shared_ptr<const gemm_kernel> bulk_kernel;
+  int sum_count = 0;                 ///< elements of the all-reduce
   engine::buffer<std::byte> sum_ws;  ///< the product and its sum where c cannot hold them
   gemm_desc finish;                  ///< c = act(sum + bias), converting an fp32 sum
   // the rings
   std::vector<ar_group> groups;
   std::vector<std::unique_ptr<rs_plan<T>>> rings;
   engine::buffer<T> gather_ws;  ///< every group's blocks, where they cannot land in c
+  // a call's state, kept so that a cached call allocates nothing
+  std::vector<MPI_Request> gathers;  ///< each group's all-gather in flight
+  std::vector<char> packed;          ///< whether a ring plan's B is packed this call
 };
 
 /// matmul_all_reduce as an op of the shared pipeline (ops/pipeline.hpp).
@@ -97,13 +97,12 @@ template <class T>
 struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config::rs_chunks>,
                op_types<T, ar_args<T>, ar_options, ar_plan<T>, ar_exchanged, ar_global, void> {
   static void describe(ar_plan<T>& p, const ar_options& o, const ar_global& g) {
-    p.rows = g.rows, p.m = g.m, p.n = g.n, p.ks = g.ks, p.knee_units = g.knee_units;
-    p.configured_groups = g.configured_groups;
+    p.whole = g;
     p.acc = rs_op<T>::acc_type(dtype_of<T>(), ring_options(o), p.strategy);
   }
   static std::string summary(const ar_plan<T>& p, const ar_global& /*g*/) {
-    return ", C " + std::to_string(p.m) + " x " + std::to_string(p.n) + " reduced by " + (p.rows ? "rows" : "columns") +
-           ", sums in " + to_string(p.acc);
+    return ", C " + std::to_string(p.whole.m) + " x " + std::to_string(p.whole.n) + " reduced by " +
+           (p.whole.rows ? "rows" : "columns") + ", sums in " + to_string(p.acc);
   }
   static std::string plan_notes(const ar_plan<T>& p) {
     if (p.groups.empty()) return "";
@@ -243,7 +242,7 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
                                int rank) {
     const range mine{gr.span.begin + gr.layout.offset(rank), gr.layout.size(rank)};
     const int64_t s = gr.span.begin, len = gr.span.len;
-    if (plan.rows) {
+    if (plan.whole.rows) {
       const matrix_view<const T> a = opt.transpose_a ? x.a.block(0, s, x.a.rows, len) : x.a.block(s, 0, len, x.a.cols);
       return {a, x.b, x.c.block(mine.begin, 0, mine.len, x.c.cols)};
     }
@@ -256,18 +255,20 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
   static void build_bulk(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt) {
     const dtype t = dtype_of<T>();
     const bool via_ws = x.c.ld != x.c.cols || plan.acc != t;
-    if (via_ws) plan.sum_ws = engine::buffer<std::byte>(static_cast<size_t>(plan.m * plan.n) * size_of(plan.acc));
+    if (via_ws)
+      plan.sum_ws = engine::buffer<std::byte>(static_cast<size_t>(plan.whole.m * plan.whole.n) * size_of(plan.acc));
+    plan.sum_count = mpi::detail::to_count(plan.whole.m * plan.whole.n, "all-reduce count");
     const int64_t k = op_dims(x.a, opt.transpose_a).cols;
-    plan.bulk_kernel = ctx.make_kernel(gemm_desc::shape(plan.m, plan.n, k)
-                                           .strides(x.a.ld, x.b.ld, via_ws ? plan.n : x.c.ld)
+    plan.bulk_kernel = ctx.make_kernel(gemm_desc::shape(plan.whole.m, plan.whole.n, k)
+                                           .strides(x.a.ld, x.b.ld, via_ws ? plan.whole.n : x.c.ld)
                                            .transposed(opt.transpose_a, opt.transpose_b)
                                            .types(t, plan.acc));
     gemm_desc& f = plan.finish;
-    f.m = plan.m, f.n = plan.n, f.k = 0, f.ldc = x.c.ld;
+    f.m = plan.whole.m, f.n = plan.whole.n, f.k = 0, f.ldc = x.c.ld;
     f.accumulate = !via_ws;
     f.bias = static_cast<bool>(opt.epilogue.bias), f.act = opt.epilogue.activation;
     f.in = f.out = t;
-    f.addend = via_ws, f.ld_addend = plan.n, f.addend_type = plan.acc;
+    f.addend = via_ws, f.ld_addend = plan.whole.n, f.addend_type = plan.acc;
   }
 
   static void build_ring(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt, int chunks) {
@@ -290,12 +291,10 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
   /// after the other in rank order.
   static void build_groups(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt, int chunks) {
     const int R = ctx.size();
-    const int64_t extent = plan.rows ? plan.m : plan.n, width = plan.rows ? plan.n : plan.m;
-    const bool in_c = plan.rows && x.c.ld == x.c.cols;
-    ar_global whole;
-    whole.rows = plan.rows, whole.m = plan.m, whole.n = plan.n, whole.knee_units = plan.knee_units;
-    whole.configured_groups = plan.configured_groups;
-    const int groups = groups_of(whole, R, plan.lanes, chunks, plan.acc);
+    const int64_t extent = plan.whole.rows ? plan.whole.m : plan.whole.n,
+                  width = plan.whole.rows ? plan.whole.n : plan.whole.m;
+    const bool in_c = plan.whole.rows && x.c.ld == x.c.cols;
+    const int groups = groups_of(plan.whole, R, plan.lanes, chunks, plan.acc);
     for (int i = 0; i < groups; ++i) {
       ar_group gr;
       gr.span = range{0, extent}.chunk(groups, i);
@@ -311,6 +310,8 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
       plan.groups.push_back(std::move(gr));
     }
     if (!in_c) plan.gather_ws = engine::buffer<T>(static_cast<size_t>(extent * width));
+    plan.gathers.assign(plan.groups.size(), MPI_REQUEST_NULL);
+    plan.packed.assign(plan.rings.size(), 0);
   }
 
   /// A group's ring: a plan of matmul_reduce_scatter, described as the
@@ -323,8 +324,9 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
     ring->lanes = plan.lanes, ring->fingerprint = plan.fingerprint;
     ring->summary = plan.summary + ", a group of " + std::to_string(gr.span.len);
     rs_global g;
-    g.rows = plan.rows, g.m = plan.rows ? gr.span.len : plan.m, g.n = plan.rows ? plan.n : gr.span.len;
-    g.layout = gr.layout, g.ks = plan.ks;
+    g.rows = plan.whole.rows, g.m = plan.whole.rows ? gr.span.len : plan.whole.m,
+    g.n = plan.whole.rows ? plan.whole.n : gr.span.len;
+    g.layout = gr.layout, g.ks = plan.whole.ks;
     const rs_options ro = ring_options(opt);
     rs_op<T>::describe(*ring, ro, g);
     const rs_args<T> y = group_args(plan, gr, x, opt, ctx.rank());
@@ -347,20 +349,19 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
     if (plan.strategy == strategy::bulk) return bulk(ctx, plan, x, bias);
     const int p = ctx.rank();
     T* dst = plan.gather_ws.data() != nullptr ? plan.gather_ws.data() : x.c.data;
-    std::vector<MPI_Request> gathers(plan.groups.size(), MPI_REQUEST_NULL);
-    std::vector<bool> packed(plan.rings.size());  // row groups read the same b: packed once per ring plan
+    std::fill(plan.packed.begin(), plan.packed.end(), 0);  // row groups read the same b: packed once per ring plan
     for (size_t i = 0; i < plan.groups.size(); ++i) {
       const ar_group& gr = plan.groups[i];
       rs_plan<T>& ring = *plan.rings[gr.ring];
       const rs_args<T> y = group_args(plan, gr, x, opt, p);
-      if (!packed[gr.ring] || !plan.rows) pack_b(ctx, ring, y), packed[gr.ring] = true;
+      if (plan.packed[gr.ring] == 0 || !plan.whole.rows) pack_b(ctx, ring, y), plan.packed[gr.ring] = 1;
       // The bias has one value per column of C; a column group's ring reads its block's.
-      const T* own_bias = bias == nullptr || plan.rows ? bias : bias + gr.span.begin + gr.layout.offset(p);
+      const T* own_bias = bias == nullptr || plan.whole.rows ? bias : bias + gr.span.begin + gr.layout.offset(p);
       run_ring<rs_op<T>>(ctx, ring, y, ring_options(opt), own_bias);
       if (x.c.data != dst) copy_block<T>(y.c, block_at(plan, gr, dst, p));
-      start_gather(ctx, plan, gr, dst, &gathers[i]);
+      start_gather(ctx, plan, gr, dst, &plan.gathers[i]);
     }
-    for (MPI_Request& r : gathers)
+    for (MPI_Request& r : plan.gathers)
       if (r != MPI_REQUEST_NULL) watched_wait(ctx, "MPI_Iallgatherv", r, [&] { return plan.summary; });
     if (x.c.data == dst) return;
     run_local_step(ctx, plan, [&] {
@@ -375,8 +376,8 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
   static matrix_view<T> block_at(const ar_plan<T>& plan, const ar_group& gr, T* base, int q) {
     const int64_t len = gr.layout.size(q);
     T* at = base + gr.displs[static_cast<size_t>(q)];
-    return plan.rows ? matrix_view<T>(at, len, plan.n, plan.n)
-                     : matrix_view<T>(at, plan.m, len, std::max<int64_t>(len, 1));
+    return plan.whole.rows ? matrix_view<T>(at, len, plan.whole.n, plan.whole.n)
+                           : matrix_view<T>(at, plan.whole.m, len, std::max<int64_t>(len, 1));
   }
 
   /// Starts group gr's all-gather in place (not at all under
@@ -393,7 +394,7 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
   static void bulk(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const T* bias) {
     void* sum = plan.sum_ws.data() != nullptr ? static_cast<void*>(plan.sum_ws.data()) : static_cast<void*>(x.c.data);
     run_local_step(ctx, plan, [&] { plan.bulk_kernel->run(gemm_operands().a(x.a.data).b(x.b.data).c(sum)); });
-    const int count = mpi::detail::to_count(plan.m * plan.n, "all-reduce count");
+    const int count = plan.sum_count;
     const MPI_Datatype type = mpi_type_of(plan.acc);
     run_collective(
         ctx, plan, "MPI_Allreduce", [&] { return MPI_Allreduce(MPI_IN_PLACE, sum, count, type, MPI_SUM, ctx.comm()); },
