@@ -3,8 +3,16 @@
 // templates instantiated so that their bodies are checked too. Never built
 // by default (CMake target overlap_lint_headers).
 #include "overlap/layers/example_values.hpp"
+#include "overlap/layers/ring_attention.hpp"
 #include "overlap/layers/transformer.hpp"
 #include "overlap/overlap.hpp"
 
 template class overlap::layers::transformer_block<float>;
 template class overlap::layers::transformer_block<double>;
+template void overlap::ring_attention<float>(context&, const attention_inputs<float>&, const attention_outputs<float>&,
+                                             const attention_options&);
+template void overlap::ring_attention_backward<overlap::bfloat16>(context&, const attention_inputs<overlap::bfloat16>&,
+                                                                  const attention_saved<overlap::bfloat16>&,
+                                                                  matrix_view<const overlap::bfloat16>,
+                                                                  const attention_grads<overlap::bfloat16>&,
+                                                                  const attention_options&);

@@ -140,8 +140,13 @@ void compute_step(Pattern& pattern, mpi::request_group& requests, progress_threa
 ///
 /// Pattern requirements:
 ///   int steps() const; ring_window window() const;
-///   transfer recv(int t, int lane) const; transfer send(int t, int lane) const;
+///   transfer recv(int t, int lane) const; transfer send(int t, int lane);
 ///   void compute(int t);
+///
+/// send(t, lane) is called once per step and lane, after the transfers due
+/// before step t completed and before step t computes: a pattern may fill
+/// the block it returns there (ring attention adds its share of gradients
+/// that arrived for step t before passing them on).
 ///
 /// With `trace`, prints one line per step to stderr: the time spent waiting
 /// for the step's transfers, the time computing it, and how many transfers

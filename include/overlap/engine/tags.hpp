@@ -17,6 +17,8 @@ enum class message_tag : int {
   rs_lane0 = 8,
   rs_lane1 = 9,
   rs_blocks = 10,
+  // ring attention (layers/ring_attention.hpp): its one ring lane
+  attention_lane = 12,
   // the calibration's probes of the ring links (schedule/measure.hpp)
   exchange_forward = 901,   ///< a ring exchange: to the previous rank
   exchange_backward = 902,  ///< and, both ways, to the next one

@@ -12,18 +12,28 @@ namespace overlap::detail {
 
 /// The ops. The value enters the argument agreement, plan keys and
 /// fingerprints, and sets the op's message tags (tags_of).
-enum class op_id : int64_t { all_gather_matmul = 1, matmul_reduce_scatter = 2, matmul_all_reduce = 3 };
+enum class op_id : int64_t {
+  all_gather_matmul = 1,
+  matmul_reduce_scatter = 2,
+  matmul_all_reduce = 3,
+  ring_attention = 4
+};
 
 /// The message tags of one op's point-to-point transfers (engine/tags.hpp):
 /// one per ring lane, one for the other-operands algorithm's output blocks.
 /// matmul_all_reduce's rings are matmul_reduce_scatter's (and its all-gathers
-/// are collectives): it has the reduce-scatter's tags.
+/// are collectives): it has the reduce-scatter's tags. Ring attention runs
+/// one lane and no other-operands algorithm: every field is its lane's tag.
 struct op_tags {
   int lanes[2];
   int blocks;
 };
 [[nodiscard]] constexpr op_tags tags_of(op_id op) {
   using engine::message_tag, engine::tag_value;
+  if (op == op_id::ring_attention) {
+    const int t = tag_value(message_tag::attention_lane);
+    return {{t, t}, t};
+  }
   if (op == op_id::all_gather_matmul)
     return {{tag_value(message_tag::ag_lane0), tag_value(message_tag::ag_lane1)}, tag_value(message_tag::ag_blocks)};
   return {{tag_value(message_tag::rs_lane0), tag_value(message_tag::rs_lane1)}, tag_value(message_tag::rs_blocks)};
@@ -70,9 +80,10 @@ struct entry_names {
 namespace overlap {
 template <>
 struct enum_names<detail::op_id> {
-  static constexpr std::array<enum_entry<detail::op_id>, 3> entries{
+  static constexpr std::array<enum_entry<detail::op_id>, 4> entries{
       {{detail::op_id::all_gather_matmul, "all_gather_matmul"},
        {detail::op_id::matmul_reduce_scatter, "matmul_reduce_scatter"},
-       {detail::op_id::matmul_all_reduce, "matmul_all_reduce"}}};
+       {detail::op_id::matmul_all_reduce, "matmul_all_reduce"},
+       {detail::op_id::ring_attention, "ring_attention"}}};
 };
 }  // namespace overlap

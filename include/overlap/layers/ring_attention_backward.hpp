@@ -1,0 +1,232 @@
+#pragma once
+/// @file
+/// Ring attention's backward pass (layers/ring_attention.hpp). K and V
+/// travel as in the forward pass; the gradients of each block's keys and
+/// values travel one step behind them: a rank adds its share of a block's
+/// gradients to what the previous holders collected just before passing
+/// them on, and after a full round they reach the block's own rank.
+///
+/// The message of step t (sent to the previous rank on the ring) is one
+/// contiguous run of its slot: the key/value gradients of the block computed
+/// at step t - 1 (in A, ending where the slot's K/V region starts) followed
+/// by the K/V block of step t (in T). Either part is absent where the ring
+/// has none: no gradients at step 0, no K/V from step ranks - 1 on.
+
+#include <vector>
+
+#include "overlap/layers/ring_attention_problem.hpp"
+
+namespace overlap::layers::attention::detail {
+
+/// The key/value gradients of a block of `rows` tokens as they travel:
+/// dK then dV, dense, in the type attention computes in.
+template <class A>
+int64_t dkv_bytes(int64_t rows, int64_t width) {
+  return padded(2 * rows * width * int64_t(sizeof(A)));
+}
+
+/// What the backward pass allocates once the ranks agreed on the problem.
+template <class T>
+struct backward_state {
+  using A = attention_acc_t<T>;           ///< the type attention computes in
+  std::vector<A> q, d_o, lse, delta, dq;  ///< this rank's rows, dense (backward_rows; dq accumulates)
+  std::vector<A> partial;                 ///< this rank's share of one block's dK, dV
+  std::vector<A> wide;                    ///< a received block widened to A (bf16 only)
+  byte_buffer slots;                      ///< ring: two slots of [gradients | K/V]; bulk: every rank's K/V
+  int64_t grad_bytes = 0;                 ///< ring: bytes of a slot's gradient region
+  int64_t slot_bytes = 0;                 ///< ring: bytes per slot
+  std::vector<int64_t> offsets;           ///< bulk: where rank r's K/V block starts
+  std::vector<A> all_grads;               ///< bulk: every block's gradients, in rank order
+
+  /// Sizes everything for pb, computes delta, and packs this rank's K and V where they leave from.
+  void allocate(const problem& pb, const attention_inputs<T>& in, const attention_saved<T>& fwd,
+                matrix_view<const T> d_out) {
+    const int64_t n = in.q.rows, w = pb.d.width(), dh = pb.d.dh, H = pb.d.heads;
+    dense_copy(in.q, q);
+    dense_copy(d_out, d_o);
+    lse.resize(size_t(H * n)), delta.resize(size_t(H * n));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < n; ++i) {
+        lse[size_t(h * n + i)] = fwd.lse(h, i);
+        A s = 0;  // the softmax's backward term: sum over j of dP_ij P_ij, which is dO_i . O_i
+        for (int64_t j = h * dh; j < (h + 1) * dh; ++j) s += d_o[size_t(i * w + j)] * widen<A>(fwd.o(i, j));
+        delta[size_t(h * n + i)] = s;
+      }
+    dq.assign(size_t(n * w), A(0));
+    partial.resize(size_t(2 * pb.max_rows() * w));
+    offsets.assign(size_t(pb.ranks) + 1, 0);
+    for (int r = 0; r < pb.ranks; ++r) offsets[size_t(r) + 1] = offsets[size_t(r)] + kv_bytes<T>(pb.rows(r), w);
+    if (pb.ring) {
+      grad_bytes = dkv_bytes<A>(pb.max_rows(), w);
+      slot_bytes = grad_bytes + kv_bytes<T>(pb.max_rows(), w);
+      slots.resize(2 * slot_bytes);
+      pack_kv(in, reinterpret_cast<T*>(slots.at(grad_bytes)));
+    } else {
+      slots.resize(offsets.back());
+      pack_kv(in, reinterpret_cast<T*>(slots.at(offsets[size_t(pb.rank)])));
+      all_grads.assign(size_t(2 * pb.split.seq() * w), A(0));
+    }
+  }
+
+  /// Adds this rank's share of the gradients for rank src's block (at
+  /// `at`) to dq and to dkv (dK then dV, dense).
+  void fold(const problem& pb, tile_math<A>& math, int src, const void* at, A* dkv) {
+    const int64_t w = pb.d.width(), rows = pb.rows(src);
+    const kv_block<A> kv = as_acc<A, T>(at, rows, w, wide);
+    const backward_rows<A> in{q.data(), d_o.data(), lse.data(), delta.data(), int64_t(q.size()) / w};
+    const tile_grads<A> g{dq.data(), dkv, dkv + rows * w, w};
+    each_tile(pb, src, [&](const tile& x) { math.backward(pb.d, in, kv, x, g); });
+  }
+};
+
+/// The ring pattern of the backward pass. Steps 0 .. ranks - 1 compute on
+/// block src(t) into `partial`; the send of step t + 1 adds `partial` to the
+/// gradients that arrived for that block and passes them on; step ranks + 1
+/// receives this rank's own block's gradients, complete. One rank: one step.
+template <class T>
+struct backward_pattern {
+  using A = attention_acc_t<T>;  ///< the type attention computes in
+  const problem& pb;             ///< the agreed call
+  backward_state<T>& s;          ///< its buffers
+  tile_math<A>& math;            ///< the tiles' GEMMs
+  const unit& u;                 ///< what messages count
+
+  /// A step per block, one to pass the last gradients on, one to receive this rank's.
+  [[nodiscard]] int steps() const { return pb.ranks == 1 ? 1 : pb.ranks + 2; }
+  /// As the forward pass's.
+  [[nodiscard]] engine::ring_window window() const { return {1, 0}; }
+  /// The slot step t receives into and computes on.
+  [[nodiscard]] char* slot(int t) const { return s.slots.at((t % 2) * s.slot_bytes); }
+  /// Bytes of the gradients of block src(t) as they travel.
+  [[nodiscard]] int64_t grads_of(int t) const { return dkv_bytes<A>(pb.rows(pb.src(t)), pb.d.width()); }
+  /// The message of step t: the gradients of block src(t - 1) and the K/V
+  /// block src(t), where present.
+  [[nodiscard]] engine::transfer message(int t, bool grads, bool kv) const {
+    if (!grads && !kv) return {};
+    const int64_t begin = s.grad_bytes - (grads ? grads_of(t - 1) : 0);
+    const int64_t end = s.grad_bytes + (kv ? kv_bytes<T>(pb.rows(pb.src(t)), pb.d.width()) : 0);
+    return {slot(t) + begin, u.type, u.count(end - begin)};
+  }
+  /// Received for step t: sent by the next rank at its step t - 1.
+  [[nodiscard]] engine::transfer recv(int t, int /*lane*/) const {
+    return message(t, t >= 2, t >= 1 && t <= pb.ranks - 1);
+  }
+  /// Sent at step t, after adding this rank's share to the gradients of
+  /// block src(t - 1) (the first holder after the block's rank copies it).
+  [[nodiscard]] engine::transfer send(int t, int /*lane*/) {
+    const bool grads = t >= 1 && t <= pb.ranks;
+    if (grads) {
+      A* to = reinterpret_cast<A*>(slot(t) + s.grad_bytes - grads_of(t - 1));
+      const size_t n = size_t(2 * pb.rows(pb.src(t - 1)) * pb.d.width());
+      if (t == 1)
+        std::copy(s.partial.begin(), s.partial.begin() + long(n), to);
+      else
+        for (size_t i = 0; i < n; ++i) to[i] += s.partial[i];
+    }
+    return message(t, grads, t <= pb.ranks - 2);
+  }
+  /// Steps 0 .. ranks - 1: this rank's share of block src(t)'s gradients.
+  void compute(int t) {
+    if (t >= pb.ranks) return;
+    const int src = pb.src(t);
+    std::fill(s.partial.begin(), s.partial.begin() + long(2 * pb.rows(src) * pb.d.width()), A(0));
+    s.fold(pb, math, src, slot(t) + s.grad_bytes, s.partial.data());
+  }
+  /// This rank's own block's gradients, complete, after the ring.
+  [[nodiscard]] const A* own_grads() const {
+    if (pb.ranks == 1) return s.partial.data();
+    return reinterpret_cast<const A*>(slot(pb.ranks + 1) + s.grad_bytes - grads_of(pb.ranks));
+  }
+};
+
+/// grads = dq and this rank's keys' and values' gradients (dkv: dK then dV, dense).
+template <class T>
+void finish_backward(const problem& pb, const backward_state<T>& s, const attention_acc_t<T>* dkv,
+                     const attention_grads<T>& g) {
+  const int64_t n = g.dq.rows, w = pb.d.width();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < w; ++j) {
+      g.dq(i, j) = narrow<T>(s.dq[size_t(i * w + j)]);
+      g.dk(i, j) = narrow<T>(dkv[i * w + j]);
+      g.dv(i, j) = narrow<T>(dkv[(n + i) * w + j]);
+    }
+}
+
+/// The baseline's backward pass: gather every K/V block, compute this
+/// rank's share of every block's gradients, sum them onto their ranks
+/// (MPI_Reduce_scatter into s.partial).
+template <class T>
+void bulk_backward(context& ctx, const overlap::detail::plan_base& plan, const problem& pb, backward_state<T>& s,
+                   tile_math<attention_acc_t<T>>& math) {
+  using A = attention_acc_t<T>;
+  const int64_t w = pb.d.width();
+  std::vector<int> grad_counts(size_t(pb.ranks));
+  std::vector<int64_t> grad_at(size_t(pb.ranks) + 1, 0);
+  for (int r = 0; r < pb.ranks; ++r) {
+    grad_counts[size_t(r)] = mpi::detail::to_count(2 * pb.rows(r) * w, "ring attention gradient block");
+    grad_at[size_t(r) + 1] = grad_at[size_t(r)] + 2 * pb.rows(r) * w;
+  }
+  gather_blocks(ctx, plan, pb, s.offsets, s.slots);
+  overlap::detail::fatal_on_failure(
+      ctx, plan, "bulk", [&] { return plan.summary; },
+      [&] {
+        for (int t = 0; t < pb.ranks; ++t) {  // in the ring's order, as the ring computes dq
+          const int src = pb.src(t);
+          s.fold(pb, math, src, s.slots.at(s.offsets[size_t(src)]), s.all_grads.data() + grad_at[size_t(src)]);
+        }
+      });
+  const MPI_Datatype type = mpi_type_of(dtype_of<A>());
+  bulk_collective(
+      ctx, plan, "MPI_Reduce_scatter",
+      [&] {
+        return MPI_Reduce_scatter(s.all_grads.data(), s.partial.data(), grad_counts.data(), type, MPI_SUM, ctx.comm());
+      },
+      [&](MPI_Request* r) {
+        return MPI_Ireduce_scatter(s.all_grads.data(), s.partial.data(), grad_counts.data(), type, MPI_SUM, ctx.comm(),
+                                   r);
+      });
+}
+
+}  // namespace overlap::layers::attention::detail
+
+namespace overlap {
+
+template <class T>
+void ring_attention_backward(context& ctx, const attention_inputs<T>& in, const attention_saved<T>& fwd,
+                             matrix_view<const T> d_o, const attention_grads<T>& grads, const attention_options& opt) {
+  using namespace layers::attention;
+  using namespace layers::attention::detail;
+  using A = attention_acc_t<T>;
+  const int64_t n = in.q.rows, w = in.q.cols;
+  backward_state<T> s;
+  const call_row mine{n, w, opt.heads, opt.causal ? 1 : 0, int64_t(opt.strategy)};
+  auto local = [&] {
+    std::string why;
+    expect_view(why, "k", in.k, n, w);
+    expect_view(why, "v", in.v, n, w);
+    expect_view(why, "q", in.q, n, w);
+    expect_view(why, "the forward output o", fwd.o, n, w);
+    expect_view(why, "the log-sum-exp lse (heads x rows)", fwd.lse, opt.heads, n);
+    expect_view(why, "d_o", d_o, n, w);
+    expect_view(why, "dq", grads.dq, n, w);
+    expect_view(why, "dk", grads.dk, n, w);
+    expect_view(why, "dv", grads.dv, n, w);
+    return why;
+  };
+  const problem pb =
+      agree(ctx, "ring_attention_backward", mine, opt, local, [&](const problem& p) { s.allocate(p, in, fwd, d_o); });
+  tile_math<A> math;
+  poll_while_computing(ctx, pb, math);
+  const overlap::detail::plan_base plan = summary<T>("backward", pb);
+  if (pb.ring) {
+    const unit u(s.slot_bytes);
+    backward_pattern<T> pattern{pb, s, math, u};
+    overlap::detail::run_on_ring(ctx, plan, pattern, overlap::detail::op_id::ring_attention, 1);
+    finish_backward(pb, s, pattern.own_grads(), grads);
+    return;
+  }
+  bulk_backward(ctx, plan, pb, s, math);
+  finish_backward(pb, s, s.partial.data(), grads);
+}
+
+}  // namespace overlap

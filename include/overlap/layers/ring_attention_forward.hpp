@@ -1,0 +1,134 @@
+#pragma once
+/// @file
+/// Ring attention's forward pass (layers/ring_attention.hpp): every step
+/// folds one rank's K/V block into the online softmax of this rank's
+/// queries while the next block arrives.
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "overlap/layers/ring_attention_problem.hpp"
+
+namespace overlap::layers::attention::detail {
+
+/// What the forward pass allocates once the ranks agreed on the problem.
+template <class T>
+struct forward_state {
+  using A = attention_acc_t<T>;  ///< the type attention computes in
+  std::vector<A> q;              ///< this rank's queries, dense
+  std::vector<A> o, max, sum;    ///< the online softmax (online_softmax)
+  std::vector<A> wide;           ///< a received block widened to A (bf16 only)
+  byte_buffer slots;             ///< ring: two blocks; bulk: every rank's block
+  int64_t slot_bytes = 0;        ///< ring: bytes per slot
+  std::vector<int64_t> offsets;  ///< bulk: where rank r's block starts
+
+  /// Sizes everything for pb and packs this rank's K and V where they leave from.
+  void allocate(const problem& pb, const attention_inputs<T>& in) {
+    const int64_t n = in.q.rows, w = pb.d.width();
+    dense_copy(in.q, q);
+    o.assign(size_t(n * w), A(0));
+    max.assign(size_t(pb.d.heads * n), -std::numeric_limits<A>::infinity());
+    sum.assign(size_t(pb.d.heads * n), A(0));
+    offsets.assign(size_t(pb.ranks) + 1, 0);
+    for (int r = 0; r < pb.ranks; ++r) offsets[size_t(r) + 1] = offsets[size_t(r)] + kv_bytes<T>(pb.rows(r), w);
+    slot_bytes = kv_bytes<T>(pb.max_rows(), w);
+    slots.resize(pb.ring ? 2 * slot_bytes : offsets.back());
+    pack_kv(in, reinterpret_cast<T*>(slots.at(pb.ring ? 0 : offsets[size_t(pb.rank)])));
+  }
+};
+
+/// The ring pattern of the forward pass (engine::run_ring): step t computes
+/// on the block of src(t) in slot t % 2 while it goes on to the previous
+/// rank and the next block arrives in the other slot.
+template <class T>
+struct forward_pattern {
+  using A = attention_acc_t<T>;  ///< the type attention computes in
+  const problem& pb;             ///< the agreed call
+  forward_state<T>& s;           ///< its buffers
+  tile_math<A>& math;            ///< the tiles' GEMMs
+  const unit& u;                 ///< what messages count
+
+  /// One step per rank's block.
+  [[nodiscard]] int steps() const { return pb.ranks; }
+  /// A block is received one step ahead; a send completes before the next step's.
+  [[nodiscard]] engine::ring_window window() const { return {1, 0}; }
+  /// The block of step t, in its slot.
+  [[nodiscard]] engine::transfer block(int t) const {
+    return {s.slots.at((t % 2) * s.slot_bytes), u.type, u.count(kv_bytes<T>(pb.rows(pb.src(t)), pb.d.width()))};
+  }
+  /// Steps 1 .. ranks - 1 receive their block.
+  [[nodiscard]] engine::transfer recv(int t, int /*lane*/) const {
+    return t >= 1 && t < pb.ranks ? block(t) : engine::transfer{};
+  }
+  /// Every block but the last goes on to the previous rank.
+  [[nodiscard]] engine::transfer send(int t, int /*lane*/) const {
+    return t < pb.ranks - 1 ? block(t) : engine::transfer{};
+  }
+  /// Folds step t's block into the online softmax.
+  void compute(int t) { fold(pb, s, math, pb.src(t), s.slots.at((t % 2) * s.slot_bytes)); }
+
+  /// Folds rank src's block (at `at`) into the online softmax.
+  static void fold(const problem& pb, forward_state<T>& s, tile_math<A>& math, int src, const void* at) {
+    const kv_block<A> kv = as_acc<A, T>(at, pb.rows(src), pb.d.width(), s.wide);
+    const online_softmax<A> st{s.o.data(), s.max.data(), s.sum.data(), int64_t(s.q.size()) / pb.d.width()};
+    each_tile(pb, src, [&](const tile& x) { math.forward(pb.d, s.q.data(), kv, x, st); });
+  }
+};
+
+/// out = the normalised output and the log-sum-exp of the online softmax.
+template <class T>
+void finish_forward(const problem& pb, const forward_state<T>& s, const attention_outputs<T>& out) {
+  using A = attention_acc_t<T>;
+  const int64_t n = out.o.rows, w = pb.d.width(), dh = pb.d.dh;
+  for (int64_t h = 0; h < pb.d.heads; ++h)
+    for (int64_t i = 0; i < n; ++i) {
+      const A l = s.sum[size_t(h * n + i)], inv = l > 0 ? A(1) / l : A(0);
+      for (int64_t j = h * dh; j < (h + 1) * dh; ++j) out.o(i, j) = narrow<T>(s.o[size_t(i * w + j)] * inv);
+      out.lse(h, i) = l > 0 ? s.max[size_t(h * n + i)] + std::log(l) : -std::numeric_limits<A>::infinity();
+    }
+}
+
+}  // namespace overlap::layers::attention::detail
+
+namespace overlap {
+
+template <class T>
+void ring_attention(context& ctx, const attention_inputs<T>& in, const attention_outputs<T>& out,
+                    const attention_options& opt) {
+  using namespace layers::attention;
+  using namespace layers::attention::detail;
+  using A = attention_acc_t<T>;
+  const int64_t n = in.q.rows, w = in.q.cols;
+  forward_state<T> s;
+  const call_row mine{n, w, opt.heads, opt.causal ? 1 : 0, int64_t(opt.strategy)};
+  auto local = [&] {
+    std::string why;
+    expect_view(why, "k", in.k, n, w);
+    expect_view(why, "v", in.v, n, w);
+    expect_view(why, "q", in.q, n, w);
+    expect_view(why, "the output o", out.o, n, w);
+    expect_view(why, "the log-sum-exp lse (heads x rows)", out.lse, opt.heads, n);
+    return why;
+  };
+  const problem pb = agree(ctx, "ring_attention", mine, opt, local, [&](const problem& p) { s.allocate(p, in); });
+  tile_math<A> math;
+  poll_while_computing(ctx, pb, math);
+  const overlap::detail::plan_base plan = summary<T>("forward", pb);
+  if (pb.ring) {
+    const unit u(s.slot_bytes);
+    forward_pattern<T> pattern{pb, s, math, u};
+    overlap::detail::run_on_ring(ctx, plan, pattern, overlap::detail::op_id::ring_attention, 1);
+  } else {
+    gather_blocks(ctx, plan, pb, s.offsets, s.slots);
+    overlap::detail::fatal_on_failure(
+        ctx, plan, "bulk", [&] { return plan.summary; },
+        [&] {
+          for (int t = 0; t < pb.ranks; ++t)  // in the ring's order: the same sums, the same bits
+            forward_pattern<T>::fold(pb, s, math, pb.src(t), s.slots.at(s.offsets[size_t(pb.src(t))]));
+        });
+  }
+  finish_forward(pb, s, out);
+}
+
+}  // namespace overlap

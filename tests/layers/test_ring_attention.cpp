@@ -1,0 +1,291 @@
+// Ring attention (overlap/layers/ring_attention.hpp), forward and backward,
+// against single-rank attention of the whole sequence in double with plain
+// loops (attention_reference.hpp): f32, bf16 and f64; causal and not; the
+// ring and the gather-first baseline; one or several heads; uneven
+// sequences (chunks differing by one token, empty chunks and ranks holding
+// no token); blocks of scores smaller than a chunk; strided views; a
+// permuted ring. The ring's forward output equals the baseline's bit for
+// bit (both fold the blocks in the same order). Bad input is refused on
+// every rank.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <overlap/context.hpp>
+#include <overlap/layers/example_values.hpp>
+#include <overlap/layers/ring_attention.hpp>
+
+#include "attention_reference.hpp"
+#include "reference.hpp"
+#include "rejects.hpp"
+
+using overlap::attention_options;
+using overlap::bfloat16;
+using overlap::causal_split;
+using overlap::strategy;
+using testing_support::attention_reference;
+using testing_support::matrix;
+
+namespace {
+
+struct attn_case {
+  int64_t seq, heads, dh;
+  bool causal;
+  strategy st;
+  int64_t block;
+};
+
+std::string describe(const attn_case& c) {
+  return "seq " + std::to_string(c.seq) + ", " + std::to_string(c.heads) + " heads x " + std::to_string(c.dh) +
+         (c.causal ? ", causal" : ", full") + (c.st == strategy::bulk ? ", bulk" : ", ring") + ", block " +
+         std::to_string(c.block);
+}
+
+template <class T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, bfloat16>)
+    return double(static_cast<float>(v));
+  else
+    return double(v);
+}
+template <class T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, bfloat16>)
+    return bfloat16(float(v));
+  else
+    return T(v);
+}
+
+// Entry (i, j) of tensor `name` at sequence position i, as T.
+template <class T>
+T value(const char* name, int64_t i, int64_t j) {
+  return from_double<T>(1.5 * overlap::layers::example_value(name, i, j));
+}
+
+template <class T>
+struct tolerance {
+  static constexpr double value = std::is_same_v<T, double> ? 1e-10 : std::is_same_v<T, float> ? 2e-5 : 1.5e-2;
+};
+
+// One rank's tensors for a case, filled from the global positions.
+template <class T>
+struct rank_data {
+  using A = overlap::attention_acc_t<T>;
+  matrix<T> q, k, v, o, d_o, dq, dk, dv;
+  matrix<A> lse;
+
+  rank_data(const causal_split& split, int rank, int64_t heads, int64_t w) {
+    const int64_t n = split.rows(rank);
+    q = matrix<T>(n, w, 3), k = matrix<T>(n, w, 1), v = matrix<T>(n, w, 2), d_o = matrix<T>(n, w, 1);
+    o = matrix<T>(n, w, 2), dq = matrix<T>(n, w, 1), dk = matrix<T>(n, w), dv = matrix<T>(n, w, 3);
+    lse = matrix<A>(heads, n, 2);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t pos = split.position(rank, i);
+      for (int64_t j = 0; j < w; ++j)
+        q(i, j) = value<T>("q", pos, j), k(i, j) = value<T>("k", pos, j), v(i, j) = value<T>("v", pos, j),
+             d_o(i, j) = value<T>("do", pos, j);
+    }
+  }
+  overlap::attention_inputs<T> inputs() const { return {q.cview(), k.cview(), v.cview()}; }
+};
+
+// The reference of a case, from the same values the ranks hold.
+template <class T>
+attention_reference reference_of(const attn_case& c) {
+  const int64_t w = c.heads * c.dh;
+  attention_reference r;
+  r.heads = c.heads, r.causal = c.causal;
+  for (auto* m : {&r.q, &r.k, &r.v, &r.d_o}) *m = testing_support::dense(c.seq, w);
+  for (int64_t i = 0; i < c.seq; ++i)
+    for (int64_t j = 0; j < w; ++j) {
+      r.q(i, j) = to_double(value<T>("q", i, j)), r.k(i, j) = to_double(value<T>("k", i, j));
+      r.v(i, j) = to_double(value<T>("v", i, j)), r.d_o(i, j) = to_double(value<T>("do", i, j));
+    }
+  r.forward();
+  r.backward();
+  return r;
+}
+
+template <class M>
+int expect_near_rows(const char* what, const M& got, const testing_support::dense& want, const causal_split& split,
+                     int rank, double tol, const std::string& where) {
+  int bad = 0;
+  for (int64_t i = 0; i < got.rows; ++i)
+    for (int64_t j = 0; j < got.cols; ++j) {
+      const double g = to_double(got(i, j)), e = want(split.position(rank, i), j);
+      if (!(std::abs(g - e) <= tol * (1 + std::abs(e))) && bad++ < 3)
+        ADD_FAILURE() << where << ": " << what << "(" << i << ", " << j << ") = " << g << ", expected " << e;
+    }
+  return bad;
+}
+
+template <class T>
+void run_case(overlap::context& ctx, const attn_case& c) {
+  const int P = ctx.size(), rank = ctx.rank();
+  const causal_split split(c.seq, P);
+  const int64_t w = c.heads * c.dh;
+  const attention_reference ref = reference_of<T>(c);
+  rank_data<T> d(split, rank, c.heads, w);
+  const attention_options opt{c.heads, c.causal, c.st, c.block};
+  overlap::ring_attention<T>(ctx, d.inputs(), {d.o.view(), d.lse.view()}, opt);
+  const double tol = tolerance<T>::value;
+  const std::string where = describe(c) + ", rank " + std::to_string(rank) + " of " + std::to_string(P);
+  expect_near_rows("o", d.o, ref.o, split, rank, tol, where);
+  for (int64_t h = 0; h < c.heads; ++h)
+    for (int64_t i = 0; i < split.rows(rank); ++i)
+      ASSERT_NEAR(double(d.lse(h, i)), ref.lse(h, split.position(rank, i)), 1e-4 * (1 + std::abs(ref.lse(h, 0))))
+          << where << ": lse(" << h << ", " << i << ")";
+  overlap::ring_attention_backward<T>(ctx, d.inputs(), {d.o.cview(), d.lse.cview()}, d.d_o.cview(),
+                                      {d.dq.view(), d.dk.view(), d.dv.view()}, opt);
+  const double gtol = std::is_same_v<T, bfloat16> ? 3e-2 : tol * 10;
+  expect_near_rows("dq", d.dq, ref.dq, split, rank, gtol, where);
+  expect_near_rows("dk", d.dk, ref.dk, split, rank, gtol, where);
+  expect_near_rows("dv", d.dv, ref.dv, split, rank, gtol, where);
+}
+
+std::vector<attn_case> sweep(int P) {
+  std::vector<attn_case> out;
+  // Every chunk one token, fewer tokens than chunks (empty chunks, ranks
+  // holding nothing), uneven chunks, and longer ones cut into blocks.
+  for (int64_t seq : {int64_t(1), int64_t(2 * P), int64_t(2 * P + 3), int64_t(37), int64_t(64)})
+    for (auto [heads, dh] : {std::pair<int64_t, int64_t>{1, 3}, {3, 8}})
+      for (bool causal : {true, false})
+        for (strategy st : {strategy::ring, strategy::bulk})
+          for (int64_t block : {int64_t(256), int64_t(4)}) out.push_back({seq, heads, dh, causal, st, block});
+  return out;
+}
+
+template <class T>
+void run_sweep() {
+  overlap::context ctx(MPI_COMM_WORLD);
+  for (const attn_case& c : sweep(ctx.size())) run_case<T>(ctx, c);
+}
+
+TEST(RingAttention, SweepF32) { run_sweep<float>(); }
+TEST(RingAttention, SweepBf16) { run_sweep<bfloat16>(); }
+TEST(RingAttention, SweepF64) { run_sweep<double>(); }
+
+// The ring folds the blocks in the order the baseline does: the same bits.
+template <class T>
+void ring_equals_bulk(bool causal) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  const int P = ctx.size(), rank = ctx.rank();
+  const causal_split split(45, P);
+  rank_data<T> ring(split, rank, 2, 12), bulk(split, rank, 2, 12);
+  overlap::ring_attention<T>(ctx, ring.inputs(), {ring.o.view(), ring.lse.view()}, {2, causal, strategy::ring, 5});
+  overlap::ring_attention<T>(ctx, bulk.inputs(), {bulk.o.view(), bulk.lse.view()}, {2, causal, strategy::bulk, 5});
+  for (int64_t i = 0; i < ring.o.rows; ++i)
+    ASSERT_EQ(0, std::memcmp(&ring.o(i, 0), &bulk.o(i, 0), sizeof(T) * size_t(ring.o.cols))) << "row " << i;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < ring.o.rows; ++i) ASSERT_EQ(ring.lse(h, i), bulk.lse(h, i));
+}
+TEST(RingAttention, RingEqualsBulkBitForBit) {
+  ring_equals_bulk<float>(true);
+  ring_equals_bulk<float>(false);
+  ring_equals_bulk<bfloat16>(true);
+}
+
+// On a ring whose order is not the ranks' (as placement by node makes one).
+TEST(RingAttention, PermutedRing) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  std::vector<int> order(size_t(ctx.size()));
+  std::iota(order.begin(), order.end(), 0);
+  std::reverse(order.begin(), order.end());
+  if (order.size() > 2) std::swap(order[0], order[1]);
+  overlap::detail::set_ring_for_testing(ctx, order);
+  run_case<float>(ctx, {29, 2, 4, true, strategy::ring, 3});
+  run_case<double>(ctx, {29, 2, 4, false, strategy::ring, 256});
+}
+
+// Bad input on one rank: every rank throws before any transfer, and the
+// context stays usable.
+TEST(RingAttention, BadInputRefusedOnEveryRank) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  const int P = ctx.size(), rank = ctx.rank(), last = P - 1;
+  const causal_split split(20, P);
+  rank_data<float> d(split, rank, 2, 8);
+  const auto valid = [&] {
+    overlap::ring_attention<float>(ctx, d.inputs(), {d.o.view(), d.lse.view()}, {2, true, strategy::ring, 256});
+  };
+  auto call = [&](const attention_options& opt, overlap::attention_inputs<float> in) {
+    overlap::ring_attention<float>(ctx, in, {d.o.view(), d.lse.view()}, opt);
+  };
+  using testing_support::expect_all_ranks_reject;
+  // Rows that are not the causal split's: the last rank passes 7 more, which
+  // no split of a longer sequence gives it while the others keep theirs (on
+  // one rank any count is the split of a sequence that long).
+  if (P > 1) {
+    const causal_split longer(20 + 7 * P, P);
+    rank_data<float> big(longer, rank, 2, 8);
+    expect_all_ranks_reject(
+        "causal split",
+        [&] {
+          if (rank != last) return valid();
+          const int64_t n = d.q.rows + 7;
+          const auto cut = [&](const matrix<float>& m) { return m.cview().block(0, 0, n, 8); };
+          const overlap::attention_outputs<float> out{big.o.view().block(0, 0, n, 8),
+                                                      {big.lse.data.data(), 2, n, big.lse.ld}};
+          overlap::ring_attention<float>(ctx, {cut(big.q), cut(big.k), cut(big.v)}, out,
+                                         {2, true, strategy::ring, 256});
+        },
+        valid);
+  }
+  expect_all_ranks_reject(
+      "multiple of heads",
+      [&] {
+        call({3, true, strategy::ring, 256}, d.inputs());
+      },
+      valid);
+  if (P > 1)
+    expect_all_ranks_reject(
+        "disagree on the heads",
+        [&] {
+          call({rank == last ? 1 : 2, true, strategy::ring, 256}, d.inputs());
+        },
+        valid);
+  expect_all_ranks_reject(
+      "strategy",
+      [&] {
+        call({2, true, strategy::bidirectional, 256}, d.inputs());
+      },
+      valid);
+  expect_all_ranks_reject(
+      "block",
+      [&] {
+        call({2, true, strategy::ring, rank == last ? 0 : 256}, d.inputs());
+      },
+      valid);
+  if (P > 1)
+    expect_all_ranks_reject(
+        "disagree on the causal mask",
+        [&] {
+          call({2, rank != last, strategy::ring, 256}, d.inputs());
+        },
+        valid);
+  expect_all_ranks_reject(
+      "k must be",
+      [&] {
+        overlap::attention_inputs<float> in = d.inputs();
+        if (rank == last) in.k.cols = 7;
+        call({2, true, strategy::ring, 256}, in);
+      },
+      valid);
+  expect_all_ranks_reject(
+      "d_o",
+      [&] {
+        matrix<float> small(d.q.rows, 4);
+        overlap::ring_attention_backward<float>(
+            ctx, d.inputs(), {d.o.cview(), d.lse.cview()}, rank == last ? small.cview() : d.d_o.cview(),
+            {d.dq.view(), d.dk.view(), d.dv.view()}, {2, true, strategy::ring, 256});
+      },
+      valid);
+}
+
+}  // namespace
