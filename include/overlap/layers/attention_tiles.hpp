@@ -50,6 +50,13 @@ struct kv_block {
   int64_t ld = 0;        ///< elements between rows
 };
 
+/// Queries: rows ld apart (heads side by side in each row).
+template <class A>
+struct query_rows {
+  const A* q = nullptr;  ///< row 0
+  int64_t ld = 0;        ///< elements between rows
+};
+
 /// The forward pass's running state for this rank's `rows` queries: the
 /// unnormalised output (rows x width, dense), and per head and row (heads x
 /// rows) the running maximum of the scaled scores and the running sum of
@@ -66,7 +73,7 @@ struct online_softmax {
 /// rows x width; heads x rows for lse and delta).
 template <class A>
 struct backward_rows {
-  const A* q = nullptr;      ///< the queries
+  query_rows<A> q;           ///< the queries
   const A* d_o = nullptr;    ///< d(loss)/d(output)
   const A* lse = nullptr;    ///< the forward pass's log-sum-exp of the scaled scores
   const A* delta = nullptr;  ///< per head and row: d_o . o
@@ -77,10 +84,11 @@ struct backward_rows {
 /// (rows x width, dense) and dk, dv for the block's keys (rows ld apart).
 template <class A>
 struct tile_grads {
-  A* dq = nullptr;  ///< this rank's rows
-  A* dk = nullptr;  ///< the block's rows
-  A* dv = nullptr;  ///< the block's rows
-  int64_t ld = 0;   ///< of dk and dv
+  A* dq = nullptr;    ///< this rank's rows
+  int64_t dq_ld = 0;  ///< of dq
+  A* dk = nullptr;    ///< the block's rows
+  A* dv = nullptr;    ///< the block's rows
+  int64_t ld = 0;     ///< of dk and dv
 };
 
 /// The largest of x[0..n) (-infinity when n is 0) and the sum of x[0..n):
@@ -122,7 +130,7 @@ class tile_math {
   void on_block(std::function<void()> poll) { poll_ = std::move(poll); }
 
   /// Folds the keys of tile t into the online softmax of its queries.
-  void forward(const dims& d, const A* q, kv_block<A> kv, const tile& t, online_softmax<A> st) {
+  void forward(const dims& d, query_rows<A> q, kv_block<A> kv, const tile& t, online_softmax<A> st) {
     const int64_t w = d.width();
     const A scale = A(d.scale());
     for (int64_t h = 0; h < d.heads; ++h) {
@@ -131,7 +139,8 @@ class tile_math {
         const int64_t mb = std::min(d.block, t.q_rows - i0), kn = keys(t, i0, mb), row0 = t.q_begin + i0;
         if (kn == 0) continue;
         A* p = scratch(p_, mb * kn);
-        gemm_.run(product::abt, mb, kn, d.dh, {q + row0 * w + c, w, kv.k + t.k_begin * kv.ld + c, kv.ld, p, kn});
+        gemm_.run(product::abt, mb, kn, d.dh,
+                  {q.q + row0 * q.ld + c, q.ld, kv.k + t.k_begin * kv.ld + c, kv.ld, p, kn});
         alpha_.resize(size_t(mb));
         for (int64_t i = 0; i < mb; ++i) {
           A* row = p + i * kn;
@@ -174,10 +183,10 @@ class tile_math {
       for (int64_t i0 = 0; i0 < t.q_rows; i0 += d.block) {
         const int64_t mb = std::min(d.block, t.q_rows - i0), kn = keys(t, i0, mb), row0 = t.q_begin + i0;
         if (kn == 0) continue;
-        const A *q = in.q + row0 * w + c, *d_o = in.d_o + row0 * w + c;
+        const A *q = in.q.q + row0 * in.q.ld + c, *d_o = in.d_o + row0 * w + c;
         A *p = scratch(p_, mb * kn), *dp = scratch(dp_, mb * kn);
-        gemm_.run(product::abt, mb, kn, d.dh, {q, w, k, kv.ld, p, kn});  // S = Q K^T
-        for (int64_t i = 0; i < mb; ++i) {                               // P = exp(scale S - lse)
+        gemm_.run(product::abt, mb, kn, d.dh, {q, in.q.ld, k, kv.ld, p, kn});  // S = Q K^T
+        for (int64_t i = 0; i < mb; ++i) {                                     // P = exp(scale S - lse)
           A* row = p + i * kn;
           const int64_t lim = visible(t, i0 + i, kn);
           const A lse = in.lse[h * in.rows + row0 + i];
@@ -192,8 +201,9 @@ class tile_math {
           const A delta = in.delta[h * in.rows + row0 + i];
           for (int64_t j = 0; j < kn; ++j) dp[i * kn + j] = p[i * kn + j] * (dp[i * kn + j] - delta) * scale;
         }
-        gemm_.run(product::ab, mb, d.dh, kn, {dp, kn, k, kv.ld, g.dq + row0 * w + c, w}, into::add);  // dQ += dS K
-        gemm_.run(product::atb, kn, d.dh, mb, {dp, kn, q, w, dk, g.ld}, into::add);                   // dK += dS^T Q
+        gemm_.run(product::ab, mb, d.dh, kn, {dp, kn, k, kv.ld, g.dq + row0 * g.dq_ld + c, g.dq_ld},
+                  into::add);                                                              // dQ += dS K
+        gemm_.run(product::atb, kn, d.dh, mb, {dp, kn, q, in.q.ld, dk, g.ld}, into::add);  // dK += dS^T Q
         if (poll_) poll_();
       }
     }
@@ -216,5 +226,19 @@ class tile_math {
   std::vector<A> p_, dp_, alpha_;
   std::function<void()> poll_;
 };
+
+/// Ends an online softmax: st.o divided by each row's sum (per head), and
+/// lse (heads x rows, ld rows) = the rows' log-sum-exp of the scaled scores.
+template <class A>
+void normalise(const dims& d, online_softmax<A> st, A* lse) {
+  const int64_t w = d.width();
+  for (int64_t h = 0; h < d.heads; ++h)
+    for (int64_t i = 0; i < st.rows; ++i) {
+      const A l = st.sum[h * st.rows + i], inv = l > 0 ? A(1) / l : A(0);
+      A* o = st.o + i * w + h * d.dh;
+      for (int64_t j = 0; j < d.dh; ++j) o[j] *= inv;
+      lse[h * st.rows + i] = l > 0 ? st.max[h * st.rows + i] + std::log(l) : -std::numeric_limits<A>::infinity();
+    }
+}
 
 }  // namespace overlap::layers::attention

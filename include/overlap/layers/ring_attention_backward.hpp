@@ -73,8 +73,8 @@ struct backward_state {
   void fold(const problem& pb, tile_math<A>& math, int src, const void* at, A* dkv) {
     const int64_t w = pb.d.width(), rows = pb.rows(src);
     const kv_block<A> kv = as_acc<A, T>(at, rows, w, wide);
-    const backward_rows<A> in{q.data(), d_o.data(), lse.data(), delta.data(), int64_t(q.size()) / w};
-    const tile_grads<A> g{dq.data(), dkv, dkv + rows * w, w};
+    const backward_rows<A> in{{q.data(), w}, d_o.data(), lse.data(), delta.data(), int64_t(q.size()) / w};
+    const tile_grads<A> g{dq.data(), w, dkv, dkv + rows * w, w};
     each_tile(pb, src, [&](const tile& x) { math.backward(pb.d, in, kv, x, g); });
   }
 };

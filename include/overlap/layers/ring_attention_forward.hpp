@@ -72,21 +72,20 @@ struct forward_pattern {
   static void fold(const problem& pb, forward_state<T>& s, tile_math<A>& math, int src, const void* at) {
     const kv_block<A> kv = as_acc<A, T>(at, pb.rows(src), pb.d.width(), s.wide);
     const online_softmax<A> st{s.o.data(), s.max.data(), s.sum.data(), int64_t(s.q.size()) / pb.d.width()};
-    each_tile(pb, src, [&](const tile& x) { math.forward(pb.d, s.q.data(), kv, x, st); });
+    each_tile(pb, src, [&](const tile& x) { math.forward(pb.d, {s.q.data(), pb.d.width()}, kv, x, st); });
   }
 };
 
 /// out = the normalised output and the log-sum-exp of the online softmax.
 template <class T>
-void finish_forward(const problem& pb, const forward_state<T>& s, const attention_outputs<T>& out) {
+void finish_forward(const problem& pb, forward_state<T>& s, const attention_outputs<T>& out) {
   using A = attention_acc_t<T>;
-  const int64_t n = out.o.rows, w = pb.d.width(), dh = pb.d.dh;
+  const int64_t n = out.o.rows, w = pb.d.width();
+  normalise<A>(pb.d, {s.o.data(), s.max.data(), s.sum.data(), n}, s.max.data());  // lse over max: read, then written
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < w; ++j) out.o(i, j) = narrow<T>(s.o[size_t(i * w + j)]);
   for (int64_t h = 0; h < pb.d.heads; ++h)
-    for (int64_t i = 0; i < n; ++i) {
-      const A l = s.sum[size_t(h * n + i)], inv = l > 0 ? A(1) / l : A(0);
-      for (int64_t j = h * dh; j < (h + 1) * dh; ++j) out.o(i, j) = narrow<T>(s.o[size_t(i * w + j)] * inv);
-      out.lse(h, i) = l > 0 ? s.max[size_t(h * n + i)] + std::log(l) : -std::numeric_limits<A>::infinity();
-    }
+    for (int64_t i = 0; i < n; ++i) out.lse(h, i) = s.max[size_t(h * n + i)];
 }
 
 }  // namespace overlap::layers::attention::detail

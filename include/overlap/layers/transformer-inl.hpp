@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -103,7 +104,7 @@ transformer_block<T>::transformer_block(context& ctx, const block_shape& s, cons
     const auto n = size_t(l_.rows()), d = size_t(s.hidden), S = size_t(s.seq), w = size_t(l_.width()),
                f = size_t(l_.ffn_width()), hr = size_t(l_.head_shards.size(l_.rank));
     for (auto* v : {&x_, &h_, &dh_, &dy_}) v->resize(n * d);
-    for (auto* v : {&mean1_, &rstd1_, &mean2_, &rstd2_}) v->resize(n);
+    for (auto* v : {&mean1_, &stat1_, &mean2_, &stat2_}) v->resize(n);
     for (auto* v : {&y1_, &a_t_, &y2_, &z_t_, &dz_t_, &dy_t_, &dh_t_}) v->resize(n * d);
     for (auto* v : {&y1g_, &y2g_, &dzg_t_, &dhg_t_}) v->resize(S * d);
     for (auto* v : {&qkv_t_, &dqkv_t_}) v->resize(S * 3 * w);
@@ -112,10 +113,15 @@ transformer_block<T>::transformer_block(context& ctx, const block_shape& s, cons
     for (auto* v : {&qkv_, &dqkv_}) v->resize(S * 3 * w);
     for (auto* v : {&o_, &do_}) v->resize(S * w);
     for (auto* v : {&upre_, &du_}) v->resize(S * f);
-    lse_.resize(hr * S);
-    if (hr > 0)
-      for (auto* v : {&p_, &dp_}) v->resize(S * S);
+    for (auto* v : {&lse_, &amax_, &asum_, &delta_}) v->resize(hr * S);
     for (auto* v : {&conv_a_, &conv_b_}) v->resize(S * std::max({d, f, 3 * w}));
+    if constexpr (!std::is_same_v<acc, double>) {
+      for (auto* v : {&ln_y_, &ln_dx_}) v->resize(n * d);
+      for (auto* v : {&ln_g_, &ln_b_, &ln_dg_, &ln_db_}) v->resize(d);
+    }
+    size_t replicated = 0;
+    g_.each([&](const char*, std::vector<acc>& v, bool r) { replicated += r ? v.size() : 0; });
+    packed_.resize(replicated);
   } catch (const std::bad_alloc&) {
     what = "cannot allocate the block's activations and scratch (std::bad_alloc)";
   }
@@ -159,8 +165,7 @@ void transformer_block<T>::forward(matrix_view<const T> x, matrix_view<T> out) {
     detail::phase_span ph(tr, "layer norm 1");
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < d; ++j) x_[size_t(i * d + j)] = detail::cast<acc>(x(i, j));
-    math::layer_norm<acc, T>({x_.data(), n, d}, {w_.ln1_g.data(), w_.ln1_b.data()}, y1_.data(),
-                             {mean1_.data(), rstd1_.data()});
+    norm_forward(x_, w_.ln1_g, w_.ln1_b, y1_, mean1_, stat1_);
   }
   {
     detail::phase_span ph(tr, "QKV projection (all-gather matmul)");
@@ -179,19 +184,30 @@ void transformer_block<T>::forward(matrix_view<const T> x, matrix_view<T> out) {
   {
     detail::phase_span ph(tr, "residual, layer norm 2");
     for (size_t i = 0; i < h_.size(); ++i) h_[i] = x_[i] + detail::cast<acc>(a_t_[i]);
-    math::layer_norm<acc, T>({h_.data(), n, d}, {w_.ln2_g.data(), w_.ln2_b.data()}, y2_.data(),
-                             {mean2_.data(), rstd2_.data()});
+    norm_forward(h_, w_.ln2_g, w_.ln2_b, y2_, mean2_, stat2_);
   }
   mlp_forward(out);
   have_forward_ = true;
 }
 
 template <class T>
+attention::dims transformer_block<T>::attention_dims() const {
+  return {l_.head_shards.size(l_.rank), l_.head_dim(), opt_.attention_block};
+}
+
+template <class T>
 void transformer_block<T>::attention_forward() {
   detail::phase_span ph(ctx_->tracer(), "attention (local heads)");
-  const math::attention_shape s{l_.shape.seq, l_.head_shards.size(l_.rank), l_.head_dim(), opt_.attention_block};
-  const acc* qkv = detail::widen(qkv_t_, qkv_);
-  math::attention(gemm_, s, qkv, {o_.data(), lse_.data()}, p_);
+  const attention::dims dd = attention_dims();
+  const int64_t S = l_.shape.seq, w = dd.width();
+  const acc* qkv = detail::widen(qkv_t_, qkv_);  // kept in qkv_ (bf16) for the backward pass
+  std::fill(o_.begin(), o_.end(), acc(0));
+  std::fill(amax_.begin(), amax_.end(), -std::numeric_limits<acc>::infinity());
+  std::fill(asum_.begin(), asum_.end(), acc(0));
+  const attention::online_softmax<acc> st{o_.data(), amax_.data(), asum_.data(), S};
+  // Causal attention of the whole sequence is one diagonal tile of ring attention's.
+  tiles_.forward(dd, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, st);
+  attention::normalise(dd, st, lse_.data());
   detail::narrow(o_, o_t_);
 }
 
@@ -208,8 +224,15 @@ void transformer_block<T>::mlp_forward(matrix_view<T> out) {
   }
   {
     detail::phase_span ph(tr, "GELU");
-    const acc* pre = detail::widen(upre_t_, upre_);
-    for (size_t i = 0; i < u_t_.size(); ++i) u_t_[i] = detail::cast<T>(math::gelu(pre[i]));
+    const acc* pre = detail::widen(upre_t_, upre_);  // kept in upre_ (bf16) for the backward pass
+    if constexpr (std::is_same_v<acc, double>) {
+      for (size_t i = 0; i < u_t_.size(); ++i) u_t_[i] = math::gelu(pre[i]);
+    } else if constexpr (std::is_same_v<T, float>) {
+      prims_.gelu(pre, u_t_.data(), int64_t(u_t_.size()));
+    } else {
+      prims_.gelu(pre, du_.data(), int64_t(u_t_.size()));  // du_ is free until the backward pass
+      std::transform(du_.begin(), du_.end(), u_t_.begin(), [](acc v) { return detail::cast<T>(v); });
+    }
   }
   {
     detail::phase_span ph(tr, "MLP down projection (matmul reduce-scatter)");
@@ -257,8 +280,7 @@ void transformer_block<T>::backward(matrix_view<const T> dout, matrix_view<T> dx
   {
     detail::phase_span ph(ctx_->tracer(), "layer norm 1 backward, residual");
     const acc* dy = detail::widen(dy_t_, dy_);
-    math::layer_norm_backward<acc, T>({x_.data(), n, d}, dy, w_.ln1_g.data(), {mean1_.data(), rstd1_.data()},
-                                      dh_.data(), {g_.ln1_g.data(), g_.ln1_b.data()});
+    norm_backward(x_, dy, w_.ln1_g, w_.ln1_b, mean1_, stat1_, g_.ln1_g, g_.ln1_b);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < d; ++j) dx(i, j) = detail::cast<T>(dh_[size_t(i * d + j)]);
   }
@@ -276,11 +298,13 @@ void transformer_block<T>::mlp_backward() {
   }
   {
     detail::phase_span ph(tr, "GELU backward");
-    const acc* pre = detail::widen(upre_t_, upre_);
-    for (size_t i = 0; i < du_.size(); ++i) {
-      du_[i] = detail::cast<acc>(du_t_[i]) * math::gelu_grad(pre[i]);
-      du_t_[i] = detail::cast<T>(du_[i]);  // the pre-activation's gradient, input of the reduce-scatter
+    const acc* pre = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(upre_t_.data()) : upre_.data();
+    if constexpr (std::is_same_v<acc, double>) {
+      for (size_t i = 0; i < du_.size(); ++i) du_[i] = detail::cast<acc>(du_t_[i]) * math::gelu_grad(pre[i]);
+    } else {
+      prims_.gelu_backward(pre, detail::widen(du_t_, du_), du_.data(), int64_t(du_.size()));
     }
+    detail::narrow(du_, du_t_);  // the pre-activation's gradient, input of the reduce-scatter
   }
   auto op = [&](bool started) {
     detail::phase_span ph(
@@ -296,8 +320,7 @@ void transformer_block<T>::mlp_backward() {
   });
   detail::phase_span ph(tr, "layer norm 2 backward");
   const acc* dy = detail::widen(dy_t_, dy_);
-  math::layer_norm_backward<acc, T>({h_.data(), n, d}, dy, w_.ln2_g.data(), {mean2_.data(), rstd2_.data()}, dh_.data(),
-                                    {g_.ln2_g.data(), g_.ln2_b.data()});
+  norm_backward(h_, dy, w_.ln2_g, w_.ln2_b, mean2_, stat2_, g_.ln2_g, g_.ln2_b);
 }
 
 template <class T>
@@ -323,10 +346,19 @@ void transformer_block<T>::attention_backward() {
   });
   {
     detail::phase_span ph(tr, "attention backward (local heads)");
-    const math::attention_shape s{S, l_.head_shards.size(l_.rank), l_.head_dim(), opt_.attention_block};
+    const attention::dims dd = attention_dims();
     const acc* d_o = detail::widen(do_t_, do_);
-    math::attention_backward(gemm_, s, detail::widen(qkv_t_, qkv_), {o_.data(), lse_.data()}, d_o, dqkv_.data(), p_,
-                             dp_);
+    const acc* qkv = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(qkv_t_.data()) : qkv_.data();  // forward's
+    for (int64_t h = 0; h < dd.heads; ++h)  // the softmax's backward term per row: dO . O
+      for (int64_t i = 0; i < S; ++i) {
+        acc sum = 0;
+        for (int64_t j = h * dd.dh; j < (h + 1) * dd.dh; ++j) sum += d_o[i * w + j] * o_[size_t(i * w + j)];
+        delta_[size_t(h * S + i)] = sum;
+      }
+    std::fill(dqkv_.begin(), dqkv_.end(), acc(0));
+    const attention::backward_rows<acc> in{{qkv, 3 * w}, d_o, lse_.data(), delta_.data(), S};
+    acc* g = dqkv_.data();
+    tiles_.backward(dd, in, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, {g, 3 * w, g + w, g + 2 * w, 3 * w});
     detail::narrow(dqkv_, dqkv_t_);
   }
   auto op = [&](bool started) {
@@ -346,18 +378,51 @@ void transformer_block<T>::attention_backward() {
 
 template <class T>
 void transformer_block<T>::sum_replicated_grads() {
-  std::vector<acc> packed;
+  size_t at = 0;  // into packed_, sized by the constructor: no allocation per step
   g_.each([&](const char*, std::vector<acc>& v, bool replicated) {
-    if (replicated) packed.insert(packed.end(), v.begin(), v.end());
+    if (replicated) at = size_t(std::copy(v.begin(), v.end(), packed_.begin() + long(at)) - packed_.begin());
   });
   const MPI_Datatype type = std::is_same_v<acc, double> ? MPI_DOUBLE : MPI_FLOAT;
-  OVERLAP_MPI(MPI_Allreduce, MPI_IN_PLACE, packed.data(), int(packed.size()), type, MPI_SUM, comm_.get());
-  size_t at = 0;
+  OVERLAP_MPI(MPI_Allreduce, MPI_IN_PLACE, packed_.data(), int(packed_.size()), type, MPI_SUM, comm_.get());
+  at = 0;
   g_.each([&](const char*, std::vector<acc>& v, bool replicated) {
     if (!replicated) return;
-    std::copy(packed.begin() + long(at), packed.begin() + long(at + v.size()), v.begin());
+    std::copy(packed_.begin() + long(at), packed_.begin() + long(at + v.size()), v.begin());
     at += v.size();
   });
+}
+
+template <class T>
+void transformer_block<T>::norm_forward(const std::vector<acc>& x, const std::vector<T>& g, const std::vector<T>& b,
+                                        std::vector<T>& y, std::vector<acc>& mean, std::vector<acc>& stat) {
+  const int64_t n = l_.rows(), d = l_.shape.hidden;
+  if constexpr (std::is_same_v<acc, double>) {
+    math::layer_norm<acc, T>({x.data(), n, d}, {g.data(), b.data()}, y.data(), {mean.data(), stat.data()});
+  } else {
+    const norm_rows r{x.data(), n, d, detail::widen(g, ln_g_), detail::widen(b, ln_b_), mean.data(), stat.data()};
+    if constexpr (std::is_same_v<T, float>) {
+      prims_.layer_norm(r, y.data());
+    } else {
+      prims_.layer_norm(r, ln_y_.data());
+      detail::narrow(ln_y_, y);
+    }
+  }
+}
+
+template <class T>
+void transformer_block<T>::norm_backward(const std::vector<acc>& x, const acc* dy, const std::vector<T>& g,
+                                         const std::vector<T>& b, std::vector<acc>& mean, std::vector<acc>& stat,
+                                         std::vector<acc>& gg, std::vector<acc>& gb) {
+  const int64_t n = l_.rows(), d = l_.shape.hidden;
+  if constexpr (std::is_same_v<acc, double>) {
+    math::layer_norm_backward<acc, T>({x.data(), n, d}, dy, g.data(), {mean.data(), stat.data()}, dh_.data(),
+                                      {gg.data(), gb.data()});
+  } else {
+    const norm_rows r{x.data(), n, d, detail::widen(g, ln_g_), detail::widen(b, ln_b_), mean.data(), stat.data()};
+    prims_.layer_norm_backward(r, dy, ln_dx_.data(), {ln_dg_.data(), ln_db_.data()});
+    for (size_t i = 0; i < ln_dx_.size(); ++i) dh_[i] += ln_dx_[i];
+    for (size_t j = 0; j < ln_dg_.size(); ++j) gg[j] += ln_dg_[j], gb[j] += ln_db_[j];
+  }
 }
 
 }  // namespace overlap::layers

@@ -33,9 +33,11 @@
 #include "overlap/bfloat16.hpp"
 #include "overlap/context.hpp"
 #include "overlap/engine/trace.hpp"
+#include "overlap/layers/attention_tiles.hpp"
 #include "overlap/layers/block_params.hpp"
 #include "overlap/layers/local_gemm.hpp"
 #include "overlap/layers/local_math.hpp"
+#include "overlap/layers/local_primitives.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/matmul_reduce_scatter.hpp"
@@ -98,6 +100,15 @@ class transformer_block {
   void mlp_backward();
   void attention_backward();
   void sum_replicated_grads();
+  /// y = LN(x) with gain g and bias b; keeps each row's mean and statistic
+  /// (the variance on oneDNN, in float; 1 / sqrt(var + eps) in double).
+  void norm_forward(const std::vector<acc>& x, const std::vector<T>& g, const std::vector<T>& b, std::vector<T>& y,
+                    std::vector<acc>& mean, std::vector<acc>& stat);
+  /// dh_ += d(loss)/dx of that layer norm for dy; gg, gb += its parameters' gradients.
+  void norm_backward(const std::vector<acc>& x, const acc* dy, const std::vector<T>& g, const std::vector<T>& b,
+                     std::vector<acc>& mean, std::vector<acc>& stat, std::vector<acc>& gg, std::vector<acc>& gb);
+  /// The shapes of this rank's attention (its heads over the whole sequence).
+  [[nodiscard]] attention::dims attention_dims() const;
   template <class Op, class Local>
   void overlapped(Op&& op, Local&& local);
   /// The ops' options: the block's strategy, B transposed or not.
@@ -113,14 +124,17 @@ class transformer_block {
   block_params<T> w_;
   block_params<acc> g_;
   local_gemm<acc> gemm_;
+  attention::tile_math<acc> tiles_;  ///< attention: the online softmax of ring attention, on one rank
+  local_primitives prims_;           ///< layer norms and GELU on oneDNN (float)
   bool have_forward_ = false;
 
   // Forward activations (S = seq, n = rows(), d = hidden, w = width(), f = ffn_width()).
-  std::vector<acc> x_, mean1_, rstd1_, h_, mean2_, rstd2_;  // n x d, n
+  std::vector<acc> x_, mean1_, stat1_, h_, mean2_, stat2_;  // n x d, n
   std::vector<T> y1_, y1g_, qkv_t_, o_t_, a_t_, y2_, y2g_, upre_t_, u_t_, z_t_;
-  std::vector<acc> qkv_, o_, lse_, upre_, p_, dp_;
+  std::vector<acc> qkv_, o_, lse_, upre_, amax_, asum_;  // qkv_, upre_: widened once (bf16), read again backward
   // Backward scratch.
-  std::vector<acc> dh_, dy_, du_, dqkv_, do_, conv_a_, conv_b_;
+  std::vector<acc> dh_, dy_, du_, dqkv_, do_, conv_a_, conv_b_, delta_, packed_;
+  std::vector<acc> ln_y_, ln_dx_, ln_g_, ln_b_, ln_dg_, ln_db_;  // the layer norms' float scratch
   std::vector<T> dz_t_, dzg_t_, du_t_, dy_t_, dh_t_, dhg_t_, do_t_, dqkv_t_;
 };
 
