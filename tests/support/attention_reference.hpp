@@ -8,17 +8,12 @@
 #include <limits>
 #include <vector>
 
+#include "transformer_reference.hpp"
+
 namespace testing_support {
 
-/// A dense seq x width matrix of doubles.
-struct dense {
-  int64_t rows = 0, cols = 0;
-  std::vector<double> v;
-  dense() = default;
-  dense(int64_t r, int64_t c) : rows(r), cols(c), v(size_t(r * c), 0.0) {}
-  double& operator()(int64_t i, int64_t j) { return v[size_t(i * cols + j)]; }
-  double operator()(int64_t i, int64_t j) const { return v[size_t(i * cols + j)]; }
-};
+/// Dense matrices of doubles, as the block's reference has them.
+using dense = reference::mat;
 
 /// Attention of `heads` heads over the whole sequence: o, lse (heads x seq)
 /// from q, k, v; then dq, dk, dv for d_o.
@@ -27,12 +22,12 @@ struct attention_reference {
   bool causal = true;
   dense q, k, v, o, lse, d_o, dq, dk, dv;
 
-  [[nodiscard]] int64_t dh() const { return q.cols / heads; }
+  [[nodiscard]] int64_t dh() const { return q.c / heads; }
   [[nodiscard]] bool sees(int64_t i, int64_t j) const { return !causal || j <= i; }
 
   // Row i's probabilities of head h (zero where masked) and its log-sum-exp.
   std::vector<double> probabilities(int64_t h, int64_t i, double& lse_out) const {
-    const int64_t n = q.rows, d = dh();
+    const int64_t n = q.r, d = dh();
     const double scale = 1.0 / std::sqrt(double(d));
     std::vector<double> s(size_t(n), -std::numeric_limits<double>::infinity());
     double mx = -std::numeric_limits<double>::infinity();
@@ -50,7 +45,7 @@ struct attention_reference {
   }
 
   void forward() {
-    const int64_t n = q.rows, w = q.cols, d = dh();
+    const int64_t n = q.r, w = q.c, d = dh();
     o = dense(n, w), lse = dense(heads, n);
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < n; ++i) {
@@ -61,7 +56,7 @@ struct attention_reference {
   }
 
   void backward() {
-    const int64_t n = q.rows, w = q.cols, d = dh();
+    const int64_t n = q.r, w = q.c, d = dh();
     const double scale = 1.0 / std::sqrt(double(d));
     dq = dense(n, w), dk = dense(n, w), dv = dense(n, w);
     for (int64_t h = 0; h < heads; ++h)

@@ -199,12 +199,8 @@ void ring_attention_backward(context& ctx, const attention_inputs<T>& in, const 
   using A = attention_acc_t<T>;
   const int64_t n = in.q.rows, w = in.q.cols;
   backward_state<T> s;
-  const call_row mine{n, w, opt.heads, opt.causal ? 1 : 0, int64_t(opt.strategy)};
   auto local = [&] {
-    std::string why;
-    expect_view(why, "k", in.k, n, w);
-    expect_view(why, "v", in.v, n, w);
-    expect_view(why, "q", in.q, n, w);
+    std::string why = input_errors(in);
     expect_view(why, "the forward output o", fwd.o, n, w);
     expect_view(why, "the log-sum-exp lse (heads x rows)", fwd.lse, opt.heads, n);
     expect_view(why, "d_o", d_o, n, w);
@@ -213,8 +209,8 @@ void ring_attention_backward(context& ctx, const attention_inputs<T>& in, const 
     expect_view(why, "dv", grads.dv, n, w);
     return why;
   };
-  const problem pb =
-      agree(ctx, "ring_attention_backward", mine, opt, local, [&](const problem& p) { s.allocate(p, in, fwd, d_o); });
+  const problem pb = agree(ctx, "ring_attention_backward", row_of(in, opt), opt, local,
+                           [&](const problem& p) { s.allocate(p, in, fwd, d_o); });
   tile_math<A> math;
   poll_while_computing(ctx, pb, math);
   const overlap::detail::plan_base plan = summary<T>("backward", pb);

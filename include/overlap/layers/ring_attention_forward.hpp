@@ -100,17 +100,14 @@ void ring_attention(context& ctx, const attention_inputs<T>& in, const attention
   using A = attention_acc_t<T>;
   const int64_t n = in.q.rows, w = in.q.cols;
   forward_state<T> s;
-  const call_row mine{n, w, opt.heads, opt.causal ? 1 : 0, int64_t(opt.strategy)};
   auto local = [&] {
-    std::string why;
-    expect_view(why, "k", in.k, n, w);
-    expect_view(why, "v", in.v, n, w);
-    expect_view(why, "q", in.q, n, w);
+    std::string why = input_errors(in);
     expect_view(why, "the output o", out.o, n, w);
     expect_view(why, "the log-sum-exp lse (heads x rows)", out.lse, opt.heads, n);
     return why;
   };
-  const problem pb = agree(ctx, "ring_attention", mine, opt, local, [&](const problem& p) { s.allocate(p, in); });
+  const problem pb =
+      agree(ctx, "ring_attention", row_of(in, opt), opt, local, [&](const problem& p) { s.allocate(p, in); });
   tile_math<A> math;
   poll_while_computing(ctx, pb, math);
   const overlap::detail::plan_base plan = summary<T>("forward", pb);

@@ -184,6 +184,21 @@ void expect_view(std::string& why, const char* what, const V& v, int64_t rows, i
         std::to_string(v.ld) + ")";
 }
 
+/// What this rank states about a call with inputs `in`.
+template <class T>
+call_row row_of(const attention_inputs<T>& in, const attention_options& opt) {
+  return {in.q.rows, in.q.cols, opt.heads, opt.causal ? 1 : 0, int64_t(opt.strategy)};
+}
+/// The inputs' complaint, if any: k and v must have q's shape.
+template <class T>
+std::string input_errors(const attention_inputs<T>& in) {
+  std::string why;
+  expect_view(why, "k", in.k, in.q.rows, in.q.cols);
+  expect_view(why, "v", in.v, in.q.rows, in.q.cols);
+  expect_view(why, "q", in.q, in.q.rows, in.q.cols);
+  return why;
+}
+
 /// The checks of this rank's options and sizes that need nothing from the other ranks.
 inline std::string local_errors(const attention_options& opt, const call_row& mine) {
   const int64_t rows = mine.rows, width = mine.width;
