@@ -227,6 +227,20 @@ class tile_math {
   std::function<void()> poll_;
 };
 
+/// The softmax's backward term of every head and row (delta, heads x
+/// rows): the sum over keys of dP_ij P_ij, which equals dO_i . O_i. d_o is
+/// rows x width (dense); o(i, j) gives the forward output's entry as A.
+template <class A, class O>
+void softmax_deltas(const dims& d, int64_t rows, const A* d_o, O&& o, A* delta) {
+  const int64_t w = d.width();
+  for (int64_t h = 0; h < d.heads; ++h)
+    for (int64_t i = 0; i < rows; ++i) {
+      A sum = 0;
+      for (int64_t j = h * d.dh; j < (h + 1) * d.dh; ++j) sum += d_o[i * w + j] * o(i, j);
+      delta[h * rows + i] = sum;
+    }
+}
+
 /// Ends an online softmax: st.o divided by each row's sum (per head), and
 /// lse (heads x rows, ld rows) = the rows' log-sum-exp of the scaled scores.
 template <class A>

@@ -2,7 +2,8 @@
 /// @file
 /// The transformer block's elementwise and row-wise local work on oneDNN's
 /// primitives, in float: layer normalisation (`layer_normalization`) and
-/// GELU (`eltwise`, gelu_erf), forward and backward. The block's double
+/// GELU (`eltwise`, gelu_erf), forward and backward, and the exp of the
+/// softmax inside attention (`eltwise`, exp). The block's double
 /// path keeps the plain loops of layers/local_math.hpp (oneDNN has no f64
 /// primitives), which are also the reference these are measured against.
 
@@ -34,7 +35,7 @@ struct norm_rows {
   float* variance = nullptr;  ///< one per row
 };
 
-/// Layer norm and GELU on oneDNN (f32). Primitives are cached by shape.
+/// Layer norm, GELU and exp on oneDNN (f32). Primitives are cached by shape.
 /// Local; not thread-safe: one caller at a time.
 class local_primitives {
  public:
@@ -76,6 +77,15 @@ class local_primitives {
       stream_->wait();
     });
   }
+  /// x[i] = exp(x[i]) for n values, in place.
+  void exp(float* x, int64_t n) {
+    backend::detail::onednn_call("dnnl::eltwise_forward (exp)", [&] {
+      exp_kernel& k = exp_of(n);
+      const dnnl::memory m = mem(k.data, x);
+      k.fwd.execute(*stream_, {{DNNL_ARG_SRC, m}, {DNNL_ARG_DST, m}});
+      stream_->wait();
+    });
+  }
   /// dx = dy * gelu'(x) for n values (dx may be dy).
   void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
     backend::detail::onednn_call("dnnl::eltwise_backward (gelu_erf)", [&] {
@@ -98,6 +108,11 @@ class local_primitives {
     dnnl::memory::desc data;
     dnnl::eltwise_forward fwd;
     dnnl::eltwise_backward bwd;
+  };
+
+  struct exp_kernel {
+    dnnl::memory::desc data;
+    dnnl::eltwise_forward fwd;
   };
 
   const dnnl::engine& engine() {
@@ -143,10 +158,22 @@ class local_primitives {
     return gelus_.emplace(n, gelu_kernels{data, dnnl::eltwise_forward(fwd), dnnl::eltwise_backward(bwd)}).first->second;
   }
 
+  exp_kernel& exp_of(int64_t n) {
+    auto it = exps_.find(n);
+    if (it != exps_.end()) return it->second;
+    if (exps_.size() > 64) exps_.clear();  // tile shapes changed many times: start again
+    const dnnl::memory::desc data({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+    const dnnl::eltwise_forward::primitive_desc fwd(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_exp, data, 0.f, 0.f),
+        engine());
+    return exps_.emplace(n, exp_kernel{data, dnnl::eltwise_forward(fwd)}).first->second;
+  }
+
   std::unique_ptr<dnnl::engine> engine_;
   std::unique_ptr<dnnl::stream> stream_;
   std::map<std::pair<int64_t, int64_t>, norm> norms_;
   std::map<int64_t, gelu_kernels> gelus_;
+  std::map<int64_t, exp_kernel> exps_;
 };
 
 }  // namespace overlap::layers

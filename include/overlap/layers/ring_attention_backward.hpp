@@ -41,17 +41,14 @@ struct backward_state {
   /// Sizes everything for pb, computes delta, and packs this rank's K and V where they leave from.
   void allocate(const problem& pb, const attention_inputs<T>& in, const attention_saved<T>& fwd,
                 matrix_view<const T> d_out) {
-    const int64_t n = in.q.rows, w = pb.d.width(), dh = pb.d.dh, H = pb.d.heads;
+    const int64_t n = in.q.rows, w = pb.d.width(), H = pb.d.heads;
     dense_copy(in.q, q);
     dense_copy(d_out, d_o);
     lse.resize(size_t(H * n)), delta.resize(size_t(H * n));
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < n; ++i) {
-        lse[size_t(h * n + i)] = fwd.lse(h, i);
-        A s = 0;  // the softmax's backward term: sum over j of dP_ij P_ij, which is dO_i . O_i
-        for (int64_t j = h * dh; j < (h + 1) * dh; ++j) s += d_o[size_t(i * w + j)] * widen<A>(fwd.o(i, j));
-        delta[size_t(h * n + i)] = s;
-      }
+      for (int64_t i = 0; i < n; ++i) lse[size_t(h * n + i)] = fwd.lse(h, i);
+    softmax_deltas(
+        pb.d, n, d_o.data(), [&](int64_t i, int64_t j) { return widen<A>(fwd.o(i, j)); }, delta.data());
     dq.assign(size_t(n * w), A(0));
     partial.resize(size_t(2 * pb.max_rows() * w));
     offsets.assign(size_t(pb.ranks) + 1, 0);
@@ -167,16 +164,14 @@ void bulk_backward(context& ctx, const overlap::detail::plan_base& plan, const p
     grad_at[size_t(r) + 1] = grad_at[size_t(r)] + 2 * pb.rows(r) * w;
   }
   gather_blocks(ctx, plan, pb, s.offsets, s.slots);
-  overlap::detail::fatal_on_failure(
-      ctx, plan, "bulk", [&] { return plan.summary; },
-      [&] {
-        for (int t = 0; t < pb.ranks; ++t) {  // in the ring's order, as the ring computes dq
-          const int src = pb.src(t);
-          s.fold(pb, math, src, s.slots.at(s.offsets[size_t(src)]), s.all_grads.data() + grad_at[size_t(src)]);
-        }
-      });
+  overlap::detail::run_local_step(ctx, plan, [&] {
+    for (int t = 0; t < pb.ranks; ++t) {  // in the ring's order, as the ring computes dq
+      const int src = pb.src(t);
+      s.fold(pb, math, src, s.slots.at(s.offsets[size_t(src)]), s.all_grads.data() + grad_at[size_t(src)]);
+    }
+  });
   const MPI_Datatype type = mpi_type_of(dtype_of<A>());
-  bulk_collective(
+  overlap::detail::run_collective(
       ctx, plan, "MPI_Reduce_scatter",
       [&] {
         return MPI_Reduce_scatter(s.all_grads.data(), s.partial.data(), grad_counts.data(), type, MPI_SUM, ctx.comm());

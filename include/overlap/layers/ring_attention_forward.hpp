@@ -117,12 +117,10 @@ void ring_attention(context& ctx, const attention_inputs<T>& in, const attention
     overlap::detail::run_on_ring(ctx, plan, pattern, overlap::detail::op_id::ring_attention, 1);
   } else {
     gather_blocks(ctx, plan, pb, s.offsets, s.slots);
-    overlap::detail::fatal_on_failure(
-        ctx, plan, "bulk", [&] { return plan.summary; },
-        [&] {
-          for (int t = 0; t < pb.ranks; ++t)  // in the ring's order: the same sums, the same bits
-            forward_pattern<T>::fold(pb, s, math, pb.src(t), s.slots.at(s.offsets[size_t(pb.src(t))]));
-        });
+    overlap::detail::run_local_step(ctx, plan, [&] {
+      for (int t = 0; t < pb.ranks; ++t)  // in the ring's order: the same sums, the same bits
+        forward_pattern<T>::fold(pb, s, math, pb.src(t), s.slots.at(s.offsets[size_t(pb.src(t))]));
+    });
   }
   finish_forward(pb, s, out);
 }

@@ -303,15 +303,6 @@ overlap::detail::plan_base summary(const char* pass, const problem& pb) {
   return b;
 }
 
-/// Runs an MPI collective of the baseline on the fatal path (the ranks agreed to run).
-template <class Blocking, class Start>
-void bulk_collective(context& ctx, const overlap::detail::plan_base& plan, const char* call, Blocking&& blocking,
-                     Start&& start) {
-  overlap::detail::fatal_on_failure(
-      ctx, plan, "bulk", [&] { return plan.summary; },
-      [&] { overlap::detail::watched_collective(ctx, call, blocking, start, [&] { return plan.summary; }); });
-}
-
 /// The baseline's gather: every rank's K/V block, packed at offsets[r] of
 /// `all` on rank r, lands at offsets[r] on every rank (MPI_Allgatherv).
 inline void gather_blocks(context& ctx, const overlap::detail::plan_base& plan, const problem& pb,
@@ -324,7 +315,7 @@ inline void gather_blocks(context& ctx, const overlap::detail::plan_base& plan, 
   }
   void* buf = all.at(0);
   const int mine = counts[size_t(pb.rank)];
-  bulk_collective(
+  overlap::detail::run_collective(
       ctx, plan, "MPI_Allgatherv",
       [&] { return MPI_Allgatherv(MPI_IN_PLACE, mine, u.type, buf, counts.data(), displs.data(), u.type, ctx.comm()); },
       [&](MPI_Request* r) {

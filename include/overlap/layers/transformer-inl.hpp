@@ -231,7 +231,7 @@ void transformer_block<T>::mlp_forward(matrix_view<T> out) {
       prims_.gelu(pre, u_t_.data(), int64_t(u_t_.size()));
     } else {
       prims_.gelu(pre, du_.data(), int64_t(u_t_.size()));  // du_ is free until the backward pass
-      std::transform(du_.begin(), du_.end(), u_t_.begin(), [](acc v) { return detail::cast<T>(v); });
+      detail::narrow(du_, u_t_);
     }
   }
   {
@@ -349,12 +349,8 @@ void transformer_block<T>::attention_backward() {
     const attention::dims dd = attention_dims();
     const acc* d_o = detail::widen(do_t_, do_);
     const acc* qkv = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(qkv_t_.data()) : qkv_.data();  // forward's
-    for (int64_t h = 0; h < dd.heads; ++h)  // the softmax's backward term per row: dO . O
-      for (int64_t i = 0; i < S; ++i) {
-        acc sum = 0;
-        for (int64_t j = h * dd.dh; j < (h + 1) * dd.dh; ++j) sum += d_o[i * w + j] * o_[size_t(i * w + j)];
-        delta_[size_t(h * S + i)] = sum;
-      }
+    attention::softmax_deltas(
+        dd, S, d_o, [&](int64_t i, int64_t j) { return o_[size_t(i * w + j)]; }, delta_.data());
     std::fill(dqkv_.begin(), dqkv_.end(), acc(0));
     const attention::backward_rows<acc> in{{qkv, 3 * w}, d_o, lse_.data(), delta_.data(), S};
     acc* g = dqkv_.data();
