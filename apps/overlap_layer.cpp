@@ -19,6 +19,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 #include <overlap/layers/example_values.hpp>
+#include <overlap/layers/ring_attention.hpp>
 #include <overlap/layers/transformer.hpp>
 #include <overlap/overlap.hpp>
 
@@ -36,8 +37,8 @@ struct options {
   std::string dtype = "f32";
   std::vector<std::string> modes{"automatic"};
   bool only = false;
-  int steps = 5, warmup = 1, tp = 0;
-  bool check = true;
+  int steps = 5, warmup = 1, tp = 0, cp = 1;
+  bool check = true, sequence_parallel = true;
   std::string json, transport;
 };
 
@@ -50,10 +51,18 @@ struct step_result {
 template <class T>
 struct runner {
   overlap::context* ctx_;
-  transformer_block<T> blk;
+  overlap::context* cp_;
+  std::unique_ptr<transformer_block<T>> made;
+  transformer_block<T>& blk;
   std::vector<T> x, dout, out, dx;
 
-  runner(overlap::context& ctx, const block_shape& s, overlap::strategy st) : ctx_(&ctx), blk(ctx, s, {st, true}) {
+  /// The block on tp alone (cp null) or on tp x cp.
+  runner(overlap::context& ctx, overlap::context* cp, const block_shape& s, const overlap::layers::block_options& o)
+      : ctx_(&ctx),
+        cp_(cp),
+        made(cp != nullptr ? std::make_unique<transformer_block<T>>(ctx, *cp, s, o)
+                           : std::make_unique<transformer_block<T>>(ctx, s, o)),
+        blk(*made) {
     overlap::layers::visit(blk.params(), blk.layout(), [&](const char* name, T& v, int64_t i, int64_t j) {
       v = overlap::layers::detail::cast<T>(overlap::layers::example_parameter(s, name, i, j));
     });
@@ -62,10 +71,9 @@ struct runner {
     x.resize(size_t(n * d)), dout.resize(x.size()), out.resize(x.size()), dx.resize(x.size());
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < d; ++j) {
-        x[size_t(i * d + j)] =
-            overlap::layers::detail::cast<T>(overlap::layers::example_value("x", l.row_offset() + i, j));
+        x[size_t(i * d + j)] = overlap::layers::detail::cast<T>(overlap::layers::example_value("x", l.token(i), j));
         dout[size_t(i * d + j)] =
-            overlap::layers::detail::cast<T>(overlap::layers::example_value("dout", l.row_offset() + i, j));
+            overlap::layers::detail::cast<T>(overlap::layers::example_value("dout", l.token(i), j));
       }
   }
   void step() {
@@ -74,6 +82,7 @@ struct runner {
     blk.forward({x.data(), n, d}, {out.data(), n, d});
     blk.backward({dout.data(), n, d}, {dx.data(), n, d});
   }
+  /// out, dx and the gradients (summed over the cp shares: the whole sequence's).
   [[nodiscard]] step_result result() {
     step_result r;
     auto add = [&](const auto& v) {
@@ -83,6 +92,9 @@ struct runner {
     add(out), add(dx);
     auto g = blk.grads();
     g.each([&](const char*, const auto& v, bool) { add(v); });
+    if (cp_ != nullptr)
+      for (size_t t = 2; t < r.tensors.size(); ++t)
+        MPI_Allreduce(MPI_IN_PLACE, r.tensors[t].data(), int(r.tensors[t].size()), MPI_DOUBLE, MPI_SUM, cp_->comm());
     return r;
   }
 };
@@ -102,13 +114,17 @@ double max_rel_err(MPI_Comm comm, const step_result& got, const step_result& wan
   return worst;
 }
 
-/// The step's eight collectives alone, as the bulk strategy runs them: 4
-/// all-gathers of the activations (all_gather_matmul with an empty product
-/// and the gathered operand kept) and 4 reduce-scatters of partial sums
-/// (matmul_reduce_scatter of an empty contraction).
+/// The step's collectives alone, as the bulk strategy runs them. Sequence
+/// parallel: 4 all-gathers of the activations (all_gather_matmul with an
+/// empty product and the gathered operand kept) and 4 reduce-scatters of
+/// partial sums (matmul_reduce_scatter of an empty contraction); without: 4
+/// all-reduces (matmul_all_reduce of an empty contraction). With a cp axis
+/// also ring attention's gathers of K and V and the reduce-scatter of their
+/// gradients (bulk, on a context that skips the computing).
 template <class T>
-std::function<void()> comm_only(overlap::context& ctx, const overlap::layers::block_layout& l) {
-  const int64_t n = l.rows(), d = l.shape.hidden, S = l.shape.seq;
+std::function<void()> comm_only(overlap::context& ctx, overlap::context* cp, const overlap::layers::block_layout& l) {
+  const int64_t n = l.rows(), d = l.shape.hidden, S = l.share_rows(), w = l.width();
+  const bool sp = l.axes.sequence_parallel;
   auto mine = std::make_shared<std::vector<T>>(size_t(n * d), overlap::layers::detail::cast<T>(1.0));
   auto gathered = std::make_shared<std::vector<T>>(size_t(S * d));
   auto summed = std::make_shared<std::vector<T>>(size_t(n * d));
@@ -116,12 +132,40 @@ std::function<void()> comm_only(overlap::context& ctx, const overlap::layers::bl
   ag.strategy = overlap::strategy::bulk;
   overlap::rs_options rs;
   rs.strategy = overlap::strategy::bulk;
+  overlap::ar_options ar;
+  ar.strategy = overlap::strategy::bulk;
+  std::shared_ptr<overlap::context> attention_ctx;
+  auto qkv = std::make_shared<std::vector<T>>(size_t(S * 3 * w), overlap::layers::detail::cast<T>(0.5));
+  auto o = std::make_shared<std::vector<T>>(size_t(S * w)), dqkv = std::make_shared<std::vector<T>>(qkv->size());
+  const int64_t heads = l.head_shards.size(l.rank);
+  auto lse = std::make_shared<std::vector<overlap::attention_acc_t<T>>>(size_t(heads * S));
+  if (cp != nullptr) {
+    overlap::config c = cp->config();
+    c.phases = overlap::ring_phases::comm_only;
+    c.trace.clear();
+    attention_ctx = std::make_shared<overlap::context>(cp->comm(), c);
+  }
   return [=, &ctx] {
     for (int i = 0; i < 4; ++i) {
+      if (!sp) {
+        overlap::matmul_all_reduce<T>(ctx, {nullptr, n, 0}, {nullptr, 0, d}, {summed->data(), n, d}, ar);
+        continue;
+      }
       overlap::all_gather_matmul<T>(ctx, {mine->data(), n, d}, {nullptr, d, 0}, {nullptr, S, 0},
                                     {gathered->data(), S, d}, ag);
       overlap::matmul_reduce_scatter<T>(ctx, {nullptr, S, 0}, {nullptr, 0, d}, {summed->data(), n, d}, rs);
     }
+    if (!attention_ctx || heads == 0) return;
+    overlap::attention_options ao;
+    ao.heads = heads;
+    ao.strategy = overlap::strategy::bulk;
+    const T* p = qkv->data();
+    T* g = dqkv->data();
+    const overlap::attention_inputs<T> in{{p, S, w, 3 * w}, {p + w, S, w, 3 * w}, {p + 2 * w, S, w, 3 * w}};
+    overlap::ring_attention<T>(*attention_ctx, in, {{o->data(), S, w}, {lse->data(), heads, S}}, ao);
+    overlap::ring_attention_backward<T>(*attention_ctx, in, {{o->data(), S, w}, {lse->data(), heads, S}},
+                                        {o->data(), S, w},
+                                        {{g, S, w, 3 * w}, {g + w, S, w, 3 * w}, {g + 2 * w, S, w, 3 * w}}, ao);
   };
 }
 
@@ -135,8 +179,12 @@ int run(const options& o) {
   int world = 1, wrank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
-  overlap::mesh mesh(MPI_COMM_WORLD, {{"dp", 0}, {"tp", o.tp > 0 ? o.tp : world, true}});
+  // tp varies fastest (a tensor group on one node where it fits), then cp.
+  overlap::mesh mesh(MPI_COMM_WORLD, {{"dp", 0}, {"cp", o.cp, true}, {"tp", o.tp > 0 ? o.tp : world / o.cp, true}});
   overlap::context& ctx = mesh.context("tp");
+  overlap::context* cp = o.cp > 1 ? &mesh.context("cp") : nullptr;
+  overlap::layers::block_options bo;
+  bo.sequence_parallel = o.sequence_parallel;
   std::vector<std::string> modes;
   if (!o.only) modes.emplace_back("bulk");
   for (const auto& m : o.modes)
@@ -146,10 +194,11 @@ int run(const options& o) {
   for (const auto& m : modes) {
     overlap::strategy st = overlap::strategy::bulk;
     (void)overlap::parse_enum(m, st);  // CLI11 checked the names
-    runners.push_back(std::make_unique<runner<T>>(ctx, o.shape, st));
+    bo.strategy = st;
+    runners.push_back(std::make_unique<runner<T>>(ctx, cp, o.shape, bo));
     bodies.emplace_back([r = runners.back().get()] { r->step(); });
   }
-  bodies.push_back(comm_only<T>(ctx, runners.front()->blk.layout()));
+  bodies.push_back(comm_only<T>(ctx, cp, runners.front()->blk.layout()));
   // The step without communication: every op's products and the local work
   // (a second context on the same ranks that skips every transfer and
   // collective: config::phases = ring_phases::compute_only; the results
@@ -158,7 +207,10 @@ int run(const options& o) {
   quiet.phases = overlap::ring_phases::compute_only;
   quiet.trace.clear();  // not in the timeline, whose last step is the last mode's
   overlap::context compute_ctx(ctx.comm(), quiet);
-  runner<T> compute(compute_ctx, o.shape, overlap::strategy::bulk);
+  std::unique_ptr<overlap::context> compute_cp;
+  if (cp != nullptr) compute_cp = std::make_unique<overlap::context>(cp->comm(), quiet);
+  bo.strategy = overlap::strategy::bulk;
+  runner<T> compute(compute_ctx, compute_cp.get(), o.shape, bo);
   bodies.emplace_back([&compute] { compute.step(); });
   const std::vector<double> ms = overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o.warmup, o.steps, bodies);
   std::vector<row> rows;
@@ -168,7 +220,7 @@ int run(const options& o) {
     rows.push_back(r);
   }
   if (o.check) {  // the same block and data in double precision (bulk; Eigen products)
-    runner<double> ref(ctx, o.shape, overlap::strategy::bulk);
+    runner<double> ref(ctx, cp, o.shape, bo);
     ref.step();
     const step_result want = ref.result();
     for (size_t i = 0; i < modes.size(); ++i) rows[i].err = max_rel_err(MPI_COMM_WORLD, runners[i]->result(), want);
@@ -176,9 +228,10 @@ int run(const options& o) {
   if (wrank != 0) return 0;
   const auto& s = o.shape;
   fmt::print(
-      "overlap-layer: block seq={} hidden={} heads={} ffn={} {} on {} ranks ({} tensor group(s) of {}), "
+      "overlap-layer: block seq={} hidden={} heads={} ffn={} {} on {} ranks (dp {} x cp {} x tp {}), {}, "
       "transport: {}\n",
-      s.seq, s.hidden, s.heads, s.ffn, o.dtype, world, mesh.size("dp"), ctx.size(), o.transport);
+      s.seq, s.hidden, s.heads, s.ffn, o.dtype, world, mesh.size("dp"), mesh.size("cp"), ctx.size(),
+      o.sequence_parallel ? "sequence parallel" : "not sequence parallel (matmul all-reduce)", o.transport);
   fmt::print("{}\n", overlap::apps::provenance_line());
   fmt::print("gemm: {}\nstep = forward + backward; median of {} steps, slowest rank\n",
              ctx.gemm_path(overlap::dtype_of<T>()), o.steps);
@@ -188,8 +241,9 @@ int run(const options& o) {
                r.speedup > 0 ? fmt::format("{:.3f}x", r.speedup) : "-",
                r.speedup > 0 ? fmt::format("{:.0f}%", 100 * r.hidden) : "-",
                r.err >= 0 ? fmt::format("{:.1e}", r.err) : "-");
-  fmt::print("{:<14}{:>12.1f}   (the step's 4 all-gathers and 4 reduce-scatters alone, as bulk runs them)\n",
-             "comm only", comm_ms);
+  fmt::print("{:<14}{:>12.1f}   (the step's {}{} alone, as bulk runs them)\n", "comm only", comm_ms,
+             o.sequence_parallel ? "4 all-gathers and 4 reduce-scatters" : "4 all-reduces",
+             cp != nullptr ? ", ring attention's K/V gathers and gradient reduce-scatter" : "");
   fmt::print("{:<14}{:>12.1f}   (the step without communication; bulk / compute only = {:.2f}x bounds any overlap)\n",
              "compute only", compute_ms, bulk_ms > 0 ? bulk_ms / compute_ms : 0.0);
   if (o.json.empty()) return 0;
@@ -209,7 +263,11 @@ int run(const options& o) {
                      {"ffn", s.ffn},
                      {"dtype", o.dtype},
                      {"ranks", world},
-                     {"tensor_groups", mesh.size("dp")},
+                     {"tensor_groups", mesh.size("dp") * mesh.size("cp")},
+                     {"dp", mesh.size("dp")},
+                     {"cp", mesh.size("cp")},
+                     {"tp", ctx.size()},
+                     {"sequence_parallel", o.sequence_parallel},
                      {"steps", o.steps},
                      {"transport", o.transport}};
     j.update(provenance);
@@ -246,14 +304,21 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "unmeasured steps first")->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-check", o.check, "skip the double-precision run behind max_rel_err");
   app.add_option("--json", o.json, "append one JSON object per mode to FILE (rank 0)");
-  app.add_option("--tp", o.tp, "tensor-parallel group size: a dp x tp mesh, one block per group; 0: every rank")
+  app.add_option("--tp", o.tp, "tensor-parallel group size: a dp x cp x tp mesh; 0: the ranks left by --cp")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--cp", o.cp,
+                 "context-parallel size: the sequence in cp shares (causal split), attention as ring attention "
+                 "between them")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("!--no-sequence-parallel", o.sequence_parallel,
+               "every tensor-parallel rank holds all tokens; row-parallel outputs use matmul_all_reduce");
   overlap::apps::add_common_options(app, o.transport);
   if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
   if (o.shape.ffn == 0) o.shape.ffn = 4 * o.shape.hidden;
   o.transport = overlap::apps::transport_label(o.transport, "shared memory (one machine)");
-  if (o.tp > 0 && world % o.tp != 0) {
-    if (rank == 0) fmt::print(stderr, "overlap-layer: --tp {} does not divide the {} ranks\n", o.tp, world);
+  if (world % (o.cp * std::max(o.tp, 1)) != 0) {
+    if (rank == 0)
+      fmt::print(stderr, "overlap-layer: --cp {} x --tp {} does not divide the {} ranks\n", o.cp, o.tp, world);
     return 2;
   }
   try {

@@ -2,7 +2,8 @@
 # overlap-layer, tiny, at 2 and 3 ranks (uneven tokens, heads and MLP
 # columns): one JSON object per mode with the names issue 14 fixes (mode,
 # step_ms, speedup_vs_bulk, max_rel_err), every mode within f32 accuracy of
-# the double-precision block; OVERLAP_TRACE gives a Chrome trace per rank
+# the double-precision block, also without sequence parallelism and with a
+# cp axis; OVERLAP_TRACE gives a Chrome trace per rank
 # with the layer's phases and step spans, which render.py draws and
 # summary.py sums; bad shapes fail with a message and a non-zero status.
 set -euo pipefail
@@ -34,6 +35,30 @@ assert rows[0]["speedup_vs_bulk"] == 1.0
 print("layer json ok at", sys.argv[2], "ranks")
 PY
 done
+# Without sequence parallelism (matmul_all_reduce) and with a cp axis (ring
+# attention between the shares), also together: every mode within f32
+# accuracy of the double-precision block, the mesh in the JSON.
+for extra in "--no-sequence-parallel" "--cp 2" "--cp 2 --no-sequence-parallel" "--cp 3"; do
+  np=4
+  [[ $extra == "--cp 3" ]] && np=3
+  rm -f "$dir/mode.jsonl"
+  # shellcheck disable=SC2086  # extra is two words on purpose
+  mpi_run $np "$layer" "${shape[@]}" --modes ring,automatic $extra --json "$dir/mode.jsonl" > "$dir/mode.txt"
+  python3 - "$dir/mode.jsonl" $np "$extra" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+extra = sys.argv[3].split()
+cp = int(extra[extra.index("--cp") + 1]) if "--cp" in extra else 1
+assert [r["mode"] for r in rows] == ["bulk", "ring", "automatic"], rows
+for r in rows:
+    assert r["cp"] == cp and r["tp"] * cp == int(sys.argv[2]) and r["dp"] == 1, r
+    assert r["sequence_parallel"] == ("--no-sequence-parallel" not in extra), r
+    assert r["max_rel_err"] is not None and r["max_rel_err"] < 1e-5, r
+    assert r["step_ms"] > 0 and r["comm_ms"] > 0 and r["compute_ms"] > 0, r
+print("layer", sys.argv[3], "ok")
+PY
+done
+grep -q "ring attention.s K/V gathers" "$dir/mode.txt"  # the last run had a cp axis
 # bf16: the same rows, bf16's accuracy.
 mpi_run 2 "$layer" "${shape[@]}" --dtype bf16 --json "$dir/bf16.jsonl" > /dev/null
 python3 -c "
@@ -74,4 +99,9 @@ if timeout 60 "$MPIEXEC" "${MPI_FLAGS[@]}" -n 2 "$layer" --seq 8 --hidden 30 --h
   echo "hidden 30 with 4 heads was accepted"; exit 1
 fi
 grep -q "divisible by heads" "$dir/bad.txt"
+if timeout 60 "$MPIEXEC" "${MPI_FLAGS[@]}" -n 2 "$layer" --seq 8 --hidden 32 --heads 4 --cp 3 \
+     > "$dir/bad.txt" 2>&1; then
+  echo "--cp 3 on 2 ranks was accepted"; exit 1
+fi
+grep -q "does not divide the 2 ranks" "$dir/bad.txt"
 echo "layer app test: ok"

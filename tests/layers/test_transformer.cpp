@@ -12,12 +12,15 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <overlap/layers/example_values.hpp>
 #include <overlap/layers/transformer.hpp>
+#include <overlap/mesh.hpp>
 
 #include "transformer_reference.hpp"
 
@@ -63,7 +66,7 @@ struct fixture {
     std::vector<T> out(size_t(l.rows() * s.hidden));
     for (int64_t i = 0; i < l.rows(); ++i)
       for (int64_t j = 0; j < s.hidden; ++j)
-        out[size_t(i * s.hidden + j)] = overlap::layers::detail::cast<T>(m(l.row_offset() + i, j));
+        out[size_t(i * s.hidden + j)] = overlap::layers::detail::cast<T>(m(l.token(i), j));
     return out;
   }
 };
@@ -75,12 +78,15 @@ double max_abs(const reference::mat& m) {
 }
 
 /// Largest error of any tensor relative to the tensor's largest entry; the
-/// worst tensor's name in `worst`. Max over ranks.
+/// worst tensor's name in `worst`. Max over ranks. With a cp context the
+/// block is the two-axis one, and its gradients are summed over cp first.
 template <class T>
-double run_and_compare(overlap::context& ctx, const block_shape& s, const overlap::layers::block_options& opt,
-                       std::string& worst) {
+double run_and_compare(overlap::context& ctx, overlap::context* cp, const block_shape& s,
+                       const overlap::layers::block_options& opt, std::string& worst) {
   const fixture<T> f(s);
-  transformer_block<T> blk(ctx, s, opt);
+  auto made = cp != nullptr ? std::make_unique<transformer_block<T>>(ctx, *cp, s, opt)
+                            : std::make_unique<transformer_block<T>>(ctx, s, opt);
+  transformer_block<T>& blk = *made;
   f.set_params(blk);
   const block_layout& l = blk.layout();
   const int64_t n = l.rows(), d = s.hidden;
@@ -96,12 +102,18 @@ double run_and_compare(overlap::context& ctx, const block_shape& s, const overla
   };
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < d; ++j) {
-      note("out", double(overlap::layers::detail::cast<double>(out[size_t(i * d + j)])),
-           f.ref.out(l.row_offset() + i, j), max_abs(f.ref.out));
-      note("dx", overlap::layers::detail::cast<double>(dx[size_t(i * d + j)]), f.dx_ref(l.row_offset() + i, j),
+      note("out", double(overlap::layers::detail::cast<double>(out[size_t(i * d + j)])), f.ref.out(l.token(i), j),
+           max_abs(f.ref.out));
+      note("dx", overlap::layers::detail::cast<double>(dx[size_t(i * d + j)]), f.dx_ref(l.token(i), j),
            max_abs(f.dx_ref));
     }
   auto grads = blk.grads();
+  if (cp != nullptr)  // each share's part: the whole sequence's gradient is their sum
+    grads.each([&](const char*, auto& v, bool) {
+      using acc = typename std::decay_t<decltype(v)>::value_type;
+      MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), std::is_same_v<acc, double> ? MPI_DOUBLE : MPI_FLOAT,
+                    MPI_SUM, cp->comm());
+    });
   overlap::layers::visit(grads, l, [&](const char* name, auto& v, int64_t i, int64_t j) {
     const reference::mat& want = f.g_ref.at(name);
     note(std::string("d") + name, double(v), want(i, j), max_abs(want));
@@ -118,26 +130,58 @@ const block_shape tiny{3, 8, 2, 6};       // fewer tokens than ranks at 4 and 5
 const overlap::strategy strategies[] = {overlap::strategy::bulk, overlap::strategy::ring,
                                         overlap::strategy::bidirectional, overlap::strategy::automatic};
 
+std::string describe(const block_shape& s, const overlap::layers::block_options& o, int cp) {
+  return "seq " + std::to_string(s.seq) + " hidden " + std::to_string(s.hidden) + " heads " + std::to_string(s.heads) +
+         " ffn " + std::to_string(s.ffn) + " strategy " + overlap::to_string(o.strategy) + " overlapped wgrad " +
+         std::to_string(o.overlap_weight_gradients) + " attention block " + std::to_string(o.attention_block) +
+         " sequence parallel " + std::to_string(o.sequence_parallel) + " cp " + std::to_string(cp);
+}
+
 template <class T>
 void check_all(double tolerance) {
   overlap::context ctx(MPI_COMM_WORLD);
   for (const block_shape& s : {uneven, tiny})
     for (overlap::strategy st : strategies)
-      for (bool overlap_wgrad : {true, false}) {
-        // Causal attention in blocks of 4 query rows (several blocks, the last one short) and in one block.
-        const int64_t block = overlap_wgrad ? 4 : 256;
-        std::string worst;
-        const double err = run_and_compare<T>(ctx, s, {st, overlap_wgrad, block}, worst);
-        EXPECT_LT(err, tolerance) << "seq " << s.seq << " hidden " << s.hidden << " heads " << s.heads << " ffn "
-                                  << s.ffn << " strategy " << overlap::to_string(st) << " overlapped wgrad "
-                                  << overlap_wgrad << " attention block " << block << ": worst tensor " << worst;
-      }
+      for (bool overlap_wgrad : {true, false})
+        for (bool sequence_parallel : {true, false}) {
+          // Causal attention in blocks of 4 query rows (several blocks, the last one short) and in one block.
+          const overlap::layers::block_options o{st, overlap_wgrad, overlap_wgrad ? 4 : 256, sequence_parallel};
+          std::string worst;
+          const double err = run_and_compare<T>(ctx, nullptr, s, o, worst);
+          EXPECT_LT(err, tolerance) << describe(s, o, 1) << ": worst tensor " << worst;
+        }
+}
+
+/// The block on a cp x tp mesh, for every cp that divides the ranks
+/// (cp = 1: the two-axis constructor with one share): ring attention between
+/// the shares, the tensor-parallel ops within each.
+template <class T>
+void check_context_parallel(double tolerance) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  for (int cp = 1; cp <= world; ++cp) {
+    if (world % cp != 0) continue;
+    overlap::mesh m(MPI_COMM_WORLD, {{"cp", cp, true}, {"tp", 0, true}});
+    for (const block_shape& s : {uneven, tiny})
+      for (overlap::strategy st : {overlap::strategy::bulk, overlap::strategy::ring, overlap::strategy::automatic})
+        for (bool sequence_parallel : {true, false}) {
+          const overlap::layers::block_options o{st, true, 4, sequence_parallel};
+          std::string worst;
+          const double err = run_and_compare<T>(m.context("tp"), &m.context("cp"), s, o, worst);
+          EXPECT_LT(err, tolerance) << describe(s, o, cp) << ": worst tensor " << worst;
+        }
+  }
 }
 
 TEST(transformer, f32_forward_and_every_gradient_match_the_double_reference) { check_all<float>(5e-6); }
 TEST(transformer, f64_forward_and_every_gradient_match_the_double_reference) { check_all<double>(1e-12); }
 // bf16 operands (8 significant bits) rounded at every op boundary.
 TEST(transformer, bf16_forward_and_every_gradient_match_the_double_reference) { check_all<overlap::bfloat16>(3e-2); }
+TEST(transformer, context_parallel_f32_matches_the_double_reference) { check_context_parallel<float>(5e-6); }
+TEST(transformer, context_parallel_f64_matches_the_double_reference) { check_context_parallel<double>(1e-12); }
+TEST(transformer, context_parallel_bf16_matches_the_double_reference) {
+  check_context_parallel<overlap::bfloat16>(3e-2);
+}
 
 /// sum over all ranks of out * dout for the block's current parameters.
 double loss(transformer_block<double>& blk, const std::vector<double>& x, const std::vector<double>& dout) {
@@ -220,6 +264,12 @@ TEST(transformer, bad_input_is_rejected_on_every_rank) {
   if (ctx.size() > 1)  // one rank's shape differs from the others'
     expect_every_rank_rejects("different shapes", [&] {
       transformer_block<float>(ctx, {ctx.rank() == last ? int64_t(9) : int64_t(8), 8, 2, 8});
+    });
+  if (ctx.size() > 1)  // a "cp" axis that is not orthogonal to tp: its ranks have different tp ranks
+    expect_every_rank_rejects("same tp rank", [&] { transformer_block<float>(ctx, ctx, tiny); });
+  if (ctx.size() > 1)  // one rank without sequence parallelism
+    expect_every_rank_rejects("different shapes or modes", [&] {
+      transformer_block<float>(ctx, tiny, {overlap::strategy::ring, true, 4, ctx.rank() != last});
     });
   transformer_block<float> blk(ctx, tiny);
   const int64_t n = blk.layout().rows(), d = tiny.hidden;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "overlap/layers/causal_split.hpp"
 #include "overlap/matrix.hpp"
 
 namespace overlap::layers {
@@ -20,39 +21,74 @@ struct block_shape {
   int64_t ffn = 4096;     ///< the MLP's width
 };
 
-/// How one rank's shards sit in the global block (Megatron-style sequence
-/// parallelism): rank p holds rows().size(p) consecutive tokens of the
-/// activations between the tensor-parallel regions, heads().size(p) heads
-/// of attention (columns of Q, K, V, rows of the output projection) and
-/// ffn().size(p) columns of the MLP's up projection (rows of its down
-/// projection). Balanced: sizes differ by at most one, and may be 0.
+/// How a block's ranks are arranged: `tp` ranks share the tensor-parallel
+/// products (the block's context), and `cp` context-parallel shares of the
+/// sequence (causal_split over cp ranks; ring attention between them) each
+/// have such a group. This rank is `cp_rank` along the cp axis.
+struct block_axes {
+  int tp = 1;       ///< ranks of the tensor-parallel context
+  int cp = 1;       ///< context-parallel shares of the sequence
+  int cp_rank = 0;  ///< this rank's share (0 .. cp - 1)
+  /// Megatron-style sequence parallelism: between the tensor-parallel
+  /// regions each rank holds its own tokens of the share (the ops all-gather
+  /// and reduce-scatter). Without it every tp rank holds all of the share's
+  /// tokens (the local products need no gather and the row-parallel ones are
+  /// all-reduced: matmul_all_reduce).
+  bool sequence_parallel = true;
+};
+
+/// How one rank's shards sit in the global block. The sequence is first
+/// split into axes.cp shares (causal_split: two chunks each, one early and
+/// one late); the share's tokens are rows of every tp rank, or, with
+/// sequence parallelism, split over them: rank p holds seq_shards.size(p)
+/// consecutive rows of the share between the tensor-parallel regions. Rank p
+/// holds heads().size(p) heads of attention (columns of Q, K, V, rows of the
+/// output projection) and ffn().size(p) columns of the MLP's up projection
+/// (rows of its down projection). Balanced: sizes differ by at most one, and
+/// may be 0.
 struct block_layout {
-  block_shape shape;  ///< the global sizes
-  int rank = 0;       ///< whose shards the accessors below describe
+  block_shape shape;         ///< the global sizes
+  block_axes axes;           ///< tp, cp, this rank's share, sequence parallelism
+  int rank = 0;              ///< whose shards (along tp) the accessors below describe
+  causal_split split{0, 1};  ///< the sequence's shares over the cp axis
   ///@{
-  /// How tokens, heads and MLP columns are split over the ranks.
+  /// How the share's tokens (sequence parallel), heads and MLP columns are
+  /// split over the tp ranks.
   shard_layout seq_shards, head_shards, ffn_shards;
   ///@}
 
   block_layout() = default;
-  /// The shards of `ranks` ranks, as rank 0 sees them (on_rank(p) for p).
-  block_layout(const block_shape& s, int ranks)
+  /// The shards of `ranks` tensor-parallel ranks (sequence parallel, no cp
+  /// axis), as rank 0 sees them (on_rank(p) for p).
+  block_layout(const block_shape& s, int ranks) : block_layout(s, block_axes{ranks}) {}
+  /// The shards of axes.tp ranks in share axes.cp_rank, as rank 0 sees them.
+  block_layout(const block_shape& s, const block_axes& a)
       : shape(s),
-        seq_shards(shard_layout::balanced(s.seq, ranks)),
-        head_shards(shard_layout::balanced(s.heads, ranks)),
-        ffn_shards(shard_layout::balanced(s.ffn, ranks)) {}
-  /// The same layout, seen from rank p.
+        axes(a),
+        split(s.seq, a.cp),
+        seq_shards(shard_layout::balanced(split.rows(a.cp_rank), a.tp)),
+        head_shards(shard_layout::balanced(s.heads, a.tp)),
+        ffn_shards(shard_layout::balanced(s.ffn, a.tp)) {}
+  /// The same layout, seen from tp rank p.
   [[nodiscard]] block_layout on_rank(int p) const {
     block_layout l = *this;
     l.rank = p;
     return l;
   }
 
+  /// The tokens of this rank's share of the sequence: the rows the
+  /// tensor-parallel products gather and attention's queries (the whole
+  /// sequence without a cp axis).
+  [[nodiscard]] int64_t share_rows() const { return split.rows(axes.cp_rank); }
+  /// The sequence position of local row i (0 <= i < rows()).
+  [[nodiscard]] int64_t token(int64_t i) const {
+    return split.position(axes.cp_rank, axes.sequence_parallel ? seq_shards.offset(rank) + i : i);
+  }
   /// The width of one head.
   [[nodiscard]] int64_t head_dim() const { return shape.hidden / shape.heads; }
   ///@{
   /// This rank's tokens, attention width (local heads x head_dim) and MLP width.
-  [[nodiscard]] int64_t rows() const { return seq_shards.size(rank); }
+  [[nodiscard]] int64_t rows() const { return axes.sequence_parallel ? seq_shards.size(rank) : share_rows(); }
   [[nodiscard]] int64_t width() const { return head_shards.size(rank) * head_dim(); }
   [[nodiscard]] int64_t ffn_width() const { return ffn_shards.size(rank); }
   ///@}
@@ -66,8 +102,6 @@ struct block_layout {
   [[nodiscard]] int64_t out_row(int64_t r) const { return head_shards.offset(rank) * head_dim() + r; }
   /// Global column of this rank's first MLP column.
   [[nodiscard]] int64_t ffn_offset() const { return ffn_shards.offset(rank); }
-  /// Global token of this rank's first token.
-  [[nodiscard]] int64_t row_offset() const { return seq_shards.offset(rank); }
 };
 
 /// One rank's parameters (or their gradients) of a block, row-major.

@@ -39,18 +39,44 @@ class local_gemm {
     int64_t ldc;  ///< its leading dimension
   };
 
+  /// The matrices of a product in the ops' element type U (float or
+  /// bfloat16 when A is float, double when A is double), with a bias of n
+  /// values added to every row of C (none when null).
+  template <class U>
+  struct typed_operands {
+    const U* a;     ///< the left operand
+    int64_t lda;    ///< its leading dimension
+    const U* b;     ///< the right operand
+    int64_t ldb;    ///< its leading dimension
+    U* c;           ///< the result, of U
+    int64_t ldc;    ///< its leading dimension
+    const U* bias;  ///< n values, or null
+  };
+
   /// m x n result of op(a) (m x k) times op(b) (k x n); a transposed is
   /// stored k x m, b transposed is stored n x k.
   void run(product p, int64_t m, int64_t n, int64_t k, const operands& x, into w = into::replace) {
     gemm_desc d =
         gemm_desc::shape(m, n, k).strides(x.lda, x.ldb, x.ldc).transposed(p == product::atb, p == product::abt);
     d.types(dtype_of<A>(), dtype_of<A>()).accumulating(w == into::add);
-    const gemm_operands io = gemm_operands().a(x.a).b(x.b).c(x.c);
-    if (overlap::detail::run_degenerate(d, io)) return;
-    kernel(d).run(io);
+    launch(d, gemm_operands().a(x.a).b(x.b).c(x.c));
+  }
+  /// The same in element type U, C replaced (bias added when given).
+  template <class U>
+  void run_typed(product p, int64_t m, int64_t n, int64_t k, const typed_operands<U>& x) {
+    static_assert(std::is_same_v<U, double> == std::is_same_v<A, double>, "double runs on Eigen, the rest on oneDNN");
+    gemm_desc d =
+        gemm_desc::shape(m, n, k).strides(x.lda, x.ldb, x.ldc).transposed(p == product::atb, p == product::abt);
+    d.types(dtype_of<U>(), dtype_of<U>());
+    d.bias = x.bias != nullptr;
+    launch(d, gemm_operands().a(x.a).b(x.b).c(x.c).bias(x.bias));
   }
 
  private:
+  void launch(const gemm_desc& d, const gemm_operands& io) {
+    if (overlap::detail::run_degenerate(d, io)) return;
+    kernel(d).run(io);
+  }
   const gemm_kernel& kernel(const gemm_desc& d) {
     auto& k = cache_[d];
     if (!k) {

@@ -84,44 +84,40 @@ class phase_span {
 template <class T>
 transformer_block<T>::transformer_block(context& ctx, const block_shape& s, const block_options& opt)
     : ctx_(&ctx), comm_(mpi::communicator::borrow(ctx.comm()).dup()), opt_(opt) {
+  setup(s);
+}
+
+template <class T>
+transformer_block<T>::transformer_block(context& tp, context& cp, const block_shape& s, const block_options& opt)
+    : ctx_(&tp), cp_(&cp), comm_(mpi::communicator::borrow(tp.comm()).dup()), opt_(opt) {
+  setup(s);
+}
+
+template <class T>
+void transformer_block<T>::setup(const block_shape& s) {
   const bool valid = s.seq > 0 && s.hidden > 0 && s.heads > 0 && s.ffn > 0 && s.hidden % s.heads == 0;
-  agree(opt.attention_block > 0, "attention_block must be positive; got " + std::to_string(opt.attention_block));
+  agree(opt_.attention_block > 0, "attention_block must be positive; got " + std::to_string(opt_.attention_block));
   agree(valid, "the shape needs seq, hidden, heads, ffn > 0 and hidden divisible by heads; got seq " +
                    std::to_string(s.seq) + ", hidden " + std::to_string(s.hidden) + ", heads " +
                    std::to_string(s.heads) + ", ffn " + std::to_string(s.ffn));
-  int64_t mine[4] = {s.seq, s.hidden, s.heads, s.ffn}, lo[4], hi[4];
-  OVERLAP_MPI(MPI_Allreduce, mine, lo, 4, MPI_INT64_T, MPI_MIN, comm_.get());
-  OVERLAP_MPI(MPI_Allreduce, mine, hi, 4, MPI_INT64_T, MPI_MAX, comm_.get());
-  if (!std::equal(lo, lo + 4, hi))
-    throw std::invalid_argument(
-        "overlap::layers::transformer_block: the ranks give different shapes (seq, hidden, "
-        "heads, ffn must agree)");
+  // What must agree: the shape and the mode on every rank, and along cp the
+  // tp rank and size (the shares' tp groups line up).
+  const int64_t mine[7] = {s.seq, s.hidden, s.heads, s.ffn, opt_.sequence_parallel ? 1 : 0, ctx_->size(), ctx_->rank()};
+  int64_t lo[7], hi[7];
+  bool same = true;
+  for (context* c : {ctx_, cp_}) {
+    if (c == nullptr) continue;
+    const int n = c == cp_ ? 7 : 5;
+    OVERLAP_MPI(MPI_Allreduce, mine, lo, n, MPI_INT64_T, MPI_MIN, c->comm());
+    OVERLAP_MPI(MPI_Allreduce, mine, hi, n, MPI_INT64_T, MPI_MAX, c->comm());
+    same = same && std::equal(lo, lo + n, hi);
+  }
+  agree(same,
+        "the ranks give different shapes or modes (seq, hidden, heads, ffn and sequence_parallel must agree, "
+        "and the cp context's ranks must have the same tp rank and size)");
   std::string what;
   try {
-    l_ = block_layout(s, ctx.size()).on_rank(ctx.rank());
-    w_ = block_params<T>(l_);
-    g_ = block_params<acc>(l_);
-    const auto n = size_t(l_.rows()), d = size_t(s.hidden), S = size_t(s.seq), w = size_t(l_.width()),
-               f = size_t(l_.ffn_width()), hr = size_t(l_.head_shards.size(l_.rank));
-    for (auto* v : {&x_, &h_, &dh_, &dy_}) v->resize(n * d);
-    for (auto* v : {&mean1_, &stat1_, &mean2_, &stat2_}) v->resize(n);
-    for (auto* v : {&y1_, &a_t_, &y2_, &z_t_, &dz_t_, &dy_t_, &dh_t_}) v->resize(n * d);
-    for (auto* v : {&y1g_, &y2g_, &dzg_t_, &dhg_t_}) v->resize(S * d);
-    for (auto* v : {&qkv_t_, &dqkv_t_}) v->resize(S * 3 * w);
-    for (auto* v : {&o_t_, &do_t_}) v->resize(S * w);
-    for (auto* v : {&upre_t_, &u_t_, &du_t_}) v->resize(S * f);
-    for (auto* v : {&qkv_, &dqkv_}) v->resize(S * 3 * w);
-    for (auto* v : {&o_, &do_}) v->resize(S * w);
-    for (auto* v : {&upre_, &du_}) v->resize(S * f);
-    for (auto* v : {&lse_, &amax_, &asum_, &delta_}) v->resize(hr * S);
-    for (auto* v : {&conv_a_, &conv_b_}) v->resize(S * std::max({d, f, 3 * w}));
-    if constexpr (!std::is_same_v<acc, double>) {
-      for (auto* v : {&ln_y_, &ln_dx_}) v->resize(n * d);
-      for (auto* v : {&ln_g_, &ln_b_, &ln_dg_, &ln_db_}) v->resize(d);
-    }
-    size_t replicated = 0;
-    g_.each([&](const char*, std::vector<acc>& v, bool r) { replicated += r ? v.size() : 0; });
-    packed_.resize(replicated);
+    allocate(s);
   } catch (const std::bad_alloc&) {
     what = "cannot allocate the block's activations and scratch (std::bad_alloc)";
   }
@@ -129,24 +125,118 @@ transformer_block<T>::transformer_block(context& ctx, const block_shape& s, cons
 }
 
 template <class T>
+void transformer_block<T>::allocate(const block_shape& s) {
+  const int cp = cp_ != nullptr ? cp_->size() : 1, cp_rank = cp_ != nullptr ? cp_->rank() : 0;
+  l_ = block_layout(s, block_axes{ctx_->size(), cp, cp_rank, opt_.sequence_parallel}).on_rank(ctx_->rank());
+  w_ = block_params<T>(l_);
+  g_ = block_params<acc>(l_);
+  const auto n = size_t(l_.rows()), d = size_t(s.hidden), S = size_t(l_.share_rows()), w = size_t(l_.width()),
+             f = size_t(l_.ffn_width()), hr = size_t(l_.head_shards.size(l_.rank));
+  for (auto* v : {&x_, &h_, &dh_, &dy_}) v->resize(n * d);
+  for (auto* v : {&mean1_, &stat1_, &mean2_, &stat2_}) v->resize(n);
+  for (auto* v : {&y1_, &a_t_, &y2_, &z_t_, &dz_t_, &dy_t_, &dh_t_}) v->resize(n * d);
+  if (opt_.sequence_parallel)  // else the share's rows are the local ones (share_of)
+    for (auto* v : {&y1g_, &y2g_, &dzg_t_, &dhg_t_}) v->resize(S * d);
+  for (auto* v : {&qkv_t_, &dqkv_t_}) v->resize(S * 3 * w);
+  for (auto* v : {&o_t_, &do_t_}) v->resize(S * w);
+  for (auto* v : {&upre_t_, &u_t_, &du_t_}) v->resize(S * f);
+  for (auto* v : {&qkv_, &dqkv_}) v->resize(S * 3 * w);
+  for (auto* v : {&o_, &do_}) v->resize(S * w);
+  for (auto* v : {&upre_, &du_}) v->resize(S * f);
+  for (auto* v : {&lse_, &amax_, &asum_, &delta_}) v->resize(hr * S);
+  for (auto* v : {&conv_a_, &conv_b_}) v->resize(S * std::max({d, f, 3 * w}));
+  if constexpr (!std::is_same_v<acc, double>) {
+    for (auto* v : {&ln_y_, &ln_dx_}) v->resize(n * d);
+    for (auto* v : {&ln_g_, &ln_b_, &ln_dg_, &ln_db_}) v->resize(d);
+  }
+  size_t replicated = 0;
+  g_.each([&](const char*, std::vector<acc>& v, bool r) { replicated += r ? v.size() : 0; });
+  packed_.resize(replicated);
+}
+
+template <class T>
 void transformer_block<T>::agree(bool ok, const std::string& what) const {
   using overlap::detail::failure;
-  overlap::detail::agree_on(*ctx_, ok ? failure() : failure(failure::kind::invalid_argument, what),
-                            "overlap::layers::transformer_block");
+  const char* who = "overlap::layers::transformer_block";
+  failure mine = ok ? failure() : failure(failure::kind::invalid_argument, what);
+  if (cp_ == nullptr) {
+    overlap::detail::agree_on(*ctx_, mine, who);
+    return;
+  }
+  // Along tp, then along cp: a failure in one tp group reaches every group,
+  // since every cp group holds a rank of each.
+  try {
+    overlap::detail::agree_on(*ctx_, mine, who);
+  } catch (const std::invalid_argument& e) {
+    mine = failure(failure::kind::invalid_argument, e.what());
+  }
+  overlap::detail::agree_on(*cp_, mine, who);
 }
 
 template <class T>
 template <class Options>
 Options transformer_block<T>::options(bool transpose_b) const {
-  Options o;  // the defaults: lhs_rows (all-gather), rows (reduce-scatter)
+  Options o;  // the defaults: lhs_rows (all-gather), rows (reduce-scatter, all-reduce)
   o.strategy = opt_.strategy;
   o.transpose_b = transpose_b;
   return o;
 }
 
 template <class T>
-pending transformer_block<T>::reduce_scatter(bool started, matrix_view<const T> a, matrix_view<const T> b,
-                                             matrix_view<T> c) {
+void transformer_block<T>::project_in(const std::vector<T>& y, matrix_view<const T> w, const T* bias,
+                                      std::vector<T>& out, T* gathered) {
+  const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.share_rows(), cols = w.cols;
+  if (!opt_.sequence_parallel) {
+    gemm_.template run_typed<T>(product::ab, S, cols, d, {y.data(), d, w.data, cols, out.data(), cols, bias});
+    return;
+  }
+  ag_options o = options<ag_options>(false);
+  o.epilogue.bias = bias;
+  all_gather_matmul<T>(*ctx_, {y.data(), n, d}, w, {out.data(), S, cols}, {gathered, S, d}, o);
+}
+
+template <class T>
+void transformer_block<T>::project_out(const std::vector<T>& in, matrix_view<const T> w, const T* bias,
+                                       std::vector<T>& out) {
+  const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.share_rows();
+  const matrix_view<const T> a{in.data(), S, w.rows};
+  const matrix_view<T> c{out.data(), n, d};
+  if (!opt_.sequence_parallel) {
+    ar_options o = options<ar_options>(false);
+    o.epilogue.bias = bias;
+    matmul_all_reduce<T>(*ctx_, a, w, c, o);
+    return;
+  }
+  rs_options o = options<rs_options>(false);
+  o.epilogue.bias = bias;
+  matmul_reduce_scatter<T>(*ctx_, a, w, c, o);
+}
+
+template <class T>
+pending transformer_block<T>::gradient_in(bool started, const std::vector<T>& dout, matrix_view<const T> w,
+                                          std::vector<T>& din, T* gathered) {
+  const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.share_rows(), cols = w.rows;
+  if (!opt_.sequence_parallel) {  // every rank holds dout's rows: a local product
+    gemm_.template run_typed<T>(product::abt, S, cols, d, {dout.data(), d, w.data, d, din.data(), cols, nullptr});
+    return {};
+  }
+  const matrix_view<const T> a{dout.data(), n, d}, b = w;
+  const matrix_view<T> c{din.data(), S, cols}, out{gathered, S, d};
+  const ag_options o = options<ag_options>(true);
+  if (started) return start_all_gather_matmul<T>(*ctx_, a, b, c, out, o);
+  all_gather_matmul<T>(*ctx_, a, b, c, out, o);
+  return {};
+}
+
+template <class T>
+pending transformer_block<T>::gradient_out(bool started, matrix_view<const T> a, matrix_view<const T> b,
+                                           matrix_view<T> c) {
+  if (!opt_.sequence_parallel) {
+    const ar_options o = options<ar_options>(true);
+    if (started) return start_matmul_all_reduce<T>(*ctx_, a, b, c, o);
+    matmul_all_reduce<T>(*ctx_, a, b, c, o);
+    return {};
+  }
   const rs_options o = options<rs_options>(true);
   if (started) return start_matmul_reduce_scatter<T>(*ctx_, a, b, c, o);
   matmul_reduce_scatter<T>(*ctx_, a, b, c, o);
@@ -154,13 +244,27 @@ pending transformer_block<T>::reduce_scatter(bool started, matrix_view<const T> 
 }
 
 template <class T>
+attention_options transformer_block<T>::ring_options() const {
+  attention_options o;
+  o.heads = l_.head_shards.size(l_.rank);
+  o.causal = true;
+  o.block = opt_.attention_block;
+  // Ring attention has one decomposed schedule: the ring.
+  o.strategy = opt_.strategy == strategy::bidirectional ? strategy::ring : opt_.strategy;
+  return o;
+}
+
+template <class T>
 void transformer_block<T>::forward(matrix_view<const T> x, matrix_view<T> out) {
-  const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.shape.seq, w = l_.width();
+  const int64_t n = l_.rows(), d = l_.shape.hidden;
   agree(detail::fits(x, n, d) && detail::fits(out, n, d), "forward: x and out must be " + std::to_string(n) + " x " +
                                                               std::to_string(d) + " (ld >= hidden); got x " +
                                                               detail::dims(x) + ", out " + detail::dims(out));
   have_forward_ = false;
   engine::trace_recorder* tr = ctx_->tracer();
+  const char* const in = opt_.sequence_parallel ? "QKV projection (all-gather matmul)" : "QKV projection (local)";
+  const char* const out_proj =
+      opt_.sequence_parallel ? "output projection (matmul reduce-scatter)" : "output projection (matmul all-reduce)";
   {
     detail::phase_span ph(tr, "layer norm 1");
     for (int64_t i = 0; i < n; ++i)
@@ -168,18 +272,13 @@ void transformer_block<T>::forward(matrix_view<const T> x, matrix_view<T> out) {
     norm_forward(x_, w_.ln1_g, w_.ln1_b, y1_, mean1_, stat1_);
   }
   {
-    detail::phase_span ph(tr, "QKV projection (all-gather matmul)");
-    ag_options o = options<ag_options>(false);
-    o.epilogue.bias = static_cast<const T*>(w_.bqkv.data());
-    all_gather_matmul<T>(*ctx_, {y1_.data(), n, d}, {w_.wqkv.data(), d, 3 * w}, {qkv_t_.data(), S, 3 * w},
-                         {y1g_.data(), S, d}, o);
+    detail::phase_span ph(tr, in);
+    project_in(y1_, {w_.wqkv.data(), d, 3 * l_.width()}, w_.bqkv.data(), qkv_t_, y1g_.data());
   }
   attention_forward();
   {
-    detail::phase_span ph(tr, "output projection (matmul reduce-scatter)");
-    rs_options o = options<rs_options>(false);
-    o.epilogue.bias = static_cast<const T*>(w_.bo.data());
-    matmul_reduce_scatter<T>(*ctx_, {o_t_.data(), S, w}, {w_.wo.data(), w, d}, {a_t_.data(), n, d}, o);
+    detail::phase_span ph(tr, out_proj);
+    project_out(o_t_, {w_.wo.data(), l_.width(), d}, w_.bo.data(), a_t_);
   }
   {
     detail::phase_span ph(tr, "residual, layer norm 2");
@@ -197,9 +296,19 @@ attention::dims transformer_block<T>::attention_dims() const {
 
 template <class T>
 void transformer_block<T>::attention_forward() {
-  detail::phase_span ph(ctx_->tracer(), "attention (local heads)");
   const attention::dims dd = attention_dims();
-  const int64_t S = l_.shape.seq, w = dd.width();
+  const int64_t S = l_.share_rows(), w = dd.width();
+  if (cp_ != nullptr) {
+    detail::phase_span ph(ctx_->tracer(), "attention (ring over the cp axis)");
+    if (dd.heads > 0) {  // the same on every rank of cp (one tp rank's heads)
+      const T* qkv = qkv_t_.data();
+      ring_attention<T>(*cp_, {{qkv, S, w, 3 * w}, {qkv + w, S, w, 3 * w}, {qkv + 2 * w, S, w, 3 * w}},
+                        {{o_t_.data(), S, w}, {lse_.data(), dd.heads, S}}, ring_options());
+    }
+    if constexpr (!std::is_same_v<T, acc>) detail::widen(o_t_, o_);  // the weight gradient's operand
+    return;
+  }
+  detail::phase_span ph(ctx_->tracer(), "attention (local heads)");
   const acc* qkv = detail::widen(qkv_t_, qkv_);  // kept in qkv_ (bf16) for the backward pass
   std::fill(o_.begin(), o_.end(), acc(0));
   std::fill(amax_.begin(), amax_.end(), -std::numeric_limits<acc>::infinity());
@@ -212,15 +321,20 @@ void transformer_block<T>::attention_forward() {
 }
 
 template <class T>
+const typename transformer_block<T>::acc* transformer_block<T>::attention_output() const {
+  if constexpr (std::is_same_v<T, acc>)
+    if (cp_ != nullptr) return o_t_.data();  // ring attention wrote it; o_ is unused
+  return o_.data();
+}
+
+template <class T>
 void transformer_block<T>::mlp_forward(matrix_view<T> out) {
-  const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.shape.seq, f = l_.ffn_width();
+  const int64_t n = l_.rows(), d = l_.shape.hidden;
   engine::trace_recorder* tr = ctx_->tracer();
   {
-    detail::phase_span ph(tr, "MLP up projection (all-gather matmul)");
-    ag_options o = options<ag_options>(false);
-    o.epilogue.bias = static_cast<const T*>(w_.b1.data());
-    all_gather_matmul<T>(*ctx_, {y2_.data(), n, d}, {w_.w1.data(), d, f}, {upre_t_.data(), S, f}, {y2g_.data(), S, d},
-                         o);
+    detail::phase_span ph(
+        tr, opt_.sequence_parallel ? "MLP up projection (all-gather matmul)" : "MLP up projection (local)");
+    project_in(y2_, {w_.w1.data(), d, l_.ffn_width()}, w_.b1.data(), upre_t_, y2g_.data());
   }
   {
     detail::phase_span ph(tr, "GELU");
@@ -235,10 +349,9 @@ void transformer_block<T>::mlp_forward(matrix_view<T> out) {
     }
   }
   {
-    detail::phase_span ph(tr, "MLP down projection (matmul reduce-scatter)");
-    rs_options o = options<rs_options>(false);
-    o.epilogue.bias = static_cast<const T*>(w_.b2.data());
-    matmul_reduce_scatter<T>(*ctx_, {u_t_.data(), S, f}, {w_.w2.data(), f, d}, {z_t_.data(), n, d}, o);
+    detail::phase_span ph(tr, opt_.sequence_parallel ? "MLP down projection (matmul reduce-scatter)"
+                                                     : "MLP down projection (matmul all-reduce)");
+    project_out(u_t_, {w_.w2.data(), l_.ffn_width(), d}, w_.b2.data(), z_t_);
   }
   detail::phase_span ph(tr, "residual");
   for (int64_t i = 0; i < n; ++i)
@@ -284,17 +397,19 @@ void transformer_block<T>::backward(matrix_view<const T> dout, matrix_view<T> dx
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < d; ++j) dx(i, j) = detail::cast<T>(dh_[size_t(i * d + j)]);
   }
-  sum_replicated_grads();
+  // Without sequence parallelism every rank saw every token of the share:
+  // its replicated gradients are already whole.
+  if (opt_.sequence_parallel) sum_replicated_grads();
 }
 
 template <class T>
 void transformer_block<T>::mlp_backward() {
-  const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.shape.seq, f = l_.ffn_width();
+  const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.share_rows(), f = l_.ffn_width();
+  const bool sp = opt_.sequence_parallel;
   engine::trace_recorder* tr = ctx_->tracer();
   {
-    detail::phase_span ph(tr, "MLP down backward (all-gather matmul)");
-    all_gather_matmul<T>(*ctx_, {dz_t_.data(), n, d}, {w_.w2.data(), f, d}, {du_t_.data(), S, f}, {dzg_t_.data(), S, d},
-                         options<ag_options>(true));
+    detail::phase_span ph(tr, sp ? "MLP down backward (all-gather matmul)" : "MLP down backward (local)");
+    (void)gradient_in(false, dz_t_, {w_.w2.data(), f, d}, du_t_, dzg_t_.data());
   }
   {
     detail::phase_span ph(tr, "GELU backward");
@@ -308,13 +423,15 @@ void transformer_block<T>::mlp_backward() {
   }
   auto op = [&](bool started) {
     detail::phase_span ph(
-        tr, started ? "MLP up backward (started matmul reduce-scatter)" : "MLP up backward (matmul reduce-scatter)");
-    return reduce_scatter(started, {du_t_.data(), S, f}, {w_.w1.data(), d, f}, {dy_t_.data(), n, d});
+        tr, started ? (sp ? "MLP up backward (started matmul reduce-scatter)"
+                          : "MLP up backward (started matmul all-reduce)")
+                    : (sp ? "MLP up backward (matmul reduce-scatter)" : "MLP up backward (matmul all-reduce)"));
+    return gradient_out(started, {du_t_.data(), S, f}, {w_.w1.data(), d, f}, {dy_t_.data(), n, d});
   };
   overlapped(op, [&] {
     detail::phase_span ph(tr, "MLP down weight gradient");
     const acc* u = detail::widen(u_t_, conv_a_);
-    const acc* dzg = detail::widen(dzg_t_, conv_b_);
+    const acc* dzg = detail::widen(share_of(dz_t_, dzg_t_), conv_b_);
     gemm_.run(product::atb, f, d, S, {u, f, dzg, d, g_.w2.data(), d});  // dW2 = u^T dZ
     detail::add_column_sums<acc>({du_.data(), S, f}, g_.b1);
   });
@@ -325,51 +442,67 @@ void transformer_block<T>::mlp_backward() {
 
 template <class T>
 void transformer_block<T>::attention_backward() {
-  const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.shape.seq, w = l_.width();
+  const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.share_rows(), w = l_.width();
+  const bool sp = opt_.sequence_parallel;
   engine::trace_recorder* tr = ctx_->tracer();
   detail::narrow(dh_, dh_t_);
   auto gather = [&](bool started) {
-    detail::phase_span ph(tr, started ? "output projection backward (started all-gather matmul)"
-                                      : "output projection backward (all-gather matmul)");
-    const matrix_view<const T> a{dh_t_.data(), n, d}, b{w_.wo.data(), w, d};
-    const matrix_view<T> c{do_t_.data(), S, w}, out{dhg_t_.data(), S, d};
-    const ag_options o = options<ag_options>(true);
-    if (started) return start_all_gather_matmul<T>(*ctx_, a, b, c, out, o);
-    all_gather_matmul<T>(*ctx_, a, b, c, out, o);
-    return pending{};
+    detail::phase_span ph(tr, !sp       ? "output projection backward (local)"
+                              : started ? "output projection backward (started all-gather matmul)"
+                                        : "output projection backward (all-gather matmul)");
+    return gradient_in(started && sp, dh_t_, {w_.wo.data(), w, d}, do_t_, dhg_t_.data());
   };
   overlapped(gather, [&] {  // the MLP up projection's weight gradient meanwhile
     detail::phase_span ph(tr, "MLP up weight gradient");
     const int64_t f = l_.ffn_width();
-    const acc* y2g = detail::widen(y2g_, conv_a_);
+    const acc* y2g = detail::widen(share_of(y2_, y2g_), conv_a_);
     gemm_.run(product::atb, d, f, S, {y2g, d, du_.data(), f, g_.w1.data(), f});  // dW1 = y2^T dU
   });
-  {
-    detail::phase_span ph(tr, "attention backward (local heads)");
-    const attention::dims dd = attention_dims();
-    const acc* d_o = detail::widen(do_t_, do_);
-    const acc* qkv = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(qkv_t_.data()) : qkv_.data();  // forward's
-    attention::softmax_deltas(
-        dd, S, d_o, [&](int64_t i, int64_t j) { return o_[size_t(i * w + j)]; }, delta_.data());
-    std::fill(dqkv_.begin(), dqkv_.end(), acc(0));
-    const attention::backward_rows<acc> in{{qkv, 3 * w}, d_o, lse_.data(), delta_.data(), S};
-    acc* g = dqkv_.data();
-    tiles_.backward(dd, in, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, {g, 3 * w, g + w, g + 2 * w, 3 * w});
-    detail::narrow(dqkv_, dqkv_t_);
-  }
+  const acc* dqkv = attention_core_backward();
   auto op = [&](bool started) {
     detail::phase_span ph(
-        tr, started ? "QKV backward (started matmul reduce-scatter)" : "QKV backward (matmul reduce-scatter)");
-    return reduce_scatter(started, {dqkv_t_.data(), S, 3 * w}, {w_.wqkv.data(), d, 3 * w}, {dy_t_.data(), n, d});
+        tr, started ? (sp ? "QKV backward (started matmul reduce-scatter)" : "QKV backward (started matmul all-reduce)")
+                    : (sp ? "QKV backward (matmul reduce-scatter)" : "QKV backward (matmul all-reduce)"));
+    return gradient_out(started, {dqkv_t_.data(), S, 3 * w}, {w_.wqkv.data(), d, 3 * w}, {dy_t_.data(), n, d});
   };
   overlapped(op, [&] {
     detail::phase_span ph(tr, "attention weight gradients");
-    const acc* dhg = detail::widen(dhg_t_, conv_a_);
-    gemm_.run(product::atb, w, d, S, {o_.data(), w, dhg, d, g_.wo.data(), d});  // dWo = o^T dA
-    const acc* y1g = detail::widen(y1g_, conv_b_);
-    gemm_.run(product::atb, d, 3 * w, S, {y1g, d, dqkv_.data(), 3 * w, g_.wqkv.data(), 3 * w});  // dWqkv = y1^T dQKV
-    detail::add_column_sums<acc>({dqkv_.data(), S, 3 * w}, g_.bqkv);
+    const acc* dhg = detail::widen(share_of(dh_t_, dhg_t_), conv_a_);
+    gemm_.run(product::atb, w, d, S, {attention_output(), w, dhg, d, g_.wo.data(), d});  // dWo = o^T dA
+    const acc* y1g = detail::widen(share_of(y1_, y1g_), conv_b_);
+    gemm_.run(product::atb, d, 3 * w, S, {y1g, d, dqkv, 3 * w, g_.wqkv.data(), 3 * w});  // dWqkv = y1^T dQKV
+    detail::add_column_sums<acc>({dqkv, S, 3 * w}, g_.bqkv);
   });
+}
+
+template <class T>
+const typename transformer_block<T>::acc* transformer_block<T>::attention_core_backward() {
+  const int64_t S = l_.share_rows(), w = l_.width();
+  engine::trace_recorder* tr = ctx_->tracer();
+  if (cp_ != nullptr) {
+    detail::phase_span ph(tr, "attention backward (ring over the cp axis)");
+    const attention_options ao = ring_options();
+    if (ao.heads > 0) {
+      const T* qkv = qkv_t_.data();
+      T* g = dqkv_t_.data();
+      ring_attention_backward<T>(*cp_, {{qkv, S, w, 3 * w}, {qkv + w, S, w, 3 * w}, {qkv + 2 * w, S, w, 3 * w}},
+                                 {{o_t_.data(), S, w}, {lse_.data(), ao.heads, S}}, {do_t_.data(), S, w},
+                                 {{g, S, w, 3 * w}, {g + w, S, w, 3 * w}, {g + 2 * w, S, w, 3 * w}}, ao);
+    }
+    return detail::widen(dqkv_t_, dqkv_);
+  }
+  detail::phase_span ph(tr, "attention backward (local heads)");
+  const attention::dims dd = attention_dims();
+  const acc* d_o = detail::widen(do_t_, do_);
+  const acc* qkv = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(qkv_t_.data()) : qkv_.data();  // forward's
+  attention::softmax_deltas(
+      dd, S, d_o, [&](int64_t i, int64_t j) { return o_[size_t(i * w + j)]; }, delta_.data());
+  std::fill(dqkv_.begin(), dqkv_.end(), acc(0));
+  const attention::backward_rows<acc> in{{qkv, 3 * w}, d_o, lse_.data(), delta_.data(), S};
+  acc* g = dqkv_.data();
+  tiles_.backward(dd, in, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, {g, 3 * w, g + w, g + 2 * w, 3 * w});
+  detail::narrow(dqkv_, dqkv_t_);
+  return dqkv_.data();
 }
 
 template <class T>

@@ -38,8 +38,10 @@
 #include "overlap/layers/local_gemm.hpp"
 #include "overlap/layers/local_math.hpp"
 #include "overlap/layers/local_primitives.hpp"
+#include "overlap/layers/ring_attention.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
+#include "overlap/ops/matmul_all_reduce.hpp"
 #include "overlap/ops/matmul_reduce_scatter.hpp"
 
 namespace overlap::layers {
@@ -56,6 +58,13 @@ struct block_options {
   /// Query rows per block of the causal attention: each block multiplies
   /// only the keys up to its last row. Local; must be positive.
   int64_t attention_block = 256;
+  /// Megatron-style sequence parallelism (block_axes::sequence_parallel):
+  /// the activations between the tensor-parallel regions are split over the
+  /// ranks, and the ops are all_gather_matmul and matmul_reduce_scatter.
+  /// false: every rank holds the activations of all tokens, the column-
+  /// parallel products are local and the row-parallel ones are
+  /// matmul_all_reduce. Must agree across ranks.
+  bool sequence_parallel = true;
 };
 
 /// One block on the ranks of a context. T: float, double or bfloat16 (the
@@ -75,30 +84,68 @@ class transformer_block {
   /// failure on any rank throws std::invalid_argument (or std::bad_alloc's
   /// message) on every rank.
   transformer_block(context& ctx, const block_shape& shape, const block_options& opt = {});
+  /// Collective over tp and cp: the block with a context-parallel axis. The
+  /// sequence is split into cp.size() shares (causal_split); the ranks of tp
+  /// hold share cp.rank() and run the tensor-parallel products, and
+  /// attention is ring attention between the shares (layers/ring_attention.hpp),
+  /// over cp, for this rank's heads. tp and cp must be orthogonal axes of one
+  /// mesh (mesh.context("tp"), mesh.context("cp")): every rank of cp has the
+  /// same tp rank and size. grads() are then this share's: sum them over
+  /// the cp axis (with the data-parallel sum) for the whole sequence's.
+  /// Errors as above, on every rank of tp x cp.
+  transformer_block(context& tp, context& cp, const block_shape& shape, const block_options& opt = {});
 
   /// Where this rank's shards sit in the global block.
   [[nodiscard]] const block_layout& layout() const noexcept { return l_; }
   /// This rank's parameters (set them before forward).
   [[nodiscard]] block_params<T>& params() noexcept { return w_; }
-  /// This rank's gradients after backward (replicated ones summed over ranks).
+  /// This rank's gradients after backward. Replicated ones are summed over
+  /// the tp ranks when sequence parallel (each rank saw its own tokens);
+  /// without, every tp rank computes them whole. With a cp axis, this
+  /// share's part (see the constructor).
   [[nodiscard]] const block_params<acc>& grads() const noexcept { return g_; }
 
   /// Collective. out = block(x) for this rank's tokens: x and out are
-  /// layout().rows() x hidden (row-major, ld >= hidden). Keeps what the
-  /// backward pass needs.
+  /// layout().rows() x hidden (row-major, ld >= hidden; row i is token
+  /// layout().token(i)); without sequence parallelism every tp rank passes
+  /// the same x. Keeps what the backward pass needs.
   void forward(matrix_view<const T> x, matrix_view<T> out);
   /// Collective, after forward: dx = d(loss)/dx and grads() for dout =
   /// d(loss)/d(out), both rows() x hidden. Gradients are overwritten.
   void backward(matrix_view<const T> dout, matrix_view<T> dx);
 
  private:
-  /// Collective: throws std::invalid_argument on every rank, with the
-  /// first failing rank's message, unless ok on every rank.
+  /// Collective over tp (and cp): checks the shape and options agree,
+  /// sizes the buffers.
+  void setup(const block_shape& s);
+  /// Sizes the layout, parameters, activations and scratch (throws std::bad_alloc).
+  void allocate(const block_shape& s);
+  /// Collective over tp (and cp): throws std::invalid_argument on every
+  /// rank, with the first failing rank's message, unless ok on every rank.
   void agree(bool ok, const std::string& what) const;
+  /// The column-parallel product out = y @ w + bias (share rows): an
+  /// all-gather matmul keeping the gathered y, or local.
+  void project_in(const std::vector<T>& y, matrix_view<const T> w, const T* bias, std::vector<T>& out, T* gathered);
+  /// The row-parallel product out = sum over tp of in @ w + bias (rows()):
+  /// a matmul reduce-scatter or all-reduce.
+  void project_out(const std::vector<T>& in, matrix_view<const T> w, const T* bias, std::vector<T>& out);
+  /// A column-parallel product's data gradient din = dout @ w^T (share
+  /// rows), started or blocking; gathered: dout of the share's rows.
+  pending gradient_in(bool started, const std::vector<T>& dout, matrix_view<const T> w, std::vector<T>& din,
+                      T* gathered);
+  /// The share's rows of a local activation: its gathered copy when
+  /// sequence parallel, else itself.
+  [[nodiscard]] const std::vector<T>& share_of(const std::vector<T>& local, const std::vector<T>& gathered) const {
+    return opt_.sequence_parallel ? gathered : local;
+  }
+  /// Ring attention's options for this block (cp axis).
+  [[nodiscard]] attention_options ring_options() const;
   void attention_forward();
   void mlp_forward(matrix_view<T> out);
   void mlp_backward();
   void attention_backward();
+  /// dQKV of the attention (ring over cp, or local), as acc (share rows x 3 width).
+  [[nodiscard]] const acc* attention_core_backward();
   void sum_replicated_grads();
   /// y = LN(x) with gain g and bias b; keeps each row's mean and statistic
   /// (the variance on oneDNN, in float; 1 / sqrt(var + eps) in double).
@@ -114,10 +161,14 @@ class transformer_block {
   /// The ops' options: the block's strategy, B transposed or not.
   template <class Options>
   [[nodiscard]] Options options(bool transpose_b) const;
-  /// The data gradient's reduce-scatter (a @ b^T), started or blocking.
-  pending reduce_scatter(bool started, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c);
+  /// The row-parallel data gradient c = sum over tp of a @ b^T (a
+  /// reduce-scatter or all-reduce), started or blocking.
+  pending gradient_out(bool started, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c);
+  /// The attention output o as acc (share rows x width): dWo's operand.
+  [[nodiscard]] const acc* attention_output() const;
 
   context* ctx_;
+  context* cp_ = nullptr;   ///< the context-parallel axis, or none
   mpi::communicator comm_;  ///< the layer's own duplicate: checks and gradient sums
   block_options opt_;
   block_layout l_;
