@@ -7,7 +7,9 @@
 //   GELU forward and backward over seq x 2048: plain loops / oneDNN eltwise
 //   the softmax inside causal attention, one block of 256 query rows against
 //   the keys up to its last row: the plain row loop (std::exp) / the online
-//   softmax's step (16-lane reductions, oneDNN's exp)
+//   softmax's step of ring attention (16-lane reductions, oneDNN's exp) /
+//   what the block runs, the masked rows through oneDNN's softmax primitive;
+//   and its backward, plain loops / the primitive
 // Run: build/bench/overlap-local-bench [--benchmark_repetitions=5 ...]
 #include <benchmark/benchmark.h>
 
@@ -153,6 +155,63 @@ void softmax_online(benchmark::State& st) {
   }
 }
 
+// The block's attention now (layers/softmax_attention.hpp): scale and mask
+// the whole rows, then oneDNN's softmax primitive.
+void softmax_primitive(benchmark::State& st) {
+  const std::vector<float> s0 = scores();
+  std::vector<float> p = s0;
+  overlap::layers::local_primitives prims;
+  const float scale = 0.125f;
+  for (auto _ : st) {
+    std::copy(s0.begin(), s0.end(), p.begin());
+    for (int64_t r = 0; r < block; ++r) {
+      float* row = p.data() + r * seq;
+      const int64_t lim = first_row + r + 1;
+      for (int64_t j = 0; j < lim; ++j) row[j] *= scale;
+      std::fill(row + lim, row + seq, -std::numeric_limits<float>::infinity());
+    }
+    prims.softmax(p.data(), block, seq);
+    benchmark::DoNotOptimize(p.data());
+  }
+}
+
+/// The probabilities of the block (masked rows) and a gradient for them.
+struct softmax_grad_data {
+  std::vector<float> p = scores(), dp = values("dp", block*seq), ds = std::vector<float>(size_t(block * seq));
+  softmax_grad_data() {
+    for (int64_t r = 0; r < block; ++r) {
+      float* row = p.data() + r * seq;
+      const int64_t lim = first_row + r + 1;
+      float sum = 0;
+      for (int64_t j = 0; j < lim; ++j) sum += row[j] = std::exp(row[j] * 0.125f);
+      for (int64_t j = 0; j < lim; ++j) row[j] /= sum;
+      std::fill(row + lim, row + seq, 0.f);
+    }
+  }
+};
+// The softmax's backward with scalar loops: dS = P (dP - sum over the row of dP P).
+void softmax_backward_loops(benchmark::State& st) {
+  softmax_grad_data d;
+  for (auto _ : st) {
+    for (int64_t r = 0; r < block; ++r) {
+      const float *p = d.p.data() + r * seq, *dp = d.dp.data() + r * seq;
+      float* ds = d.ds.data() + r * seq;
+      double dot = 0;
+      for (int64_t j = 0; j < seq; ++j) dot += double(p[j]) * dp[j];
+      for (int64_t j = 0; j < seq; ++j) ds[j] = p[j] * (dp[j] - float(dot));
+    }
+    benchmark::DoNotOptimize(d.ds.data());
+  }
+}
+void softmax_backward_primitive(benchmark::State& st) {
+  softmax_grad_data d;
+  overlap::layers::local_primitives prims;
+  for (auto _ : st) {
+    prims.softmax_backward(d.p.data(), d.dp.data(), d.ds.data(), block, seq);
+    benchmark::DoNotOptimize(d.ds.data());
+  }
+}
+
 }  // namespace
 
 BENCHMARK(layer_norm_loops)->Unit(benchmark::kMicrosecond);
@@ -165,4 +224,7 @@ BENCHMARK(gelu_backward_loops)->Unit(benchmark::kMicrosecond);
 BENCHMARK(gelu_backward_onednn)->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_loops)->Unit(benchmark::kMicrosecond);
 BENCHMARK(softmax_online)->Unit(benchmark::kMicrosecond);
+BENCHMARK(softmax_primitive)->Unit(benchmark::kMicrosecond);
+BENCHMARK(softmax_backward_loops)->Unit(benchmark::kMicrosecond);
+BENCHMARK(softmax_backward_primitive)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

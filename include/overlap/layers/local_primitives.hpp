@@ -2,8 +2,9 @@
 /// @file
 /// The transformer block's elementwise and row-wise local work on oneDNN's
 /// primitives, in float: layer normalisation (`layer_normalization`) and
-/// GELU (`eltwise`, gelu_erf), forward and backward, and the exp of the
-/// softmax inside attention (`eltwise`, exp). The block's double
+/// GELU (`eltwise`, gelu_erf), forward and backward, the softmax of whole
+/// rows of attention scores (`softmax`), forward and backward, and the exp
+/// of ring attention's online softmax (`eltwise`, exp). The block's double
 /// path keeps the plain loops of layers/local_math.hpp (oneDNN has no f64
 /// primitives), which are also the reference these are measured against.
 
@@ -35,7 +36,7 @@ struct norm_rows {
   float* variance = nullptr;  ///< one per row
 };
 
-/// Layer norm, GELU and exp on oneDNN (f32). Primitives are cached by shape.
+/// Layer norm, GELU, softmax and exp on oneDNN (f32). Primitives are cached by shape.
 /// Local; not thread-safe: one caller at a time.
 class local_primitives {
  public:
@@ -86,6 +87,27 @@ class local_primitives {
       stream_->wait();
     });
   }
+  /// x = softmax(x) of each of `rows` dense rows of n values, in place
+  /// (entries of -infinity get 0: a mask).
+  void softmax(float* x, int64_t rows, int64_t n) {
+    backend::detail::onednn_call("dnnl::softmax_forward", [&] {
+      softmax_kernels& k = softmax_of(rows, n);
+      const dnnl::memory m = mem(k.data, x);
+      k.fwd.execute(*stream_, {{DNNL_ARG_SRC, m}, {DNNL_ARG_DST, m}});
+      stream_->wait();
+    });
+  }
+  /// Backward of softmax for its output y and dy = d(loss)/dy (rows x n,
+  /// dense): dx = y * (dy - sum over the row of dy * y).
+  void softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t n) {
+    backend::detail::onednn_call("dnnl::softmax_backward", [&] {
+      softmax_kernels& k = softmax_of(rows, n);
+      k.bwd.execute(
+          *stream_,
+          {{DNNL_ARG_DST, mem(k.data, y)}, {DNNL_ARG_DIFF_DST, mem(k.data, dy)}, {DNNL_ARG_DIFF_SRC, mem(k.data, dx)}});
+      stream_->wait();
+    });
+  }
   /// dx = dy * gelu'(x) for n values (dx may be dy).
   void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
     backend::detail::onednn_call("dnnl::eltwise_backward (gelu_erf)", [&] {
@@ -110,6 +132,11 @@ class local_primitives {
     dnnl::eltwise_backward bwd;
   };
 
+  struct softmax_kernels {
+    dnnl::memory::desc data;
+    dnnl::softmax_forward fwd;
+    dnnl::softmax_backward bwd;
+  };
   struct exp_kernel {
     dnnl::memory::desc data;
     dnnl::eltwise_forward fwd;
@@ -158,6 +185,19 @@ class local_primitives {
     return gelus_.emplace(n, gelu_kernels{data, dnnl::eltwise_forward(fwd), dnnl::eltwise_backward(bwd)}).first->second;
   }
 
+  softmax_kernels& softmax_of(int64_t rows, int64_t n) {
+    auto it = softmaxes_.find({rows, n});
+    if (it != softmaxes_.end()) return it->second;
+    if (softmaxes_.size() > 64) softmaxes_.clear();  // block shapes changed many times: start again
+    const dnnl::memory::desc data({rows, n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+    const dnnl::softmax_forward::primitive_desc fwd(
+        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, data, 1), engine());
+    const dnnl::softmax_backward::primitive_desc bwd(dnnl::softmax_backward::desc(data, data, 1), engine(), fwd);
+    return softmaxes_
+        .emplace(std::make_pair(rows, n),
+                 softmax_kernels{data, dnnl::softmax_forward(fwd), dnnl::softmax_backward(bwd)})
+        .first->second;
+  }
   exp_kernel& exp_of(int64_t n) {
     auto it = exps_.find(n);
     if (it != exps_.end()) return it->second;
@@ -173,6 +213,7 @@ class local_primitives {
   std::unique_ptr<dnnl::stream> stream_;
   std::map<std::pair<int64_t, int64_t>, norm> norms_;
   std::map<int64_t, gelu_kernels> gelus_;
+  std::map<std::pair<int64_t, int64_t>, softmax_kernels> softmaxes_;
   std::map<int64_t, exp_kernel> exps_;
 };
 

@@ -310,13 +310,16 @@ void transformer_block<T>::attention_forward() {
   }
   detail::phase_span ph(ctx_->tracer(), "attention (local heads)");
   const acc* qkv = detail::widen(qkv_t_, qkv_);  // kept in qkv_ (bf16) for the backward pass
-  std::fill(o_.begin(), o_.end(), acc(0));
-  std::fill(amax_.begin(), amax_.end(), -std::numeric_limits<acc>::infinity());
-  std::fill(asum_.begin(), asum_.end(), acc(0));
-  const attention::online_softmax<acc> st{o_.data(), amax_.data(), asum_.data(), S};
-  // Causal attention of the whole sequence is one diagonal tile of ring attention's.
-  tiles_.forward(dd, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, st);
-  attention::normalise(dd, st, lse_.data());
+  if constexpr (std::is_same_v<acc, float>) {
+    softmax_.forward(dd, S, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, o_.data());
+  } else {  // no oneDNN in double: ring attention's online softmax, one diagonal tile of the whole sequence
+    std::fill(o_.begin(), o_.end(), acc(0));
+    std::fill(amax_.begin(), amax_.end(), -std::numeric_limits<acc>::infinity());
+    std::fill(asum_.begin(), asum_.end(), acc(0));
+    const attention::online_softmax<acc> st{o_.data(), amax_.data(), asum_.data(), S};
+    tiles_.forward(dd, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, st);
+    attention::normalise(dd, st, lse_.data());
+  }
   detail::narrow(o_, o_t_);
 }
 
@@ -495,12 +498,16 @@ const typename transformer_block<T>::acc* transformer_block<T>::attention_core_b
   const attention::dims dd = attention_dims();
   const acc* d_o = detail::widen(do_t_, do_);
   const acc* qkv = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(qkv_t_.data()) : qkv_.data();  // forward's
-  attention::softmax_deltas(
-      dd, S, d_o, [&](int64_t i, int64_t j) { return o_[size_t(i * w + j)]; }, delta_.data());
-  std::fill(dqkv_.begin(), dqkv_.end(), acc(0));
-  const attention::backward_rows<acc> in{{qkv, 3 * w}, d_o, lse_.data(), delta_.data(), S};
   acc* g = dqkv_.data();
-  tiles_.backward(dd, in, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, {g, 3 * w, g + w, g + 2 * w, 3 * w});
+  if constexpr (std::is_same_v<acc, float>) {
+    softmax_.backward(dd, S, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, d_o, {g, 3 * w, g + w, g + 2 * w, 3 * w});
+  } else {
+    attention::softmax_deltas(
+        dd, S, d_o, [&](int64_t i, int64_t j) { return o_[size_t(i * w + j)]; }, delta_.data());
+    std::fill(dqkv_.begin(), dqkv_.end(), acc(0));
+    const attention::backward_rows<acc> in{{qkv, 3 * w}, d_o, lse_.data(), delta_.data(), S};
+    tiles_.backward(dd, in, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, {g, 3 * w, g + w, g + 2 * w, 3 * w});
+  }
   detail::narrow(dqkv_, dqkv_t_);
   return dqkv_.data();
 }

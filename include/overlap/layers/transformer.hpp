@@ -39,6 +39,7 @@
 #include "overlap/layers/local_math.hpp"
 #include "overlap/layers/local_primitives.hpp"
 #include "overlap/layers/ring_attention.hpp"
+#include "overlap/layers/softmax_attention.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/matmul_all_reduce.hpp"
@@ -175,8 +176,9 @@ class transformer_block {
   block_params<T> w_;
   block_params<acc> g_;
   local_gemm<acc> gemm_;
-  attention::tile_math<acc> tiles_;  ///< attention: the online softmax of ring attention, on one rank
-  local_primitives prims_;           ///< layer norms and GELU on oneDNN (float)
+  attention::softmax_attention softmax_;  ///< attention in float: oneDNN's softmax over whole rows
+  attention::tile_math<acc> tiles_;       ///< attention in double: ring attention's online softmax, on one rank
+  local_primitives prims_;                ///< layer norms and GELU on oneDNN (float)
   bool have_forward_ = false;
 
   // Forward activations (S = seq, n = rows(), d = hidden, w = width(), f = ffn_width()).
