@@ -9,7 +9,9 @@
 //   the keys up to its last row: the plain row loop (std::exp) / the online
 //   softmax's step of ring attention (16-lane reductions, oneDNN's exp) /
 //   what the block runs, the masked rows through oneDNN's softmax primitive;
-//   and its backward, plain loops / the primitive
+//   and its backward, plain loops / the primitive (below AVX-512, where
+//   oneDNN 2.6 has only a reference kernel for it, the 16-lane loop
+//   local_primitives falls back to)
 // Run: build/bench/overlap-local-bench [--benchmark_repetitions=5 ...]
 #include <benchmark/benchmark.h>
 

@@ -84,7 +84,8 @@ class local_gemm {
         k = backend::eigen_backend{}.make(d);
       } else {
         if (!onednn_) onednn_ = std::make_unique<backend::onednn_backend>();
-        k = onednn_->make(d);
+        // bf16 widened to f32 where oneDNN has no bf16 matmul (below AVX-512), as the context does.
+        k = onednn_->make(d, d.in == dtype::bf16 && !backend::detail::native_bf16());
       }
     }
     return *k;

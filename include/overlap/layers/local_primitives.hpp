@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -35,6 +36,22 @@ struct norm_rows {
   float* mean = nullptr;      ///< one per row
   float* variance = nullptr;  ///< one per row
 };
+
+namespace detail {
+/// One row of softmax_backward in plain loops, the dot product in 16 lanes
+/// (which the compiler vectorises).
+inline void softmax_backward_row(const float* y, const float* dy, float* dx, int64_t n) {
+  constexpr int lanes = 16;
+  float acc[lanes] = {};
+  int64_t j = 0;
+  for (; j + lanes <= n; j += lanes)
+    for (int l = 0; l < lanes; ++l) acc[l] += y[j + l] * dy[j + l];
+  for (; j < n; ++j) acc[0] += y[j] * dy[j];
+  float dot = 0;
+  for (float a : acc) dot += a;
+  for (j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - dot);
+}
+}  // namespace detail
 
 /// Layer norm, GELU, softmax and exp on oneDNN (f32). Primitives are cached by shape.
 /// Local; not thread-safe: one caller at a time.
@@ -98,10 +115,14 @@ class local_primitives {
     });
   }
   /// Backward of softmax for its output y and dy = d(loss)/dy (rows x n,
-  /// dense): dx = y * (dy - sum over the row of dy * y).
+  /// dense): dx = y * (dy - sum over the row of dy * y). dx may be dy.
   void softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t n) {
     backend::detail::onednn_call("dnnl::softmax_backward", [&] {
       softmax_kernels& k = softmax_of(rows, n);
+      if (!k.bwd_jit) {  // oneDNN 2.6 has no JIT kernel below AVX-512: its reference one is slower than a loop
+        for (int64_t i = 0; i < rows; ++i) detail::softmax_backward_row(y + i * n, dy + i * n, dx + i * n, n);
+        return;
+      }
       k.bwd.execute(
           *stream_,
           {{DNNL_ARG_DST, mem(k.data, y)}, {DNNL_ARG_DIFF_DST, mem(k.data, dy)}, {DNNL_ARG_DIFF_SRC, mem(k.data, dx)}});
@@ -136,6 +157,7 @@ class local_primitives {
     dnnl::memory::desc data;
     dnnl::softmax_forward fwd;
     dnnl::softmax_backward bwd;
+    bool bwd_jit;  ///< bwd has a JIT kernel (not oneDNN's reference one)
   };
   struct exp_kernel {
     dnnl::memory::desc data;
@@ -193,9 +215,10 @@ class local_primitives {
     const dnnl::softmax_forward::primitive_desc fwd(
         dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, data, 1), engine());
     const dnnl::softmax_backward::primitive_desc bwd(dnnl::softmax_backward::desc(data, data, 1), engine(), fwd);
+    const bool jit = std::string(bwd.impl_info_str()).rfind("ref", 0) != 0;
     return softmaxes_
         .emplace(std::make_pair(rows, n),
-                 softmax_kernels{data, dnnl::softmax_forward(fwd), dnnl::softmax_backward(bwd)})
+                 softmax_kernels{data, dnnl::softmax_forward(fwd), dnnl::softmax_backward(bwd), jit})
         .first->second;
   }
   exp_kernel& exp_of(int64_t n) {
