@@ -106,6 +106,12 @@ void gelu_backward_onednn(benchmark::State& st) {
 constexpr int64_t first_row = seq - block;
 std::vector<float> scores() { return values("s", block * seq); }
 
+// f(row, r, keys) for each row r of the block: its scores and how many keys it sees.
+template <class F>
+void each_row(std::vector<float>& p, F&& f) {
+  for (int64_t r = 0; r < block; ++r) f(p.data() + r * seq, r, first_row + r + 1);
+}
+
 // The block's softmax before: per row, max, exp, sum and scale with scalar
 // loops (the loop of layers/local_math.hpp's causal_softmax_row at 1596d59).
 void softmax_loops(benchmark::State& st) {
@@ -137,21 +143,17 @@ void softmax_online(benchmark::State& st) {
   const float scale = 0.125f;
   for (auto _ : st) {
     std::copy(s0.begin(), s0.end(), p.begin());
-    for (int64_t r = 0; r < block; ++r) {
-      float* row = p.data() + r * seq;
-      const int64_t lim = first_row + r + 1;
+    each_row(p, [&](float* row, int64_t r, int64_t lim) {
       const float m_new = std::max(m[size_t(r)], overlap::layers::attention::row_max(row, lim) * scale);
       for (int64_t j = 0; j < lim; ++j) row[j] = row[j] * scale - m_new;
       std::fill(row + lim, row + seq, 0.f);
       m[size_t(r)] = m_new;
-    }
+    });
     exp(p.data(), block * seq);
-    for (int64_t r = 0; r < block; ++r) {
-      float* row = p.data() + r * seq;
-      const int64_t lim = first_row + r + 1;
+    each_row(p, [&](float* row, int64_t r, int64_t lim) {
       std::fill(row + lim, row + seq, 0.f);
       l[size_t(r)] = overlap::layers::attention::row_sum(row, lim);
-    }
+    });
     std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
     benchmark::DoNotOptimize(p.data());
   }
@@ -166,12 +168,10 @@ void softmax_primitive(benchmark::State& st) {
   const float scale = 0.125f;
   for (auto _ : st) {
     std::copy(s0.begin(), s0.end(), p.begin());
-    for (int64_t r = 0; r < block; ++r) {
-      float* row = p.data() + r * seq;
-      const int64_t lim = first_row + r + 1;
+    each_row(p, [&](float* row, int64_t, int64_t lim) {
       for (int64_t j = 0; j < lim; ++j) row[j] *= scale;
       std::fill(row + lim, row + seq, -std::numeric_limits<float>::infinity());
-    }
+    });
     prims.softmax(p.data(), block, seq);
     benchmark::DoNotOptimize(p.data());
   }
@@ -181,14 +181,12 @@ void softmax_primitive(benchmark::State& st) {
 struct softmax_grad_data {
   std::vector<float> p = scores(), dp = values("dp", block*seq), ds = std::vector<float>(size_t(block * seq));
   softmax_grad_data() {
-    for (int64_t r = 0; r < block; ++r) {
-      float* row = p.data() + r * seq;
-      const int64_t lim = first_row + r + 1;
+    each_row(p, [](float* row, int64_t, int64_t lim) {
       float sum = 0;
       for (int64_t j = 0; j < lim; ++j) sum += row[j] = std::exp(row[j] * 0.125f);
       for (int64_t j = 0; j < lim; ++j) row[j] /= sum;
       std::fill(row + lim, row + seq, 0.f);
-    }
+    });
   }
 };
 // The softmax's backward with scalar loops: dS = P (dP - sum over the row of dP P).

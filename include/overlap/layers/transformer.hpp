@@ -19,6 +19,12 @@
 /// reduce-scatter, dW1 during the output projection's all-gather, dWo and
 /// dWqkv during the QKV reduce-scatter.
 ///
+/// Without sequence parallelism (block_options::sequence_parallel = false)
+/// every rank holds all tokens: the AG_rows products are local and the
+/// RS_rows ones are matmul_all_reduce. With a context-parallel axis (the
+/// two-context constructor) the sequence is split into shares, the ops run
+/// within a share and attention is ring attention between the shares.
+///
 /// Header-only: it includes the backends (oneDNN, Eigen) for the local
 /// products, also when the ops come from the compiled library.
 
