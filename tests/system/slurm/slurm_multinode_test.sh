@@ -134,7 +134,7 @@ for i in "${!jobs[@]}"; do
     mlp-*) [ "$(grep -c ' ok$' "$out")" -eq 4 ] || { echo "$name: did not verify on 4 ranks"; cat "$out"; status=1; } ;;
     demo-*) grep -q "^ring " "$out" && grep -q "^bulk " "$out" || { echo "$name: no bulk/ring lines"; cat "$out"; status=1; } ;;
     layer-*)
-      { grep -q "on 4 ranks (2 tensor group(s) of 2)" "$out" && grep -q "^bulk " "$out" && grep -q "^ring " "$out" &&
+      { grep -q "on 4 ranks (dp 2 x cp 1 x tp 2)" "$out" && grep -q "^bulk " "$out" && grep -q "^ring " "$out" &&
         grep -q "^automatic " "$out"; } || { echo "$name: no 2 x 2 mesh or no bulk/ring/automatic rows"; cat "$out"; status=1; } ;;
   esac
   # The job ran on both nodes.
