@@ -43,13 +43,13 @@ namespace detail {
 inline void softmax_backward_row(const float* y, const float* dy, float* dx, int64_t n) {
   constexpr int lanes = 16;
   float acc[lanes] = {};
-  int64_t j = 0;
-  for (; j + lanes <= n; j += lanes)
+  const int64_t whole = n - n % lanes;  // the tail is its own loop, so no index runs past n
+  for (int64_t j = 0; j < whole; j += lanes)
     for (int l = 0; l < lanes; ++l) acc[l] += y[j + l] * dy[j + l];
-  for (; j < n; ++j) acc[0] += y[j] * dy[j];
+  for (int64_t j = whole; j < n; ++j) acc[0] += y[j] * dy[j];
   float dot = 0;
   for (float a : acc) dot += a;
-  for (j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - dot);
+  for (int64_t j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - dot);
 }
 }  // namespace detail
 
