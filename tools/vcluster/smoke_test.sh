@@ -40,6 +40,11 @@ else
     OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 2 "$bench" $args -m 2048 -n 2048 -k 2048 --strategies ring \
       --no-peers --iters 1 --warmup 0 > /dev/null || fail "overlap-bench $args: wrong result (or failed) over TCP"
   done
+  # A report names the emulated cluster, not the single machine it runs on.
+  label=$(env -u OVERLAP_TRANSPORT OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 2 "$bench" --op ag -m 64 -n 64 -k 64 --strategies ring \
+    --iters 1 --warmup 0 | sed -n 's/.*transport: //p')
+  [ "$label" = "emulated TCP cluster (tools/vcluster): 2-node star, 1gbit per link, $VCLUSTER_MPI" ] ||
+    fail "overlap-bench's transport over vcluster: '$label'"
 fi
 
 "$vc" up --nodes 2 --slots 2 --rate 1gbit --topology star || exit 1
