@@ -22,15 +22,25 @@
 
 namespace overlap::apps {
 
-/// The CPU's model name from /proc/cpuinfo ("unknown" elsewhere).
+/// The CPU's model name from /proc/cpuinfo, with its family and model
+/// numbers where it gives them ("unknown" elsewhere): one name can cover
+/// generations whose cores differ by 2x ("AMD EPYC" is Zen 4, family 25, or
+/// Zen 5, family 26, on this project's machines).
 inline std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-    }
-  return "unknown";
+  std::string name, family, model;
+  auto value = [](const std::string& line) {
+    const size_t at = line.find_first_not_of(" \t", line.find(':') + 1);
+    return at == std::string::npos ? std::string() : line.substr(at);
+  };
+  for (std::string line; std::getline(in, line) && !line.empty();) {  // the first processor's block
+    if (line.find(':') == std::string::npos) continue;
+    if (line.rfind("model name", 0) == 0) name = value(line);
+    else if (line.rfind("cpu family", 0) == 0) family = value(line);
+    else if (line.rfind("model", 0) == 0 && line.find_first_of(" \t") == 5) model = value(line);
+  }
+  if (name.empty()) return "unknown";
+  return family.empty() || model.empty() ? name : fmt::format("{} (family {}, model {})", name, family, model);
 }
 
 /// The first line of MPI_Get_library_version ("Open MPI v4.1.4, ...", "MPICH

@@ -257,11 +257,24 @@ def train_reference(a):
 
 
 def cpu_model():
+    """The CPU's name, with its family and model numbers (as the C++ apps
+    record it: one name can cover generations whose cores differ by 2x)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
+            fields = {}
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
         return platform.machine()
+    name = fields.get("model name")
+    if not name:
+        return platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def main(argv=None):
