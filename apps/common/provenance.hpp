@@ -35,9 +35,12 @@ inline std::string cpu_model() {
   };
   for (std::string line; std::getline(in, line) && !line.empty();) {  // the first processor's block
     if (line.find(':') == std::string::npos) continue;
-    if (line.rfind("model name", 0) == 0) name = value(line);
-    else if (line.rfind("cpu family", 0) == 0) family = value(line);
-    else if (line.rfind("model", 0) == 0 && line.find_first_of(" \t") == 5) model = value(line);
+    if (line.rfind("model name", 0) == 0)
+      name = value(line);
+    else if (line.rfind("cpu family", 0) == 0)
+      family = value(line);
+    else if (line.rfind("model", 0) == 0 && line.find_first_of(" \t") == 5)
+      model = value(line);
   }
   if (name.empty()) return "unknown";
   return family.empty() || model.empty() ? name : fmt::format("{} (family {}, model {})", name, family, model);
