@@ -37,8 +37,10 @@ __all__ = [
     "Error",
     "Pending",
     "all_gather_matmul",
+    "matmul_all_reduce",
     "matmul_reduce_scatter",
     "start_all_gather_matmul",
+    "start_matmul_all_reduce",
     "start_matmul_reduce_scatter",
     "schedule_of",
 ]
@@ -111,6 +113,21 @@ def matmul_reduce_scatter(ctx, a, b, out=None, *, scattered="rows", strategy="au
                                        bf16_transfers=bf16_transfers)
 
 
+def matmul_all_reduce(ctx, a, b, out=None, *, reduced="rows", strategy="automatic", bias=None, activation=None,
+                      accumulate=False, bf16_transfers=False, algorithm="automatic"):
+    """out = the sum over ranks of a @ b (a is M x K_r, b is K_r x N), the
+    whole M x N on every rank: the row-parallel linear layer without
+    sequence parallelism. Groups of the sum's rows (``reduced="rows"``) or
+    columns (``"cols"``) are reduce-scattered round the ring while the next
+    pieces compute, then all-gathered while the next group's ring runs;
+    ``bulk`` is one GEMM and an all-reduce. bias (N values) and activation
+    apply once, after the sum. algorithm: ``automatic`` or ``named`` (there
+    is no other-operands algorithm)."""
+    return _core.matmul_all_reduce(ctx, a, b, out, reduced=reduced, strategy=strategy, algorithm=algorithm,
+                                   bias=bias, activation=activation, accumulate=accumulate,
+                                   bf16_transfers=bf16_transfers)
+
+
 def start_all_gather_matmul(ctx, a, b, out=None, **options):
     """all_gather_matmul, started: the checks and agreement happen here; the
     op then runs on the context's worker thread. Returns a Pending whose
@@ -124,13 +141,20 @@ def start_matmul_reduce_scatter(ctx, a, b, out=None, **options):
     return _core.start_matmul_reduce_scatter(ctx, a, b, out, **options)
 
 
+def start_matmul_all_reduce(ctx, a, b, out=None, **options):
+    """matmul_all_reduce, started (see start_all_gather_matmul)."""
+    return _core.start_matmul_all_reduce(ctx, a, b, out, **options)
+
+
 def schedule_of(ctx, op, a, b, out=None, **options):
-    """The schedule ``op`` ("all_gather_matmul" or "matmul_reduce_scatter")
-    runs for these arguments, as a dict: strategy, algorithm, lanes, chunks,
-    by_model, predicted_s, candidates (each with its predicted_s) and text.
+    """The schedule ``op`` ("all_gather_matmul", "matmul_reduce_scatter" or
+    "matmul_all_reduce") runs for these arguments, as a dict: strategy,
+    algorithm, lanes, chunks (matmul_all_reduce's ring: its groups), by_model,
+    predicted_s, candidates (each with its predicted_s) and text.
     Collective, as the call; builds and caches the plan without computing."""
     ops = {"all_gather_matmul": _core.all_gather_matmul_schedule,
-           "matmul_reduce_scatter": _core.matmul_reduce_scatter_schedule}
+           "matmul_reduce_scatter": _core.matmul_reduce_scatter_schedule,
+           "matmul_all_reduce": _core.matmul_all_reduce_schedule}
     if op not in ops:
         raise ValueError(f"schedule_of: op must be one of {', '.join(ops)} (got {op!r})")
     return ops[op](ctx, a, b, out, **options)

@@ -19,6 +19,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "arrays.hpp"
@@ -510,10 +511,12 @@ py::object ag_entry(py_context& pc, const ag_request& r, mode how) {
   return ag_list(pc, r);
 }
 
-// -------------------------------------------------------- matmul_reduce_scatter
+// ------------------------------------ matmul_reduce_scatter, matmul_all_reduce
 
-struct rs_request {
-  py::object a, b, out, scattered;
+/// The arguments of the ops that sum partial products over the ranks
+/// (a is M x K_r, b is K_r x N): `split` is their scattered= or reduced=.
+struct sum_request {
+  py::object a, b, out, split;
   bool bf16_transfers = false;
   common_options common;
 };
@@ -521,15 +524,67 @@ struct rs_request {
 /// This rank's share of `total` when it is split as evenly as the ranks allow.
 int64_t even_share(int64_t total, int rank, int ranks) { return total / ranks + (rank < total % ranks ? 1 : 0); }
 
-py::object rs_entry(py_context& pc, const rs_request& r, mode how) {
-  const char* where = "overlap.matmul_reduce_scatter";
+/// matmul_reduce_scatter for sum_entry: out is this rank's shard of the sum.
+struct rs_sum {
+  using options = rs_options;
+  static constexpr const char* where = "overlap.matmul_reduce_scatter";
+  static void split(options& o, const py::object& v) { o.scattered = enum_arg(v, "scattered", scattered::rows); }
+  /// out's shape when the library allocates it: the scattered dimension split evenly.
+  static std::pair<int64_t, int64_t> out_shape(const options& o, int64_t m, int64_t n, const context& ctx) {
+    const bool rows = o.scattered == scattered::rows;
+    return {rows ? even_share(m, ctx.rank(), ctx.size()) : m, rows ? n : even_share(n, ctx.rank(), ctx.size())};
+  }
+  template <class T>
+  static void call(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c, const options& o) {
+    matmul_reduce_scatter<T>(ctx, a, b, c, o);
+  }
+  template <class T>
+  static pending start(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
+                       const options& o) {
+    return start_matmul_reduce_scatter<T>(ctx, a, b, c, o);
+  }
+  template <class T>
+  static overlap::schedule plan(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
+                                const options& o) {
+    return matmul_reduce_scatter_schedule<T>(ctx, a, b, c, o);
+  }
+};
+
+/// matmul_all_reduce for sum_entry: out is the whole sum on every rank.
+struct ar_sum {
+  using options = ar_options;
+  static constexpr const char* where = "overlap.matmul_all_reduce";
+  static void split(options& o, const py::object& v) { o.reduced = enum_arg(v, "reduced", reduced::rows); }
+  static std::pair<int64_t, int64_t> out_shape(const options& /*o*/, int64_t m, int64_t n, const context& /*ctx*/) {
+    return {m, n};
+  }
+  template <class T>
+  static void call(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c, const options& o) {
+    matmul_all_reduce<T>(ctx, a, b, c, o);
+  }
+  template <class T>
+  static pending start(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
+                       const options& o) {
+    return start_matmul_all_reduce<T>(ctx, a, b, c, o);
+  }
+  template <class T>
+  static overlap::schedule plan(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
+                                const options& o) {
+    return matmul_all_reduce_schedule<T>(ctx, a, b, c, o);
+  }
+};
+
+/// An op that sums partial products (rs_sum, ar_sum): checks, agreement,
+/// the output when not given, then the call, the start or the schedule.
+template <class Op>
+py::object sum_entry(py_context& pc, const sum_request& r, mode how) {
   overlap::context& ctx = pc.get();
   array a, b, c, bias;
-  rs_options opt;
+  typename Op::options opt;
   const bool want_out = r.out.is_none();
   prelude_row row;
   const detail::failure mine = local_stage([&] {
-    opt.scattered = enum_arg(r.scattered, "scattered", overlap::scattered::rows);
+    Op::split(opt, r.split);
     r.common.apply(opt);
     opt.bf16_transfers = r.bf16_transfers;
     a = as_array(r.a, "a"), b = as_array(r.b, "b");
@@ -537,23 +592,20 @@ py::object rs_entry(py_context& pc, const rs_request& r, mode how) {
     row.orient = {code(orientation_of(a, "a", true)), code(orientation_of(b, "b", true)), code(orientation::either)};
     if (!want_out) c = output_of(r.out, a, "out");
     if (!r.common.bias.is_none()) {
-      const int64_t n = want_out
-                            ? (opt.scattered == scattered::rows ? b.cols : even_share(b.cols, ctx.rank(), ctx.size()))
-                            : (c.ndim == 2 ? c.cols : -1);
+      const int64_t n = want_out ? Op::out_shape(opt, a.rows, b.cols, ctx).second : (c.ndim == 2 ? c.cols : -1);
       bias = bias_of(r.common.bias, a.type, n);
     }
     if (opt.accumulate && want_out)
       throw std::invalid_argument("accumulate=True needs out (its contents are added to)");
   });
-  const agreed_call agreed = prelude(ctx, mine, row, where);
+  const agreed_call agreed = prelude(ctx, mine, row, Op::where);
   return with_type(a.type, [&](auto tag) -> py::object {
     using T = decltype(tag);
     const matrix_arg<T> av = matrix_of<T>(a, agreed.transposed[0]), bv = matrix_of<T>(b, agreed.transposed[1]);
     opt.transpose_a = av.transposed, opt.transpose_b = bv.transposed;
-    if (want_out) {  // the scattered dimension split evenly; pass out for another split
-      const bool rows = opt.scattered == scattered::rows;
-      c = allocate_like(a, rows ? even_share(a.rows, ctx.rank(), ctx.size()) : a.rows,
-                        rows ? b.cols : even_share(b.cols, ctx.rank(), ctx.size()), "out");
+    if (want_out) {  // pass out for another split of a scattered dimension
+      const auto [m, n] = Op::out_shape(opt, a.rows, b.cols, ctx);
+      c = allocate_like(a, m, n, "out");
     }
     const matrix_view<T> cv = matrix_of<T>(c, false).view;
     opt.epilogue.bias = bias.owner ? static_cast<const T*>(bias.data) : static_cast<const T*>(nullptr);
@@ -561,9 +613,9 @@ py::object rs_entry(py_context& pc, const rs_request& r, mode how) {
     for (const array* k : {&a, &b, &c, &bias}) keep.add(*k);
     const matrix_view<const T> ca = av.view, cb = bv.view;
     return finish(
-        pc, how, std::move(keep), c.owner, [&] { matmul_reduce_scatter<T>(ctx, ca, cb, cv, opt); },
-        [&] { return start_matmul_reduce_scatter<T>(ctx, ca, cb, cv, opt); },
-        [&] { return matmul_reduce_scatter_schedule<T>(ctx, ca, cb, cv, opt); });
+        pc, how, std::move(keep), c.owner, [&] { Op::template call<T>(ctx, ca, cb, cv, opt); },
+        [&] { return Op::template start<T>(ctx, ca, cb, cv, opt); },
+        [&] { return Op::template plan<T>(ctx, ca, cb, cv, opt); });
   });
 }
 
@@ -589,31 +641,30 @@ void def_ag(py::module_& m, const char* name, mode how, const char* doc, const E
       py::arg("gathered_out") = py::none(), doc, extra...);
 }
 
-template <class Entry, class... Extra>
-void def_rs(py::module_& m, const char* name, mode how, const char* doc, const Extra&... extra) {
+/// Defines an op that sums partial products; `split` names its keyword
+/// (scattered= or reduced=, "rows" by default).
+template <class Op, class... Extra>
+void def_sum(py::module_& m, const char* name, const char* split, mode how, const char* doc, const Extra&... extra) {
   m.def(
       name,
-      [how](py_context& ctx, py::object a, py::object b, py::object out, py::object scattered, py::object strategy,
+      [how](py_context& ctx, py::object a, py::object b, py::object out, py::object split_as, py::object strategy,
             py::object algorithm, py::object bias, py::object activation, bool accumulate, bool bf16_transfers) {
-        rs_request r{std::move(a),
-                     std::move(b),
-                     std::move(out),
-                     std::move(scattered),
-                     bf16_transfers,
-                     {std::move(strategy), std::move(algorithm), std::move(bias), std::move(activation), accumulate}};
-        return Entry{}(ctx, r, how);
+        sum_request r{std::move(a),
+                      std::move(b),
+                      std::move(out),
+                      std::move(split_as),
+                      bf16_transfers,
+                      {std::move(strategy), std::move(algorithm), std::move(bias), std::move(activation), accumulate}};
+        return sum_entry<Op>(ctx, r, how);
       },
-      py::arg("ctx"), py::arg("a"), py::arg("b"), py::arg("out") = py::none(), py::kw_only(),
-      py::arg("scattered") = "rows", py::arg("strategy") = "automatic", py::arg("algorithm") = "automatic",
-      py::arg("bias") = py::none(), py::arg("activation") = py::none(), py::arg("accumulate") = false,
-      py::arg("bf16_transfers") = false, doc, extra...);
+      py::arg("ctx"), py::arg("a"), py::arg("b"), py::arg("out") = py::none(), py::kw_only(), py::arg(split) = "rows",
+      py::arg("strategy") = "automatic", py::arg("algorithm") = "automatic", py::arg("bias") = py::none(),
+      py::arg("activation") = py::none(), py::arg("accumulate") = false, py::arg("bf16_transfers") = false, doc,
+      extra...);
 }
 
 struct ag_fn {
   py::object operator()(py_context& c, const ag_request& r, mode how) const { return ag_entry(c, r, how); }
-};
-struct rs_fn {
-  py::object operator()(py_context& c, const rs_request& r, mode how) const { return rs_entry(c, r, how); }
 };
 
 }  // namespace
@@ -656,9 +707,15 @@ PYBIND11_MODULE(_core, m) {
   def_ag<ag_fn>(m, "start_all_gather_matmul", mode::start, "all_gather_matmul, started: returns a Pending.",
                 py::keep_alive<0, 1>());
   def_ag<ag_fn>(m, "all_gather_matmul_schedule", mode::schedule, "The schedule all_gather_matmul runs, as a dict.");
-  def_rs<rs_fn>(m, "matmul_reduce_scatter", mode::call, "out = this rank's shard of sum over ranks of a @ b.");
-  def_rs<rs_fn>(m, "start_matmul_reduce_scatter", mode::start, "matmul_reduce_scatter, started: returns a Pending.",
-                py::keep_alive<0, 1>());
-  def_rs<rs_fn>(m, "matmul_reduce_scatter_schedule", mode::schedule,
-                "The schedule matmul_reduce_scatter runs, as a dict.");
+  def_sum<rs_sum>(m, "matmul_reduce_scatter", "scattered", mode::call,
+                  "out = this rank's shard of sum over ranks of a @ b.");
+  def_sum<rs_sum>(m, "start_matmul_reduce_scatter", "scattered", mode::start,
+                  "matmul_reduce_scatter, started: returns a Pending.", py::keep_alive<0, 1>());
+  def_sum<rs_sum>(m, "matmul_reduce_scatter_schedule", "scattered", mode::schedule,
+                  "The schedule matmul_reduce_scatter runs, as a dict.");
+  def_sum<ar_sum>(m, "matmul_all_reduce", "reduced", mode::call, "out = sum over ranks of a @ b, on every rank.");
+  def_sum<ar_sum>(m, "start_matmul_all_reduce", "reduced", mode::start,
+                  "matmul_all_reduce, started: returns a Pending.", py::keep_alive<0, 1>());
+  def_sum<ar_sum>(m, "matmul_all_reduce_schedule", "reduced", mode::schedule,
+                  "The schedule matmul_all_reduce runs, as a dict.");
 }

@@ -99,3 +99,19 @@ def test_usable_after_errors(ctx, comm):
     c = overlap.all_gather_matmul(ctx, a, b, strategy="ring")
     A = np.concatenate(comm.allgather(a))
     assert np.allclose(c, A @ b)
+
+
+def test_matmul_all_reduce_on_one_rank(ctx, comm):
+    a, b = operands(comm)
+    raised_on_every_rank(ValueError, lambda: overlap.matmul_all_reduce(
+        ctx, a, b, reduced="diagonal" if last(comm) else "rows"), comm, "reduced='diagonal' must be one of")
+    raised_on_every_rank(ValueError, lambda: overlap.matmul_all_reduce(ctx, a, b, algorithm="others"), comm,
+                         "no other-operands algorithm")
+    raised_on_every_rank(ValueError, lambda: overlap.matmul_all_reduce(
+        ctx, a, b, bias=np.zeros(2 if last(comm) else 3)), comm, "bias")
+    raised_on_every_rank(ValueError, lambda: overlap.matmul_all_reduce(
+        ctx, a, b, np.zeros((4, 2) if last(comm) else (4, 3))), comm, "c.cols")
+    if comm.size > 1:  # N must agree across ranks
+        raised_on_every_rank(ValueError, lambda: overlap.matmul_all_reduce(
+            ctx, a, b[:, :2] if last(comm) else b), comm, "(N)")
+    assert np.allclose(overlap.matmul_all_reduce(ctx, a, b, strategy="ring"), comm.size * (a @ b))

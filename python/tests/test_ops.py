@@ -89,6 +89,46 @@ def test_matmul_reduce_scatter(ctx, comm, scattered, strategy, kind, dtype, tol)
     assert close(got, split(total, sizes, r, 0 if scattered == "rows" else 1), tol * R)
 
 
+@pytest.mark.parametrize("kind,dtype,tol", DTYPES)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("reduced", ["rows", "cols"])
+def test_matmul_all_reduce(ctx, comm, reduced, strategy, kind, dtype, tol):
+    g = rng_for(11)
+    r, R = comm.rank, comm.size
+    m, n, ks = 9, 7, [4, 0, 3][:R] if R <= 3 else [2] * R
+    A = [g.standard_normal((m, k)) for k in ks]
+    B = [g.standard_normal((k, n)) for k in ks]
+    total = sum(a @ b for a, b in zip(A, B))
+    got = overlap.matmul_all_reduce(ctx, as_kind(A[r], kind, dtype), as_kind(B[r], kind, dtype), reduced=reduced,
+                                    strategy=strategy)
+    out = as_kind(np.ones((m, n)), kind, dtype)
+    into = overlap.matmul_all_reduce(ctx, as_kind(A[r], kind, dtype), as_kind(B[r], kind, dtype), out,
+                                     reduced=reduced, strategy=strategy, accumulate=True)
+    assert type(got) is (np.ndarray if kind == "numpy" else torch.Tensor)
+    assert tuple(got.shape) == (m, n)
+    assert into is out
+    assert close(got, total, tol * R)
+    assert close(out, total + 1, tol * R)
+
+
+@pytest.mark.parametrize("strategy", ["bulk", "ring"])
+def test_matmul_all_reduce_transposed_bias_started(ctx, comm, strategy):
+    g = rng_for(12)
+    R = comm.size
+    P, Q = g.standard_normal((5, 2 * R)), g.standard_normal((2 * R, 4))
+    bias = g.standard_normal(4)
+    mine = slice(2 * comm.rank, 2 * comm.rank + 2)
+    # Read transposed, without a copy; the epilogue applies once, after the sum.
+    c = overlap.matmul_all_reduce(ctx, P[:, mine].T.copy().T, Q[mine].T.copy().T, bias=bias, activation="relu",
+                                  strategy=strategy)
+    h = overlap.start_matmul_all_reduce(ctx, P[:, mine], Q[mine], strategy=strategy, reduced="cols")
+    started = h.wait()
+    s = overlap.schedule_of(ctx, "matmul_all_reduce", P[:, mine], Q[mine], strategy=strategy)
+    assert close(c, np.maximum(P @ Q + bias, 0), 1e-12)
+    assert close(started, P @ Q, 1e-12)
+    assert s["strategy"] == (strategy if R > 1 else s["strategy"])
+
+
 @pytest.mark.parametrize("strategy", ["bulk", "ring"])
 def test_transposed_operands_bias_activation(ctx, comm, strategy):
     a, b, _, _ = ag_problem(comm, "lhs_rows", seed=3)
