@@ -534,19 +534,17 @@ struct rs_sum {
     const bool rows = o.scattered == scattered::rows;
     return {rows ? even_share(m, ctx.rank(), ctx.size()) : m, rows ? n : even_share(n, ctx.rank(), ctx.size())};
   }
-  template <class T>
-  static void call(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c, const options& o) {
-    matmul_reduce_scatter<T>(ctx, a, b, c, o);
+  template <class T, class... Args>  // (ctx, a, b, c, options), as the C++ call takes them
+  static void call(Args&&... x) {
+    matmul_reduce_scatter<T>(std::forward<Args>(x)...);
   }
-  template <class T>
-  static pending start(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
-                       const options& o) {
-    return start_matmul_reduce_scatter<T>(ctx, a, b, c, o);
+  template <class T, class... Args>
+  static pending start(Args&&... x) {
+    return start_matmul_reduce_scatter<T>(std::forward<Args>(x)...);
   }
-  template <class T>
-  static overlap::schedule plan(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
-                                const options& o) {
-    return matmul_reduce_scatter_schedule<T>(ctx, a, b, c, o);
+  template <class T, class... Args>
+  static overlap::schedule plan(Args&&... x) {
+    return matmul_reduce_scatter_schedule<T>(std::forward<Args>(x)...);
   }
 };
 
@@ -558,19 +556,17 @@ struct ar_sum {
   static std::pair<int64_t, int64_t> out_shape(const options& /*o*/, int64_t m, int64_t n, const context& /*ctx*/) {
     return {m, n};
   }
-  template <class T>
-  static void call(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c, const options& o) {
-    matmul_all_reduce<T>(ctx, a, b, c, o);
+  template <class T, class... Args>  // (ctx, a, b, c, options), as the C++ call takes them
+  static void call(Args&&... x) {
+    matmul_all_reduce<T>(std::forward<Args>(x)...);
   }
-  template <class T>
-  static pending start(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
-                       const options& o) {
-    return start_matmul_all_reduce<T>(ctx, a, b, c, o);
+  template <class T, class... Args>
+  static pending start(Args&&... x) {
+    return start_matmul_all_reduce<T>(std::forward<Args>(x)...);
   }
-  template <class T>
-  static overlap::schedule plan(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
-                                const options& o) {
-    return matmul_all_reduce_schedule<T>(ctx, a, b, c, o);
+  template <class T, class... Args>
+  static overlap::schedule plan(Args&&... x) {
+    return matmul_all_reduce_schedule<T>(std::forward<Args>(x)...);
   }
 };
 

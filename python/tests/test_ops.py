@@ -66,16 +66,24 @@ def test_all_gather_matmul(ctx, comm, layout, strategy, kind, dtype, tol):
     assert close(gathered, as_numpy(as_kind(X, kind, dtype)), 0)
 
 
+def sum_problem(comm, seed, m=9, n=7):
+    """Every rank's A_r (m x K_r) and B_r (K_r x n), K_r uneven with an empty
+    one at 2 and 3 ranks, and their sum of products."""
+    g = rng_for(seed)
+    R = comm.size
+    ks = [4, 0, 3][:R] if R <= 3 else [2] * R
+    A = [g.standard_normal((m, k)) for k in ks]
+    B = [g.standard_normal((k, n)) for k in ks]
+    return A, B, sum(a @ b for a, b in zip(A, B))
+
+
 @pytest.mark.parametrize("kind,dtype,tol", DTYPES)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("scattered", ["rows", "cols"])
 def test_matmul_reduce_scatter(ctx, comm, scattered, strategy, kind, dtype, tol):
-    g = rng_for(2)
     r, R = comm.rank, comm.size
-    m, n, ks = 9, 7, [4, 0, 3][:R] if R <= 3 else [2] * R
-    A = [g.standard_normal((m, k)) for k in ks]
-    B = [g.standard_normal((k, n)) for k in ks]
-    total = sum(a @ b for a, b in zip(A, B))
+    m, n = 9, 7
+    A, B, total = sum_problem(comm, 2, m, n)
     # The library's even split when out is not given; an uneven one through out.
     even = overlap.matmul_reduce_scatter(ctx, as_kind(A[r], kind, dtype), as_kind(B[r], kind, dtype),
                                          scattered=scattered, strategy=strategy)
@@ -93,12 +101,9 @@ def test_matmul_reduce_scatter(ctx, comm, scattered, strategy, kind, dtype, tol)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("reduced", ["rows", "cols"])
 def test_matmul_all_reduce(ctx, comm, reduced, strategy, kind, dtype, tol):
-    g = rng_for(11)
     r, R = comm.rank, comm.size
-    m, n, ks = 9, 7, [4, 0, 3][:R] if R <= 3 else [2] * R
-    A = [g.standard_normal((m, k)) for k in ks]
-    B = [g.standard_normal((k, n)) for k in ks]
-    total = sum(a @ b for a, b in zip(A, B))
+    A, B, total = sum_problem(comm, 11)
+    m, n = total.shape
     got = overlap.matmul_all_reduce(ctx, as_kind(A[r], kind, dtype), as_kind(B[r], kind, dtype), reduced=reduced,
                                     strategy=strategy)
     out = as_kind(np.ones((m, n)), kind, dtype)
