@@ -1,5 +1,6 @@
-"""overlap.torch: Megatron-style tensor-parallel linear layers with sequence
-parallelism, whose collectives overlap their GEMMs (overlap's ops).
+"""overlap.torch: Megatron-style tensor-parallel linear layers, with
+sequence parallelism or without, whose collectives overlap their GEMMs
+(overlap's ops).
 
 Activations between the layers are sharded by sequence: each rank holds its
 rows of a [sequence * batch, hidden] activation (sequence-first, so the rows
@@ -21,10 +22,23 @@ embeddings) get partial gradients from each rank's sequence shard: mark
 them with ``sequence_parallel = True`` (the row bias is) and sum them with
 ``allreduce_replicated_grads`` before the optimizer steps.
 
+Without sequence parallelism (``sequence_parallel=False``) every rank holds
+all rows of the activations between the layers, as in inference and in
+Megatron without it:
+
+- ColumnParallelLinear: forward is a local product; the backward's input
+  gradient is matmul_all_reduce, started, while the weight gradients
+  compute.
+- RowParallelLinear: forward is matmul_all_reduce (the sum whole on every
+  rank); backward is local. Its bias gradient is whole on every rank
+  already, so the bias is not marked ``sequence_parallel``.
+
 Every layer takes ``strategy`` ("bulk", "ring", "automatic", ...), so the
 same model runs bulk or overlapped. One op per context is in flight at a
 time; the layers wait for theirs before returning.
 """
+
+import math
 
 import torch
 from torch import nn
@@ -41,9 +55,18 @@ def even_split(total, ranks):
 
 
 def _rows(t):
-    """t as a 2-D row-major matrix of its last dimension (a view when it can be)."""
-    t = t.reshape(-1, t.shape[-1])
+    """t as a 2-D row-major matrix of its last dimension (a view when it can be).
+    The row count is spelled out: with no features (an empty shard) -1 is ambiguous."""
+    t = t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _shaped(y, shape):
+    """y (rows x features) with the inner dimensions of ``shape`` (the input's) again."""
+    if len(shape) <= 2:
+        return y
+    inner = math.prod(shape[1:-1])
+    return y.reshape(y.shape[0] // inner if inner else 0, *shape[1:-1], y.shape[-1])
 
 
 class ColumnParallelLinear(nn.Module):
@@ -52,11 +75,14 @@ class ColumnParallelLinear(nn.Module):
     each, sharing one gather, e.g. [q, k, v]). The input is this rank's
     sequence shard [rows, in_features]; the output has every rank's rows
     (in rank order) of this rank's features (a list of outputs for a list).
+    With ``sequence_parallel=False`` the input is every row, the same on
+    every rank, and so is the output's.
     """
 
-    def __init__(self, ctx, in_features, out_features, bias=True, strategy="automatic", dtype=None):
+    def __init__(self, ctx, in_features, out_features, bias=True, strategy="automatic", dtype=None,
+                 sequence_parallel=True):
         super().__init__()
-        self.ctx, self.strategy = ctx, strategy
+        self.ctx, self.strategy, self.sequence_parallel = ctx, strategy, sequence_parallel
         self.fused = isinstance(out_features, (list, tuple))
         outs = list(out_features) if self.fused else [out_features]
         self.weights = nn.ParameterList(
@@ -69,14 +95,20 @@ class ColumnParallelLinear(nn.Module):
     def forward(self, x):
         shape = x.shape
         x2 = _rows(x)
+        if not self.sequence_parallel:
+            ys = _LocalColumn.apply(self.ctx, self.strategy, x2, *self.weights)
+            if self.biases is not None:
+                ys = [y + b for y, b in zip(ys, self.biases)]
+            ys = [_shaped(y, shape) for y in ys]
+            return ys if self.fused else ys[0]
         if not self.fused:
             b = self.biases[0] if self.biases is not None else None
             y = _Column.apply(x2, self.weights[0], b, self.ctx, self.strategy)
-            return y.reshape(-1, *shape[1:-1], y.shape[-1]) if len(shape) > 2 else y
+            return _shaped(y, shape)
         ys = _FusedColumn.apply(self.ctx, self.strategy, x2, *self.weights)
         if self.biases is not None:
             ys = [y + b for y, b in zip(ys, self.biases)]
-        return [y.reshape(-1, *shape[1:-1], y.shape[-1]) for y in ys] if len(shape) > 2 else list(ys)
+        return [_shaped(y, shape) for y in ys]
 
 
 class _Column(torch.autograd.Function):
@@ -124,6 +156,47 @@ class _FusedColumn(torch.autograd.Function):
         return (None, None, dx, *[d.t() for d in dwts])
 
 
+class _LocalColumn(torch.autograd.Function):
+    """ys[i] = x @ ws[i].T on every row (no sequence parallelism); backward:
+    dx = AR(cat(dys) @ cat(ws)) started, the weight gradients meanwhile."""
+
+    @staticmethod
+    def forward(fctx, octx, strategy, x, *ws):
+        fctx.save_for_backward(x, *ws)
+        fctx.octx, fctx.strategy = octx, strategy
+        return tuple(x.mm(w.t()) for w in ws)
+
+    @staticmethod
+    def backward(fctx, *dys):
+        x, *ws = fctx.saved_tensors
+        dys = [_rows(d) for d in dys]
+        dx = torch.empty_like(x)
+        pending = overlap.start_matmul_all_reduce(fctx.octx, torch.cat(dys, 1), torch.cat(ws, 0), dx,
+                                                  strategy=fctx.strategy)
+        dws = [d.t().mm(x) for d in dys]  # computed while the all-reduce runs
+        pending.wait()
+        return (None, None, dx, *dws)
+
+
+class _AllReducedRow(torch.autograd.Function):
+    """z = AR(y @ w.T) + b, whole on every rank (no sequence parallelism);
+    backward: dy = dz @ w and dw = dz.T @ y, local."""
+
+    @staticmethod
+    def forward(fctx, y, w, b, octx, strategy):
+        z = overlap.matmul_all_reduce(octx, y, w.t(), bias=b, strategy=strategy)
+        fctx.save_for_backward(y, w)
+        fctx.has_bias = b is not None
+        return z
+
+    @staticmethod
+    def backward(fctx, dz):
+        y, w = fctx.saved_tensors
+        dz = _rows(dz)
+        db = dz.sum(0) if fctx.has_bias else None  # whole: dz is the same on every rank
+        return dz.mm(w), dz.t().mm(y), db, None, None
+
+
 class _Row(torch.autograd.Function):
     """z = RS(y @ w.T) + b (this rank's rows); backward: dy = AG(dz) @ w,
     keeping AG(dz) for dw."""
@@ -153,24 +226,33 @@ class RowParallelLinear(nn.Module):
     shard of all ``out_features``, summed over the ranks. ``forward(y,
     rows)``: rows is this rank's shard (default: the even split, as
     even_split gives). The bias is whole on every rank (sequence_parallel).
+    With ``sequence_parallel=False`` the output is every row of the sum, the
+    same on every rank (``rows`` is not taken), and so is the bias's
+    gradient (the bias is not marked).
     """
 
-    def __init__(self, ctx, in_features, out_features, bias=True, strategy="automatic", dtype=None):
+    def __init__(self, ctx, in_features, out_features, bias=True, strategy="automatic", dtype=None,
+                 sequence_parallel=True):
         super().__init__()
-        self.ctx, self.strategy = ctx, strategy
+        self.ctx, self.strategy, self.sequence_parallel = ctx, strategy, sequence_parallel
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype))
         nn.init.normal_(self.weight, std=0.02)
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
-        if self.bias is not None:
+        if self.bias is not None and sequence_parallel:
             self.bias.sequence_parallel = True
 
     def forward(self, y, rows=None):
         shape = y.shape
         y2 = _rows(y)
+        if not self.sequence_parallel:
+            if rows is not None:
+                raise ValueError("RowParallelLinear(sequence_parallel=False) outputs every row: rows is not taken")
+            z = _AllReducedRow.apply(y2, self.weight, self.bias, self.ctx, self.strategy)
+            return _shaped(z, shape)
         if rows is None:
             rows = even_split(y2.shape[0], self.ctx.size)[self.ctx.rank]
         z = _Row.apply(y2, self.weight, self.bias, self.ctx, self.strategy, rows)
-        return z.reshape(-1, *shape[1:-1], z.shape[-1]) if len(shape) > 2 else z
+        return _shaped(z, shape)
 
 
 def allreduce_replicated_grads(params, comm):

@@ -64,7 +64,7 @@ def inputs(shapes, seed=0):
 
 def test_column_gradcheck(ctx, comm):
     S, H, O = 5, 3, 4 * comm.size - 1
-    rows, cols = uneven(S, comm.size), even_split(O, comm.size)
+    rows, cols = uneven(S, comm.size), uneven(O, comm.size)  # an empty shard of rows and of features at 3 ranks
     layer = ColumnParallelLinear(ctx, H, cols[comm.rank], strategy="ring", dtype=torch.float64)
 
     def f(x, w, b):
@@ -132,3 +132,42 @@ def test_layers_match_torch_in_bf16(ctx, comm):
     assert (z.double() - part(ref, rows, comm.rank, 0)).abs().max().item() <= tol
     assert (xs.grad.double() - part(xr.grad, rows, comm.rank, 0)).abs().max().item() <= 0.05 * xr.grad.abs().max()
     assert torch.allclose(row.bias.grad.double(), torch.full((H,), float(S), dtype=torch.float64))
+
+
+def test_column_without_sequence_parallelism_gradcheck(ctx, comm):
+    """Every rank holds all of x: its gradient is all-reduced by the layer,
+    so x is not summed again here, while each rank's part of the weights and
+    biases is."""
+    S, H, O = 5, 3, 4 * comm.size - 1
+    cols = uneven(O, comm.size)
+    single = ColumnParallelLinear(ctx, H, cols[comm.rank], strategy="ring", dtype=torch.float64,
+                                  sequence_parallel=False)
+    fused = ColumnParallelLinear(ctx, H, [cols[comm.rank]] * 2, strategy="ring", dtype=torch.float64,
+                                 sequence_parallel=False)
+
+    def f(x, w1, b1, w2, b2):
+        w1, b1, w2, b2 = (_Replicated.apply(t, comm) for t in (w1, b1, w2, b2))
+        p1, q1 = part(w1, cols, comm.rank, 0), part(b1, cols, comm.rank, 0)
+        p2, q2 = part(w2, cols, comm.rank, 0), part(b2, cols, comm.rank, 0)
+        y = torch.nn.utils.stateless.functional_call(single, {"weights.0": p1, "biases.0": q1}, (x,))
+        y1, y2 = torch.nn.utils.stateless.functional_call(
+            fused, {"weights.0": p1, "biases.0": q1, "weights.1": p2, "biases.1": q2}, (x,))
+        return _Gathered.apply(y, comm, 1), _Gathered.apply(y1 + y2, comm, 1)
+
+    assert torch.autograd.gradcheck(f, inputs([(S, H), (O, H), (O,), (O, H), (O,)], seed=4))
+
+
+def test_row_without_sequence_parallelism_gradcheck(ctx, comm):
+    """The output is whole on every rank, and so is the bias's gradient:
+    only the parts of y and w are summed over the ranks here."""
+    S, I, O = 2 * comm.size + 1, 3 * comm.size - 1, 3
+    feats = uneven(I, comm.size)
+    layer = RowParallelLinear(ctx, feats[comm.rank], O, strategy="ring", dtype=torch.float64, sequence_parallel=False)
+    assert not getattr(layer.bias, "sequence_parallel", False)
+
+    def f(y, w, b):
+        y, w = _Replicated.apply(y, comm), _Replicated.apply(w, comm)
+        params = {"weight": part(w, feats, comm.rank, 1), "bias": b}
+        return torch.nn.utils.stateless.functional_call(layer, params, (part(y, feats, comm.rank, 1),))
+
+    assert torch.autograd.gradcheck(f, inputs([(S, I), (O, I), (O,)], seed=5))
