@@ -61,6 +61,12 @@ def _rows(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _joined(ts, dim):
+    """The tensors side by side along ``dim``: the one itself when there is one
+    (torch.cat would copy it, a weight's worth on every backward step)."""
+    return ts[0] if len(ts) == 1 else torch.cat(ts, dim)
+
+
 def _shaped(y, shape):
     """y (rows x features) with the inner dimensions of ``shape`` (the input's) again."""
     if len(shape) <= 2:
@@ -151,7 +157,7 @@ class _FusedColumn(torch.autograd.Function):
         x, *ws = fctx.saved_tensors
         dys = [_rows(d) for d in dys]
         dx = torch.empty_like(x)
-        overlap.matmul_reduce_scatter(fctx.octx, torch.cat(dys, 1), torch.cat(ws, 0), dx, strategy=fctx.strategy)
+        overlap.matmul_reduce_scatter(fctx.octx, _joined(dys, 1), _joined(ws, 0), dx, strategy=fctx.strategy)
         dwts = overlap.all_gather_matmul(fctx.octx, x.t(), dys, gathered="lhs_cols", strategy=fctx.strategy)
         return (None, None, dx, *[d.t() for d in dwts])
 
@@ -171,7 +177,7 @@ class _LocalColumn(torch.autograd.Function):
         x, *ws = fctx.saved_tensors
         dys = [_rows(d) for d in dys]
         dx = torch.empty_like(x)
-        pending = overlap.start_matmul_all_reduce(fctx.octx, torch.cat(dys, 1), torch.cat(ws, 0), dx,
+        pending = overlap.start_matmul_all_reduce(fctx.octx, _joined(dys, 1), _joined(ws, 0), dx,
                                                   strategy=fctx.strategy)
         dws = [d.t().mm(x) for d in dys]  # computed while the all-reduce runs
         pending.wait()

@@ -91,6 +91,22 @@ def test_fused_column_gradcheck(ctx, comm):
     assert torch.autograd.gradcheck(f, inputs([(S, H), (O, H), (O,), (O, H), (O,)], seed=1))
 
 
+def test_fused_column_of_one_weight_gradcheck(ctx, comm):
+    """A list of one weight: the fused backward passes the one gradient and
+    weight through rather than concatenating them."""
+    S, H, O = 5, 3, 3 * comm.size - 1
+    rows, cols = uneven(S, comm.size), uneven(O, comm.size)
+    layer = ColumnParallelLinear(ctx, H, [cols[comm.rank]], strategy="ring", dtype=torch.float64)
+
+    def f(x, w, b):
+        x, w, b = (_Replicated.apply(t, comm) for t in (x, w, b))
+        params = {"weights.0": part(w, cols, comm.rank, 0), "biases.0": part(b, cols, comm.rank, 0)}
+        (y,) = torch.nn.utils.stateless.functional_call(layer, params, (part(x, rows, comm.rank, 0),))
+        return _Gathered.apply(y, comm, 1)
+
+    assert torch.autograd.gradcheck(f, inputs([(S, H), (O, H), (O,)], seed=5))
+
+
 def test_row_gradcheck(ctx, comm):
     S, I, O = 2 * comm.size + 1, 3 * comm.size - 1, 3
     rows, feats = uneven(S, comm.size), even_split(I, comm.size)
