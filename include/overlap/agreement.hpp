@@ -7,6 +7,8 @@
 ///
 /// - agree_on: every rank learns whether any rank failed; if one did, every
 ///   rank throws that rank's error (broadcast_failure).
+/// - same_everywhere: whether every rank passed the same values (a layer's
+///   shape and mode).
 /// - call_vote: what each rank contributes when an op is called (did its
 ///   checks fail, does it hold a plan, which one, for which op and element
 ///   type), in one all-reduce (ops/agreement.hpp).
@@ -102,6 +104,27 @@ void agree_on(Ctx& ctx, const failure& mine, const std::string& where) {
       [&](MPI_Request* r) { return MPI_Iallreduce(&v.failed, &v.any_failed, 1, MPI_INT, MPI_MAX, comm, r); },
       [&] { return where + " (agreeing on success)"; });
   if (v.any_failed != 0) broadcast_failure(ctx, mine, where);
+}
+
+/// Collective: whether every rank of ctx passed the same `values` (each rank
+/// the same count, none of them INT64_MIN). One MPI_MAX all-reduce of each
+/// value and its negation (call_vote's way), bounded by the watchdog like
+/// every agreement; `where` names the caller in a watchdog report.
+template <class Ctx>
+bool same_everywhere(Ctx& ctx, const std::vector<int64_t>& values, const std::string& where) {
+  agreement_scratch& s = ctx.scratch();
+  s.mine.clear();
+  for (int64_t v : values) s.mine.insert(s.mine.end(), {v, -v});
+  s.table.assign(s.mine.size(), 0);
+  const int n = static_cast<int>(s.mine.size());
+  MPI_Comm comm = ctx.comm();
+  watched_collective(
+      ctx, "MPI_Allreduce", [&] { return MPI_Allreduce(s.mine.data(), s.table.data(), n, MPI_INT64_T, MPI_MAX, comm); },
+      [&](MPI_Request* r) { return MPI_Iallreduce(s.mine.data(), s.table.data(), n, MPI_INT64_T, MPI_MAX, comm, r); },
+      [&] { return where + " (comparing the ranks' values)"; });
+  for (size_t i = 0; i < s.table.size(); i += 2)
+    if (s.table[i] != -s.table[i + 1]) return false;
+  return true;
 }
 
 }  // namespace overlap::detail

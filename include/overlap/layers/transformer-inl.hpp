@@ -8,6 +8,7 @@
 #include <new>
 #include <utility>
 
+#include "overlap/agreement.hpp"
 #include "overlap/layers/transformer.hpp"
 
 namespace overlap::layers {
@@ -102,15 +103,13 @@ void transformer_block<T>::setup(const block_shape& s) {
                    std::to_string(s.heads) + ", ffn " + std::to_string(s.ffn));
   // What must agree: the shape and the mode on every rank, and along cp the
   // tp rank and size (the shares' tp groups line up).
-  const int64_t mine[7] = {s.seq, s.hidden, s.heads, s.ffn, opt_.sequence_parallel ? 1 : 0, ctx_->size(), ctx_->rank()};
-  int64_t lo[7], hi[7];
-  bool same = true;
-  for (context* c : {ctx_, cp_}) {
-    if (c == nullptr) continue;
-    const int n = c == cp_ ? 7 : 5;
-    OVERLAP_MPI(MPI_Allreduce, mine, lo, n, MPI_INT64_T, MPI_MIN, c->comm());
-    OVERLAP_MPI(MPI_Allreduce, mine, hi, n, MPI_INT64_T, MPI_MAX, c->comm());
-    same = same && std::equal(lo, lo + n, hi);
+  const std::vector<int64_t> mine{s.seq, s.hidden, s.heads, s.ffn, opt_.sequence_parallel ? 1 : 0};
+  const char* who = "overlap::layers::transformer_block";
+  bool same = overlap::detail::same_everywhere(*ctx_, mine, who);
+  if (cp_ != nullptr) {
+    std::vector<int64_t> along_cp = mine;
+    along_cp.insert(along_cp.end(), {ctx_->size(), ctx_->rank()});
+    same = overlap::detail::same_everywhere(*cp_, along_cp, who) && same;
   }
   agree(same,
         "the ranks give different shapes or modes (seq, hidden, heads, ffn and sequence_parallel must agree, "
