@@ -180,15 +180,22 @@ int run(const options& o) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   // tp varies fastest (a tensor group on one node where it fits), then cp.
-  overlap::mesh mesh(MPI_COMM_WORLD, {{"dp", 0}, {"cp", o.cp, true}, {"tp", o.tp > 0 ? o.tp : world / o.cp, true}});
-  overlap::context& ctx = mesh.context("tp");
-  overlap::context* cp = o.cp > 1 ? &mesh.context("cp") : nullptr;
-  overlap::layers::block_options bo;
-  bo.sequence_parallel = o.sequence_parallel;
   std::vector<std::string> modes;
   if (!o.only) modes.emplace_back("bulk");
   for (const auto& m : o.modes)
     if (std::find(modes.begin(), modes.end(), m) == modes.end()) modes.push_back(m);
+  // Every mode's block and the collectives alone keep their plans on one
+  // context: its cache must hold them all, or each step would rebuild the
+  // plans evicted by the other modes' and time that (a block asks for at
+  // most 12 shapes; 16 leaves room).
+  overlap::config cfg = overlap::config::from_env();
+  cfg.plan_cache = std::max(cfg.plan_cache, 16 * static_cast<int>(modes.size() + 1));
+  overlap::mesh mesh(MPI_COMM_WORLD, {{"dp", 0}, {"cp", o.cp, true}, {"tp", o.tp > 0 ? o.tp : world / o.cp, true}},
+                     cfg);
+  overlap::context& ctx = mesh.context("tp");
+  overlap::context* cp = o.cp > 1 ? &mesh.context("cp") : nullptr;
+  overlap::layers::block_options bo;
+  bo.sequence_parallel = o.sequence_parallel;
   std::vector<std::unique_ptr<runner<T>>> runners;
   std::vector<std::function<void()>> bodies;
   for (const auto& m : modes) {
@@ -225,6 +232,15 @@ int run(const options& o) {
     const step_result want = ref.result();
     for (size_t i = 0; i < modes.size(); ++i) rows[i].err = max_rel_err(MPI_COMM_WORLD, runners[i]->result(), want);
   }
+  // Which schedule automatic chose for each of the block's op shapes (the
+  // tp context's plans; the same on every rank of the group), and why. Plans
+  // that differ only in strides or transposes read alike: counted once.
+  nlohmann::json choices = nlohmann::json::array();
+  for (const overlap::context::plan_report& p : ctx.plan_reports()) {
+    if (!p.automatic) continue;
+    const nlohmann::json c{{"plan", p.summary}, {"schedule", p.schedule}};
+    if (std::find(choices.begin(), choices.end(), c) == choices.end()) choices.push_back(c);
+  }
   if (wrank != 0) return 0;
   const auto& s = o.shape;
   fmt::print(
@@ -246,6 +262,11 @@ int run(const options& o) {
              cp != nullptr ? ", ring attention's K/V gathers and gradient reduce-scatter" : "");
   fmt::print("{:<14}{:>12.1f}   (the step without communication; bulk / compute only = {:.2f}x bounds any overlap)\n",
              "compute only", compute_ms, bulk_ms > 0 ? bulk_ms / compute_ms : 0.0);
+  if (!choices.empty()) {
+    fmt::print("automatic's schedules (rank 0's tp context):\n");
+    for (const auto& c : choices)
+      fmt::print("  {}: {}\n", c["plan"].get<std::string>(), c["schedule"].get<std::string>());
+  }
   if (o.json.empty()) return 0;
   std::ofstream out(o.json, std::ios::app);
   const nlohmann::json provenance = overlap::apps::provenance();
@@ -270,6 +291,7 @@ int run(const options& o) {
                      {"sequence_parallel", o.sequence_parallel},
                      {"steps", o.steps},
                      {"transport", o.transport}};
+    if (r.mode == "automatic") j["automatic_choices"] = choices;
     j.update(provenance);
     out << j.dump() << "\n";
   }

@@ -63,6 +63,10 @@ struct plan_base {
   uint64_t fingerprint = 0;
   /// The op, element type, strategy and global shape, for error reports.
   std::string summary;
+  /// The schedule it runs in words (to_string(schedule): with every
+  /// candidate's predicted time when the cost model chose); context::plan_reports.
+  std::string schedule_words;
+  bool automatic = false;  ///< the call asked for strategy::automatic
 };
 using plan_key = std::vector<int64_t>;
 
@@ -121,6 +125,21 @@ class context {
   [[nodiscard]] const std::string& progress_reason() const noexcept { return progress_why_; }
   /// Number of plans cached now (at most config().plan_cache).
   [[nodiscard]] size_t cached_plans() const noexcept { return plans_.size(); }
+  /// A cached plan in words (plan_reports).
+  struct plan_report {
+    std::string summary;     ///< the op, element type, ranks, strategy and global shape
+    std::string schedule;    ///< what runs; where the cost model chose, every candidate's predicted time
+    bool automatic = false;  ///< the call asked for strategy::automatic: the library chose the schedule
+  };
+  /// The cached plans in words, most recently used first: for reports of
+  /// what ran, e.g. which schedules strategy::automatic chose (a plan that
+  /// is not an op's, such as ring attention's, has no schedule). Local.
+  [[nodiscard]] std::vector<plan_report> plan_reports() const {
+    std::vector<plan_report> out;
+    for (const auto& entry : plans_)
+      out.push_back({entry.second->summary, entry.second->schedule_words, entry.second->automatic});
+    return out;
+  }
   /// Drops every cached plan (their buffers and primitives); the next call of
   /// each shape builds its plan again. Local: other ranks notice the missing
   /// plan at their next call and rebuild with this rank.

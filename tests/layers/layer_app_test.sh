@@ -32,9 +32,21 @@ for r in rows:
     assert r["cpu"] and r["mpi"] and r["onednn"] and len(r["date"]) == 10, r
     assert r["isa"] and r["isa"] != "unknown" and r["overlap"].count(".") == 2 and r["transport"], r
 assert rows[0]["speedup_vs_bulk"] == 1.0
+# automatic's schedule for each op shape, with the plan it ran.
+choices = rows[-1]["automatic_choices"]
+assert choices and all(c["plan"].startswith("overlap::") and c["schedule"] for c in choices), rows[-1]
+assert all("automatic_choices" not in r for r in rows[:-1]), rows
 print("layer json ok at", sys.argv[2], "ranks")
 PY
 done
+# Four modes keep every plan: the plans built (OVERLAP_VERBOSE=1 prints each)
+# do not grow with the steps timed.
+for steps in 2 4; do
+  OVERLAP_VERBOSE=1 mpi_run 2 "$layer" "${shape[@]:0:8}" --steps $steps --modes ring,bidirectional,automatic --no-check \
+    2> "$dir/verbose-$steps.txt" > /dev/null
+done
+[ "$(grep -c 'overlap: plan' "$dir/verbose-2.txt")" -eq "$(grep -c 'overlap: plan' "$dir/verbose-4.txt")" ] ||
+  { echo "overlap-layer rebuilt plans while timing"; exit 1; }
 # Without sequence parallelism (matmul_all_reduce) and with a cp axis (ring
 # attention between the shares), also together: every mode within f32
 # accuracy of the double-precision block, the mesh in the JSON.

@@ -87,6 +87,8 @@ std::unique_ptr<typename Op::plan> make_plan(context& ctx, const arg_checks& che
   Op::describe(*plan, opt, g);
   plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) +
                   " ranks: " + to_string(sched.strategy) + Op::summary(*plan, g);
+  plan->schedule_words = to_string(sched);
+  plan->automatic = opt.strategy == strategy::automatic;
   build_agreed(ctx, checks.op(), [&] {
     plan->batch = opt.batch;
     plan->saved.prepare(opt.accumulate, x.c, opt.batch.count, opt.batch.c);
@@ -105,7 +107,7 @@ std::unique_ptr<typename Op::plan> make_plan(context& ctx, const arg_checks& che
     log_built_plan(
         ctx, plan->summary,
         ring_summary(opt.strategy, *plan, sched.chunks, chosen, plan->slots.size() * sizeof(*plan->slots.data())) +
-            Op::plan_notes(*plan) + "; schedule: " + to_string(sched),
+            Op::plan_notes(*plan) + "; schedule: " + plan->schedule_words,
         dtype_of<T>());
   }
   return plan;
