@@ -186,8 +186,8 @@ int run(const options& o) {
     if (std::find(modes.begin(), modes.end(), m) == modes.end()) modes.push_back(m);
   // Every mode's block and the collectives alone keep their plans on one
   // context: its cache must hold them all, or each step would rebuild the
-  // plans evicted by the other modes' and time that (a block asks for at
-  // most 12 shapes; 16 leaves room).
+  // plans evicted by the other modes' and time that (a block's step calls
+  // its ops with 8 shapes or fewer; 16 per mode leaves room).
   overlap::config cfg = overlap::config::from_env();
   cfg.plan_cache = std::max(cfg.plan_cache, 16 * static_cast<int>(modes.size() + 1));
   overlap::mesh mesh(MPI_COMM_WORLD, {{"dp", 0}, {"cp", o.cp, true}, {"tp", o.tp > 0 ? o.tp : world / o.cp, true}},
