@@ -209,6 +209,8 @@ struct config {
   /// What a rank does on a failure after the ranks agreed to run an op.
   overlap::fatal_policy on_fatal = overlap::fatal_policy::abort;
   /// Plans kept per context (least recently used evicted first), >= 1.
+  /// Rank 0 warns once when as many plans were built again after their
+  /// eviction (context::plans_rebuilt): raise it then.
   int plan_cache = 32;
   /// Benchmarks only; see ring_phases.
   overlap::ring_phases phases = overlap::ring_phases::both;

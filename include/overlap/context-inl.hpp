@@ -53,6 +53,7 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
     local = detail::failure::capture(std::current_exception());
     cfg_ = detail::config_after_failure(cfg_);
   }
+  plans_ = detail::plan_cache(static_cast<size_t>(cfg_.plan_cache));
   comm_ = detail::watched_dup(comm, cfg_.timeout_s, who);
   rank_ = comm_.rank();
   size_ = comm_.size();
@@ -95,10 +96,9 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
   failure_ = what;
   requests_->leak();
   auto& g = detail::leaked();
-  for (auto& entry : plans_) g.plans.push_back(std::move(entry.second));
+  for (auto& plan : plans_.release()) g.plans.push_back(std::move(plan));
   g.scratch.push_back(std::move(scratch_));
   scratch_ = std::make_unique<detail::agreement_scratch>();
-  drop_plans();
   throw error(source, code, call, what);
 }
 
@@ -193,6 +193,24 @@ OVERLAP_FUNC void context::start_trace() {
   trace_ = engine::trace_recorder::open(cfg_.trace, detail::world_rank());
   observer_ = std::make_unique<detail::trace_observer>(trace_, world_);
   requests_->observe(observer_.get());
+}
+
+OVERLAP_FUNC detail::plan_base* context::store_plan(const detail::plan_key& key,
+                                                    std::unique_ptr<detail::plan_base> plan) {
+  const size_t rebuilt = plans_.rebuilt();
+  detail::plan_base* stored = plans_.store(key, std::move(plan));
+  // Once, when the rebuilds reach the cache's size: a pattern, not a one-off.
+  if (plans_.rebuilt() != rebuilt && plans_.rebuilt() == plans_.bound() && rank_ == 0)
+    std::fprintf(stderr,
+                 "overlap: rank 0: calls needed plans again that the plan cache (plan_cache = %zu) had evicted, "
+                 "%zu rebuilt so far: the program uses more op shapes than the cache keeps, and each rebuild costs "
+                 "an exchange between the ranks and a plan build inside the call; raise OVERLAP_PLAN_CACHE "
+                 "(config::plan_cache)\n",
+                 plans_.bound(), plans_.rebuilt());
+  if (cfg_.verbose && rank_ == 0 && plans_.rebuilt() != rebuilt)
+    std::fprintf(stderr, "overlap: plan built again after its eviction (%zu so far): %s\n", plans_.rebuilt(),
+                 stored->summary.c_str());
+  return stored;
 }
 
 OVERLAP_FUNC std::string context::gemm_path(dtype t) const {

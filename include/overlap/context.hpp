@@ -6,9 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <iterator>
-#include <list>
-#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -27,6 +24,7 @@
 #include "overlap/mpi/request.hpp"
 #include "overlap/mpi/topology.hpp"
 #include "overlap/mpi/wait.hpp"
+#include "overlap/plan_cache.hpp"
 #include "overlap/schedule/calibration.hpp"
 
 namespace overlap {
@@ -55,20 +53,6 @@ class sim_timings;     // backend/simulated.hpp
 }  // namespace backend
 
 namespace detail {
-/// A cached plan: everything that depends only on the shapes of a call.
-struct plan_base {
-  virtual ~plan_base() = default;
-  /// Hash of the global problem (every rank's sizes and the options) the plan
-  /// was built for; ranks compare it to agree that their cached plans match.
-  uint64_t fingerprint = 0;
-  /// The op, element type, strategy and global shape, for error reports.
-  std::string summary;
-  /// The schedule it runs in words (to_string(schedule): with every
-  /// candidate's predicted time when the cost model chose); context::plan_reports.
-  std::string schedule_words;
-  bool automatic = false;  ///< the call asked for strategy::automatic
-};
-using plan_key = std::vector<int64_t>;
 
 /// Where a fatal error leaves what MPI may still use (requests given up on):
 /// never freed, so a late transfer never lands in freed memory.
@@ -136,8 +120,7 @@ class context {
   /// is not an op's, such as ring attention's, has no schedule). Local.
   [[nodiscard]] std::vector<plan_report> plan_reports() const {
     std::vector<plan_report> out;
-    for (const auto& entry : plans_)
-      out.push_back({entry.second->summary, entry.second->schedule_words, entry.second->automatic});
+    plans_.for_each([&](const detail::plan_base& p) { out.push_back({p.summary, p.schedule_words, p.automatic}); });
     return out;
   }
   /// Drops every cached plan (their buffers and primitives); the next call of
@@ -179,7 +162,13 @@ class context {
   /// context's ranks are not the world's: "rank 1 (world rank 5)".
   [[nodiscard]] std::string rank_name(int r) const { return mpi::rank_text(r, world_); }
   /// Number of plans built so far (a rebuild of a cached shape counts too).
-  [[nodiscard]] size_t plans_built() const noexcept { return plans_built_; }
+  [[nodiscard]] size_t plans_built() const noexcept { return plans_.built(); }
+  /// Number of plans built again for a shape that the cache had evicted
+  /// (within its last detail::plan_cache::remembered_evictions evictions).
+  /// One that keeps growing means the program's calls use more shapes than
+  /// config().plan_cache keeps, and each such call pays the ranks' exchange
+  /// and a plan build; rank 0 warns once when it reaches plan_cache. Local.
+  [[nodiscard]] size_t plans_rebuilt() const noexcept { return plans_.rebuilt(); }
   /// True after a fatal error under fatal_policy::throw_error: every op throws.
   [[nodiscard]] bool failed() const noexcept { return !failure_.empty(); }
   /// True while an op started on this context (start_all_gather_matmul,
@@ -234,31 +223,13 @@ class context {
   [[nodiscard]] link_class links() const noexcept { return nodes_ == 1 ? link_class::shared : link_class::network; }
 
   /// The cached plan for key (now the most recently used), or null.
-  [[nodiscard]] detail::plan_base* find_plan(const detail::plan_key& key) {
-    auto it = index_.find(key);
-    if (it == index_.end()) return nullptr;
-    plans_.splice(plans_.begin(), plans_, it->second);
-    return it->second->second.get();
-  }
+  [[nodiscard]] detail::plan_base* find_plan(const detail::plan_key& key) { return plans_.find(key); }
   /// Prints a plan's description on rank 0 when the config is verbose.
   void log_plan(const std::string& what) const {
     if (cfg_.verbose && rank_ == 0) std::fprintf(stderr, "overlap: plan %s\n", what.c_str());
   }
   /// Caches a plan, evicting the least recently used beyond config().plan_cache.
-  detail::plan_base* store_plan(const detail::plan_key& key, std::unique_ptr<detail::plan_base> plan) {
-    if (auto it = index_.find(key); it != index_.end()) {
-      plans_.erase(it->second);
-      index_.erase(it);
-    }
-    plans_.emplace_front(key, std::move(plan));
-    index_.emplace(key, plans_.begin());
-    while (plans_.size() > static_cast<size_t>(cfg_.plan_cache)) {
-      index_.erase(plans_.back().first);
-      plans_.pop_back();
-    }
-    ++plans_built_;
-    return plans_.front().second.get();
-  }
+  detail::plan_base* store_plan(const detail::plan_key& key, std::unique_ptr<detail::plan_base> plan);
   /// The progress thread (progress_policy::thread), or null.
   [[nodiscard]] engine::progress_thread* progress() const noexcept { return progress_.get(); }
   /// The timeline recorder (OVERLAP_TRACE), or null: nothing recorded.
@@ -324,10 +295,7 @@ class context {
   /// OVERLAP_TRACE: joins the process's recorder and reports transfers to it.
   void start_trace();
 
-  void drop_plans() noexcept {
-    index_.clear();
-    plans_.clear();
-  }
+  void drop_plans() noexcept { plans_.clear(); }
 
   /// Collective: where the ranks sit (nodes, world ranks) and the ring that
   /// follows (config().ring, which must agree across ranks).
@@ -354,10 +322,8 @@ class context {
   std::shared_ptr<backend::sim_timings> sim_;        ///< SimGrid SMPI only: the GEMMs' simulated times
   std::unique_ptr<engine::progress_thread> progress_;
   std::string progress_why_;  ///< why automatic chose cfg_.progress ("" when the config named a policy)
-  /// The plan cache: most recently used first, and an index into it.
-  std::list<std::pair<detail::plan_key, std::unique_ptr<detail::plan_base>>> plans_;
-  std::map<detail::plan_key, decltype(plans_)::iterator> index_;
-  size_t plans_built_ = 0;
+  /// The plan cache, bounded by config().plan_cache once the config is known.
+  detail::plan_cache plans_{static_cast<size_t>(overlap::config{}.plan_cache)};
   std::unique_ptr<mpi::request_group> requests_ = std::make_unique<mpi::request_group>();
   std::unique_ptr<detail::agreement_scratch> scratch_ = std::make_unique<detail::agreement_scratch>();
   engine::trace_recorder* trace_ = nullptr;                 ///< the process's recorder (OVERLAP_TRACE), not owned

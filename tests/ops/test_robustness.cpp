@@ -384,6 +384,58 @@ TEST(plan_cache, is_bounded_and_can_be_cleared) {
   EXPECT_EQ(ctx.cached_plans(), 0u);
   run_ag_case<float>(ctx, {gathered::lhs_rows, strategy::ring, 5, 8, 3, split::skewed});
   EXPECT_EQ(ctx.cached_plans(), 1u);
+  // New shapes and cleared plans are built, not built again after an eviction.
+  EXPECT_EQ(ctx.plans_rebuilt(), 0u);
+}
+
+TEST(plan_cache, remembers_a_bounded_number_of_evictions) {
+  using overlap::detail::plan_base;
+  overlap::detail::plan_cache cache(1);
+  auto store = [&](int64_t k) { cache.store({k, 7}, std::make_unique<plan_base>()); };
+  const auto n = static_cast<int64_t>(overlap::detail::plan_cache::remembered_evictions);
+  // Key 0, then n + 1 others: the cache evicts 0 .. n, and remembers 1 .. n.
+  for (int64_t k = 0; k <= n + 1; ++k) store(k);
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_NE(cache.find({n + 1, 7}), nullptr);
+  EXPECT_EQ(cache.find({n, 7}), nullptr);
+  store(0);  // evicted too long ago: a first build, as far as the cache knows
+  EXPECT_EQ(cache.rebuilt(), 0u);
+  store(2);
+  EXPECT_EQ(cache.rebuilt(), 1u);
+  EXPECT_EQ(cache.built(), static_cast<size_t>(n) + 4);
+  EXPECT_EQ(cache.release().size(), 1u);
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+TEST(plan_cache, counts_and_reports_plans_built_again_after_eviction) {
+  overlap::config cfg;
+  cfg.plan_cache = 2;
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  auto call = [&](int64_t n) {
+    run_ag_case<float>(ctx, {gathered::rhs_cols, strategy::ring, 4, n, 3, split::balanced});
+  };
+  testing::internal::CaptureStderr();
+  // Three shapes in turn through a cache of two: after the first round every
+  // call rebuilds the plan the previous call evicted.
+  for (int round = 0; round < 3; ++round)
+    for (int64_t n = 1; n <= 3; ++n) call(n);
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(ctx.plans_built(), 9u);
+  EXPECT_EQ(ctx.plans_rebuilt(), 6u);
+  const std::string warning = "raise OVERLAP_PLAN_CACHE";
+  const size_t at = said.find(warning);
+  if (ctx.rank() == 0) {
+    ASSERT_NE(at, std::string::npos) << said;
+    EXPECT_NE(said.find("the plan cache (plan_cache = 2) had evicted, 2 rebuilt so far"), std::string::npos) << said;
+    EXPECT_EQ(said.find(warning, at + 1), std::string::npos) << "warned more than once: " << said;
+  } else {
+    EXPECT_EQ(at, std::string::npos) << "only rank 0 warns: " << said;
+  }
+  // The two most recent shapes stay cached; a shape never seen is no rebuild.
+  call(3);
+  call(7);
+  EXPECT_EQ(ctx.plans_built(), 10u);
+  EXPECT_EQ(ctx.plans_rebuilt(), 6u);
 }
 
 TEST(plan_cache, sizes_may_differ_across_ranks) {
