@@ -7,11 +7,12 @@
 # the library's node detection uses) and ranks must fill node0 first; placed
 # round-robin (--map-by node), the context's ring must still keep each
 # node's ranks together (0,2,1,3) and both ops must stay exact. Then
-# down, and nothing of ours left behind. Across the first cluster, overlap-bench
-# checks the ops whose pieces land strided in c or gathered_out, and batches,
-# at sizes whose messages exceed 1 MB (Open MPI 4.1's TCP path corrupted
-# such messages when received into a strided type; the library now receives
-# every piece into one contiguous block). No timing asserted. Exit 77
+# down: nothing of ours left behind, nothing that is not ours removed.
+# Across the first cluster, overlap-bench checks the ops whose pieces land
+# strided in c or gathered_out, and batches, at sizes whose messages exceed
+# 1 MB (Open MPI 4.1's TCP path corrupted such messages when received into a
+# strided type; the library now receives every piece into one contiguous
+# block). No timing asserted. Exit 77
 # (skipped) with a reason where the machine forbids namespaces or tbf.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +27,10 @@ export VCLUSTER_PREFIX=ovlsmoke VCLUSTER_STATE=/tmp/overlap-vcluster-smoke.$$
 export VCLUSTER_MPI=${VCLUSTER_MPI:-${OVERLAP_MPI_STACK:-openmpi}}
 reason=$("$vc" check 2>&1) || { echo "SKIPPED: ${reason#vcluster: }"; exit 77; }
 
-trap '"$vc" down >/dev/null 2>&1' EXIT
+# Two namespaces that only start with the prefix (another cluster's, whose
+# prefix extends ours, and someone's own): `down` must leave them alone.
+bystanders="$VCLUSTER_PREFIX-x-sw $VCLUSTER_PREFIX-keep$$"
+trap '"$vc" down >/dev/null 2>&1; for ns in $bystanders; do ip netns delete "$ns" 2>/dev/null; done' EXIT
 fail() { echo "vcluster smoke test: $*"; exit 1; }
 
 "$vc" up --nodes 2 --rate 1gbit --topology star || exit 1
@@ -65,7 +69,12 @@ for r in 0 1 2 3; do want="${want}rank $r node_ranks 2 one_node 0 nodes 2 ring 0
 [ "$groups" = "$want" ] || fail "ring by node: '$groups', want '$want'"
 OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 4 --map-by node "$prog" || fail "the round-robin run failed"
 
+for ns in $bystanders; do ip netns add "$ns" || fail "cannot create the namespace $ns"; done
 "$vc" down
+for ns in $bystanders; do
+  ip netns list | awk '{print $1}' | grep -qx "$ns" || fail "down removed $ns, which up did not create"
+  ip netns delete "$ns"
+done
 left=$(ip netns list | awk '{print $1}' | grep "^$VCLUSTER_PREFIX-" || true)
 [ -z "$left" ] || fail "left behind: $left"
 echo "vcluster smoke test: ok (2 nodes, and 2 nodes x 2 slots; star, tcp between nodes)"
