@@ -14,7 +14,8 @@ layer=${1:?usage: layer_app_test.sh OVERLAP_LAYER TOOLS_TRACE_DIR}
 tools=${2:?usage: layer_app_test.sh OVERLAP_LAYER TOOLS_TRACE_DIR}
 dir=$(mktemp -d /tmp/overlap-layer-test.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-shape=(--seq 37 --hidden 32 --heads 4 --ffn 48 --steps 2 --warmup 1)
+dims=(--seq 37 --hidden 32 --heads 4 --ffn 48)
+shape=("${dims[@]}" --steps 2 --warmup 1)
 for np in 2 3; do
   mpi_run "$np" "$layer" "${shape[@]}" --modes ring,bidirectional,automatic \
     --json "$dir/$np.jsonl" > "$dir/$np.txt"
@@ -42,7 +43,7 @@ done
 # Four modes keep every plan: the plans built (OVERLAP_VERBOSE=1 prints each)
 # do not grow with the steps timed.
 for steps in 2 4; do
-  OVERLAP_VERBOSE=1 mpi_run 2 "$layer" "${shape[@]:0:8}" --steps $steps --modes ring,bidirectional,automatic --no-check \
+  OVERLAP_VERBOSE=1 mpi_run 2 "$layer" "${dims[@]}" --steps $steps --modes ring,bidirectional,automatic --no-check \
     2> "$dir/verbose-$steps.txt" > /dev/null
 done
 [ "$(grep -c 'overlap: plan' "$dir/verbose-2.txt")" -eq "$(grep -c 'overlap: plan' "$dir/verbose-4.txt")" ] ||
