@@ -252,10 +252,14 @@ class context {
                              "); end the job, or create a new context on all ranks");
   }
 
-  /// Collective: the worker that runs started ops (created on first use, on
-  /// every rank; MPI_THREAD_MULTIPLE needed), agreed like any other failure.
+  /// Collective on first use: the worker that runs started ops, created on
+  /// every rank (MPI_THREAD_MULTIPLE needed), agreed like any other failure.
+  /// Kept only where every rank made one, so a rank that has it knows all
+  /// have it, and later starts skip the agreement (no collective of their own).
   engine::worker& start_worker(const char* op) {
+    if (worker_) return *worker_;
     detail::failure local;
+    std::unique_ptr<engine::worker> made;
     try {
       // Under SMPI a rank's second thread must not call MPI: the op runs on
       // the caller's thread inside start (its transfers still progress in
@@ -268,11 +272,12 @@ class context {
         throw std::invalid_argument(std::string(op) +
                                     ": a started op runs on a second thread, which needs MPI_THREAD_MULTIPLE; "
                                     "initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
-      if (!worker_) worker_ = std::make_unique<engine::worker>(where);
+      made = std::make_unique<engine::worker>(where);
     } catch (...) {
       local = detail::failure::capture(std::current_exception());
     }
     detail::agree_on(*this, local, op);
+    worker_ = std::move(made);
     return *worker_;
   }
 

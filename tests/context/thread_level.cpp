@@ -1,9 +1,10 @@
 // The progress thread needs MPI_THREAD_MULTIPLE: with a lower thread level a
 // context asked for it must refuse with a clear error on every rank, and a
 // context with progress_policy::none, poll or automatic (the default, which
-// then chooses poll) must still work.
+// then chooses poll) must still work; a started op is refused on every rank.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -42,6 +43,21 @@ int main(int argc, char** argv) {
     }
     R = ctx.size(), rank = ctx.rank();
     std::vector<float> a(2 * 2, 1.0f), b(2 * 3, 0.5f), c(static_cast<size_t>(R) * 2 * 3, 0.0f);
+    overlap::all_gather_matmul<float>(ctx, {a.data(), 2, 2}, {b.data(), 2, 3}, {c.data(), 2 * R, 3});
+    for (float v : c)
+      if (v != 1.0f) failures = 1;
+    // A started op runs on a second thread: refused on every rank, each time
+    // (no rank keeps a worker the others lack), and the context stays usable.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      try {
+        overlap::start_all_gather_matmul<float>(ctx, {a.data(), 2, 2}, {b.data(), 2, 3}, {c.data(), 2 * R, 3}).wait();
+        std::printf("a started op was accepted at a low thread level\n");
+        failures = 1;
+      } catch (const std::invalid_argument& e) {
+        if (std::string(e.what()).find("MPI_THREAD_MULTIPLE") == std::string::npos) failures = 1;
+      }
+    }
+    std::fill(c.begin(), c.end(), 0.0f);
     overlap::all_gather_matmul<float>(ctx, {a.data(), 2, 2}, {b.data(), 2, 3}, {c.data(), 2 * R, 3});
     for (float v : c)
       if (v != 1.0f) failures = 1;
