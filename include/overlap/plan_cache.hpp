@@ -59,7 +59,12 @@ class plan_cache {
       plans_.erase(it->second);
       index_.erase(it);
     }
-    if (evicted_count_.count(key) != 0) ++rebuilt_;
+    // An eviction counts for one rebuild at most: a plan replaced later
+    // (a peer lacked its own) was not evicted again.
+    if (auto it = last_eviction_.find(key); it != last_eviction_.end()) {
+      last_eviction_.erase(it);
+      ++rebuilt_;
+    }
     plans_.emplace_front(key, std::move(plan));
     index_.emplace(key, plans_.begin());
     while (plans_.size() > bound_) evict_last();
@@ -98,11 +103,12 @@ class plan_cache {
  private:
   void evict_last() {
     const plan_key& key = plans_.back().first;
-    ++evicted_count_[key];
-    evicted_.push_back(key);
+    last_eviction_[key] = ++evictions_;
+    evicted_.emplace_back(key, evictions_);
     if (evicted_.size() > remembered_evictions) {
-      auto it = evicted_count_.find(evicted_.front());
-      if (--it->second == 0) evicted_count_.erase(it);
+      // Forgotten unless the key was evicted again since (or rebuilt: gone).
+      auto it = last_eviction_.find(evicted_.front().first);
+      if (it != last_eviction_.end() && it->second == evicted_.front().second) last_eviction_.erase(it);
       evicted_.pop_front();
     }
     index_.erase(key);
@@ -112,8 +118,12 @@ class plan_cache {
   size_t bound_;
   std::list<std::pair<plan_key, std::unique_ptr<plan_base>>> plans_;
   std::map<plan_key, decltype(plans_)::iterator> index_;
-  std::deque<plan_key> evicted_;           ///< the last evicted keys, oldest first
-  std::map<plan_key, int> evicted_count_;  ///< how often each key occurs in evicted_
+  /// The last evictions, oldest first: the key and the eviction's number.
+  std::deque<std::pair<plan_key, uint64_t>> evicted_;
+  /// The keys evicted within the last remembered_evictions evictions and
+  /// not stored since: the number of their latest eviction.
+  std::map<plan_key, uint64_t> last_eviction_;
+  uint64_t evictions_ = 0;
   size_t built_ = 0, rebuilt_ = 0;
 };
 

@@ -407,6 +407,19 @@ TEST(plan_cache, remembers_a_bounded_number_of_evictions) {
   EXPECT_EQ(cache.size(), 0u);
 }
 
+TEST(plan_cache, counts_an_eviction_for_one_rebuild) {
+  overlap::detail::plan_cache cache(1);
+  auto store = [&](int64_t k) { cache.store({k}, std::make_unique<overlap::detail::plan_base>()); };
+  store(1);
+  store(2);  // evicts 1
+  store(1);  // built again; evicts 2
+  EXPECT_EQ(cache.rebuilt(), 1u);
+  store(1);  // replaced while cached (a peer lacked its plan): no eviction since, no rebuild
+  EXPECT_EQ(cache.rebuilt(), 1u);
+  store(2);
+  EXPECT_EQ(cache.rebuilt(), 2u);
+}
+
 TEST(plan_cache, counts_and_reports_plans_built_again_after_eviction) {
   overlap::config cfg;
   cfg.plan_cache = 2;
