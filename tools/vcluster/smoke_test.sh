@@ -29,8 +29,10 @@ reason=$("$vc" check 2>&1) || { echo "SKIPPED: ${reason#vcluster: }"; exit 77; }
 
 # Two namespaces that only start with the prefix (another cluster's, whose
 # prefix extends ours, and someone's own): `down` must leave them alone.
-bystanders="$VCLUSTER_PREFIX-x-sw $VCLUSTER_PREFIX-keep$$"
-trap '"$vc" down >/dev/null 2>&1; for ns in $bystanders; do ip netns delete "$ns" 2>/dev/null; done' EXIT
+# Removed on exit only if this test made them.
+bystanders="$VCLUSTER_PREFIX-x$$-sw $VCLUSTER_PREFIX-keep$$"
+made=""
+trap '"$vc" down >/dev/null 2>&1; for ns in $made; do ip netns delete "$ns" 2>/dev/null; done' EXIT
 fail() { echo "vcluster smoke test: $*"; exit 1; }
 
 "$vc" up --nodes 2 --rate 1gbit --topology star || exit 1
@@ -69,12 +71,16 @@ for r in 0 1 2 3; do want="${want}rank $r node_ranks 2 one_node 0 nodes 2 ring 0
 [ "$groups" = "$want" ] || fail "ring by node: '$groups', want '$want'"
 OMP_NUM_THREADS=1 timeout 120 "$vc" run -np 4 --map-by node "$prog" || fail "the round-robin run failed"
 
-for ns in $bystanders; do ip netns add "$ns" || fail "cannot create the namespace $ns"; done
+for ns in $bystanders; do
+  ip netns add "$ns" || fail "cannot create the namespace $ns"
+  made="$made $ns"
+done
 "$vc" down
 for ns in $bystanders; do
   ip netns list | awk '{print $1}' | grep -qx "$ns" || fail "down removed $ns, which up did not create"
-  ip netns delete "$ns"
 done
+for ns in $made; do ip netns delete "$ns"; done
+made=""
 left=$(ip netns list | awk '{print $1}' | grep "^$VCLUSTER_PREFIX-" || true)
 [ -z "$left" ] || fail "left behind: $left"
 echo "vcluster smoke test: ok (2 nodes, and 2 nodes x 2 slots; star, tcp between nodes)"
