@@ -15,9 +15,12 @@
 /// rank's K and V first (MPI_Allgatherv), computes, and in the backward pass
 /// sums the keys' and values' gradients with MPI_Reduce_scatter.
 ///
-/// Header-only: it includes the backends (oneDNN, Eigen) for the local math.
+/// In the compiled flavour (overlap::compiled) the library holds both
+/// passes for every element type (src/layers.cpp) and this header only
+/// declares them; header-only, it includes their implementation.
 
 #include "overlap/context.hpp"
+#include "overlap/flavour.hpp"
 #include "overlap/layers/attention_options.hpp"
 #include "overlap/layers/causal_split.hpp"
 
@@ -45,7 +48,21 @@ void ring_attention_backward(context& ctx, const attention_inputs<T>& in, const 
                              matrix_view<const T> d_o, const attention_grads<T>& grads,
                              const attention_options& opt = {});
 
+#ifdef OVERLAP_COMPILED
+/// Declares the compiled library's instantiations for element type T.
+#define OVERLAP_RING_ATTENTION(T)                                                                                  \
+  extern template void ring_attention<T>(context&, const attention_inputs<T>&, const attention_outputs<T>&,        \
+                                         const attention_options&);                                                \
+  extern template void ring_attention_backward<T>(context&, const attention_inputs<T>&, const attention_saved<T>&, \
+                                                  matrix_view<const T>, const attention_grads<T>&,                 \
+                                                  const attention_options&);
+OVERLAP_FOR_EACH_ELEMENT(OVERLAP_RING_ATTENTION)
+#undef OVERLAP_RING_ATTENTION
+#endif
+
 }  // namespace overlap
 
+#ifndef OVERLAP_COMPILED
 #include "overlap/layers/ring_attention_backward.hpp"
 #include "overlap/layers/ring_attention_forward.hpp"
+#endif

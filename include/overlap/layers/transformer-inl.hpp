@@ -14,18 +14,6 @@
 namespace overlap::layers {
 namespace detail {
 
-template <class To, class From>
-To cast(From v) {
-  if constexpr (std::is_same_v<To, From>)
-    return v;
-  else if constexpr (std::is_same_v<To, bfloat16>)
-    return bfloat16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<From, bfloat16>)
-    return static_cast<To>(static_cast<float>(v));
-  else
-    return static_cast<To>(v);
-}
-
 /// v's values as A: v itself when T is A, else a converted copy in tmp.
 template <class A, class T>
 const A* widen(const std::vector<T>& v, std::vector<A>& tmp) {
@@ -59,26 +47,6 @@ template <class V>
 std::string dims(const V& v) {
   return std::to_string(v.rows) + " x " + std::to_string(v.cols) + " (ld " + std::to_string(v.ld) + ")";
 }
-
-/// A phase of the layer on the trace's layer track (nothing when off).
-class phase_span {
- public:
-  phase_span(engine::trace_recorder* r, const char* name) : r_(r), name_(name), t0_(r ? r->now() : 0) {}
-  phase_span(const phase_span&) = delete;
-  phase_span& operator=(const phase_span&) = delete;
-  ~phase_span() {
-    if (r_ == nullptr) return;
-    try {
-      r_->span(name_, "layer", engine::trace_recorder::track::layer, t0_, r_->now());
-    } catch (const std::exception&) {  // a timeline is not worth a crash
-    }
-  }
-
- private:
-  engine::trace_recorder* r_;
-  const char* name_;
-  double t0_;
-};
 
 }  // namespace detail
 

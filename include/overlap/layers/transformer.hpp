@@ -25,8 +25,10 @@
 /// two-context constructor) the sequence is split into shares, the ops run
 /// within a share and attention is ring attention between the shares.
 ///
-/// Header-only: it includes the backends (oneDNN, Eigen) for the local
-/// products, also when the ops come from the compiled library.
+/// It includes the backends (oneDNN, Eigen) for the local products. In the
+/// compiled flavour (overlap::compiled) the library holds the block for
+/// every element type (src/layers.cpp); header-only, this header includes
+/// its implementation.
 
 #include <mpi.h>
 
@@ -39,11 +41,14 @@
 #include "overlap/bfloat16.hpp"
 #include "overlap/context.hpp"
 #include "overlap/engine/trace.hpp"
+#include "overlap/flavour.hpp"
 #include "overlap/layers/attention_tiles.hpp"
 #include "overlap/layers/block_params.hpp"
+#include "overlap/layers/element_cast.hpp"
 #include "overlap/layers/local_gemm.hpp"
 #include "overlap/layers/local_math.hpp"
 #include "overlap/layers/local_primitives.hpp"
+#include "overlap/layers/phase_span.hpp"
 #include "overlap/layers/ring_attention.hpp"
 #include "overlap/layers/softmax_attention.hpp"
 #include "overlap/mpi/communicator.hpp"
@@ -197,6 +202,14 @@ class transformer_block {
   std::vector<T> dz_t_, dzg_t_, du_t_, dy_t_, dh_t_, dhg_t_, do_t_, dqkv_t_;
 };
 
+#ifdef OVERLAP_COMPILED
+#define OVERLAP_TRANSFORMER_BLOCK(T) extern template class transformer_block<T>;
+OVERLAP_FOR_EACH_ELEMENT(OVERLAP_TRANSFORMER_BLOCK)
+#undef OVERLAP_TRANSFORMER_BLOCK
+#endif
+
 }  // namespace overlap::layers
 
+#ifndef OVERLAP_COMPILED
 #include "overlap/layers/transformer-inl.hpp"
+#endif
