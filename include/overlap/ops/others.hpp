@@ -289,8 +289,9 @@ class others_runner {
             }
             if (compute_)
               for (const others_concat& k : gm.assemble)
-                copy_block<T>({source(k.from) + k.at, k.rows, k.cols},
-                              {plan_.assembled.data() + k.to, k.rows, k.cols, k.ld});
+                if (k.rows > 0 && k.cols > 0)  // an empty block has no storage there: `assembled` may be empty
+                  copy_block<T>({source(k.from) + k.at, k.rows, k.cols},
+                                {plan_.assembled.data() + k.to, k.rows, k.cols, k.ld});
             multiply(gm);
           }
           if (comm_) {
@@ -323,6 +324,13 @@ class others_runner {
     copy_block<T>(v.block(k.r0, k.c0, k.nr, k.nc), {dst + k.to, k.nr, k.nc});
   }
   [[nodiscard]] std::byte* products() const { return plan_.products.data(); }
+  /// p + off, where an empty operand's null pointer stays null: offsetting
+  /// it is undefined behaviour, and a GEMM with an empty dimension reads
+  /// and writes nothing (Clang's UBSan flagged group_test at 6 ranks).
+  template <class P>
+  [[nodiscard]] static P* at(P* p, int64_t off) {
+    return p == nullptr ? p : p + off;
+  }
   [[nodiscard]] void* result() const {
     return plan_.result.data() != nullptr ? static_cast<void*>(plan_.result.data()) : static_cast<void*>(c_.data);
   }
@@ -370,12 +378,13 @@ class others_runner {
   void multiply(const others_gemm& gm) {
     const auto out_size = static_cast<int64_t>(size_of(plan_.out));
     if (compute_) {
-      void* dst = gm.to_c ? static_cast<void*>(c_.data + gm.out) : static_cast<void*>(products() + gm.out * out_size);
+      void* dst =
+          gm.to_c ? static_cast<void*>(at(c_.data, gm.out)) : static_cast<void*>(at(products(), gm.out * out_size));
       engine::progress_scope scope(ctx_.progress(), ctx_.requests());
       gemm_operands io;
-      io.a(source(gm.a) + gm.a_off).b(source(gm.b) + gm.b_off).c(dst);
-      io.bias(gm.desc.bias ? bias_ + gm.bias_off : nullptr);
-      gm.kernel->run(io.addend(gm.addend ? products() + gm.addend_off * out_size : nullptr));
+      io.a(at(source(gm.a), gm.a_off)).b(at(source(gm.b), gm.b_off)).c(dst);
+      io.bias(gm.desc.bias ? at(bias_, gm.bias_off) : nullptr);
+      gm.kernel->run(io.addend(gm.addend ? at(products(), gm.addend_off * out_size) : nullptr));
       scope.finish();
     }
     if (comm_ && owners_ && gm.peer != ctx_.rank() && gm.send > 0) {
