@@ -24,7 +24,7 @@ struct shape {
 const std::vector<shape> shapes = {{1, 1, 1}, {7, 13, 5}, {2, 3, 2}, {31, 17, 37}, {64, 40, 48}};
 const std::vector<split> splits = {split::balanced, split::skewed, split::first_empty, split::last_takes_all};
 const std::vector<gathered> variants = {gathered::lhs_rows, gathered::lhs_cols, gathered::rhs_rows, gathered::rhs_cols};
-const std::vector<backend_kind> backends = {backend_kind::onednn, backend_kind::eigen};
+const std::vector<backend_kind> ag_backends = {backend_kind::onednn, backend_kind::eigen};
 
 // One registered case: a layout, a schedule, a backend, a chunk count (0:
 // the plan chooses), a shape and a split; each runs with and without padded
@@ -44,7 +44,7 @@ std::vector<ag_param> ag_params() {
   uint32_t seed = 1;
   for (gathered v : variants)
     for (const plan_choice& choice : plan_choices)
-      for (backend_kind be : backends)
+      for (backend_kind be : ag_backends)
         for (int chunks : {0, 1, 3})
           for (const shape& sh : shapes)
             for (split how : splits) out.push_back({v, choice, be, chunks, sh, how, seed++});
@@ -83,8 +83,8 @@ TEST_P(ag_test, matches_reference) {
 
 INSTANTIATE_TEST_SUITE_P(all, ag_test, ::testing::ValuesIn(ag_params()), ag_param_name);
 
-using reuse_param = std::tuple<gathered, plan_choice, backend_kind>;
-class ag_reuse : public ::testing::TestWithParam<reuse_param> {};
+using ag_reuse_param = std::tuple<gathered, plan_choice, backend_kind>;
+class ag_reuse : public ::testing::TestWithParam<ag_reuse_param> {};
 
 // A repeated call reuses the cached plan and still computes the right thing
 // with new data at new addresses.
@@ -103,15 +103,15 @@ TEST_P(ag_reuse, plan_reuse_with_new_buffers) {
   EXPECT_EQ(ctx.plans_built(), 1u) << "the plan was rebuilt although nothing changed";
 }
 
-std::string reuse_name(const ::testing::TestParamInfo<reuse_param>& info) {
+std::string ag_reuse_name(const ::testing::TestParamInfo<ag_reuse_param>& info) {
   return std::string(overlap::to_string(std::get<0>(info.param))) + "_" + to_string(std::get<1>(info.param)) + "_" +
          overlap::to_string(std::get<2>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(all, ag_reuse,
                          ::testing::Combine(::testing::ValuesIn(variants), ::testing::ValuesIn(plan_choices),
-                                            ::testing::ValuesIn(backends)),
-                         reuse_name);
+                                            ::testing::ValuesIn(ag_backends)),
+                         ag_reuse_name);
 
 // Shards of different sizes from one call to the next: ranks that still hold a
 // plan for their own shape must not run it against peers that moved on.

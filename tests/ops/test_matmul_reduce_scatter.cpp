@@ -17,8 +17,8 @@ using overlap::strategy;
 
 namespace {
 
-const std::vector<scattered> layouts = {scattered::rows, scattered::cols};
-const std::vector<backend_kind> backends = {backend_kind::onednn, backend_kind::eigen};
+const std::vector<scattered> rs_layouts = {scattered::rows, scattered::cols};
+const std::vector<backend_kind> rs_backends = {backend_kind::onednn, backend_kind::eigen};
 
 // One registered case: a scattering, a schedule, a backend, a chunk count (0:
 // the plan chooses), a shape and the split of K; each runs with and without
@@ -36,9 +36,9 @@ struct rs_param {
 std::vector<rs_param> rs_params() {
   std::vector<rs_param> out;
   uint32_t seed = 1;
-  for (scattered sc : layouts)
+  for (scattered sc : rs_layouts)
     for (const plan_choice& choice : plan_choices)
-      for (backend_kind be : backends)
+      for (backend_kind be : rs_backends)
         for (int chunks : {0, 2, 3})
           for (const sweep_shape& sh : sweep_shapes)
             for (split how : every_split) out.push_back({sc, choice, be, chunks, sh, how, seed++});
@@ -75,8 +75,8 @@ TEST_P(rs_test, matches_reference) {
 
 INSTANTIATE_TEST_SUITE_P(all, rs_test, ::testing::ValuesIn(rs_params()), rs_param_name);
 
-using reuse_param = std::tuple<scattered, plan_choice, backend_kind>;
-class rs_reuse : public ::testing::TestWithParam<reuse_param> {};
+using rs_reuse_param = std::tuple<scattered, plan_choice, backend_kind>;
+class rs_reuse : public ::testing::TestWithParam<rs_reuse_param> {};
 
 // A repeated call with uneven shards reuses its plan: built once, on every rank.
 TEST_P(rs_reuse, plan_is_built_once) {
@@ -92,15 +92,15 @@ TEST_P(rs_reuse, plan_is_built_once) {
   EXPECT_EQ(ctx.plans_built(), 1u) << "the plan was rebuilt although nothing changed";
 }
 
-std::string reuse_name(const ::testing::TestParamInfo<reuse_param>& info) {
+std::string rs_reuse_name(const ::testing::TestParamInfo<rs_reuse_param>& info) {
   return std::string(overlap::to_string(std::get<0>(info.param))) + "_" + to_string(std::get<1>(info.param)) + "_" +
          overlap::to_string(std::get<2>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(all, rs_reuse,
-                         ::testing::Combine(::testing::ValuesIn(layouts), ::testing::ValuesIn(plan_choices),
-                                            ::testing::ValuesIn(backends)),
-                         reuse_name);
+                         ::testing::Combine(::testing::ValuesIn(rs_layouts), ::testing::ValuesIn(plan_choices),
+                                            ::testing::ValuesIn(rs_backends)),
+                         rs_reuse_name);
 
 TEST(rs_double, matches_reference) {
   overlap::context ctx(MPI_COMM_WORLD);
