@@ -40,7 +40,9 @@ BUILD_TYPE ?= Release
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 
-DEPS := cmake make g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-icd-opencl-dev \
+# ninja-build and ccache: every build folder is configured by
+# tools/build/configure (Ninja, one compiler cache for all folders).
+DEPS := cmake make ninja-build ccache g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-icd-opencl-dev \
         opencl-headers googletest libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev \
         pkg-config python3 iproute2 procps $(MPI_DEPS) $(PYTHON_DEPS)
 
@@ -48,8 +50,8 @@ DEPS := cmake make g++ openmpi-bin libopenmpi-dev libeigen3-dev libdnnl-dev ocl-
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps bench-deps lint-deps smpi-deps configure build test test-mpi test-isa asan tsan lint format demo bench install clean \
-        docs clang \
+.PHONY: all deps bench-deps lint-deps smpi-deps configure build test check test-mpi test-isa asan tsan lint format demo bench \
+        install clean docs clang ccache-stats \
         smpi test-smpi bench-smpi
 
 all: build
@@ -60,8 +62,17 @@ all: build
 deps:
 	@bash tools/deps/check.sh $(DEPS)
 
+# Every build folder is configured through tools/build/configure: Ninja
+# where installed, and ccache as the compiler launcher (one cache for every
+# folder; docs/building.md, "Build times").
+CONFIGURE := tools/build/configure
+
+# The compiler cache's statistics (tools/build/ccache -s; CI prints them last).
+ccache-stats:
+	@if command -v ccache > /dev/null; then tools/build/ccache -s; else echo "ccache is not installed"; fi
+
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON $(MPI_CMAKE) $(CMAKE_ARGS)
+	$(CONFIGURE) $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON $(MPI_CMAKE) $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -70,6 +81,13 @@ build: configure
 # runs more ranks at once than the machine has cores.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The quick tier, while working: the default build and every MPI suite at 1
+# to 4 ranks (label mpi; not the 5-, 6- and 8-rank runs, the system tests,
+# the Python tests or the other flavours: `make test` and CI's .ci/run run
+# those). Minutes when the build is up to date (docs/building.md).
+check: build
+	cd $(BUILD) && ctest -L '^mpi$$' -E '[.][5-9]ranks$$' --output-on-failure -j $(JOBS)
 
 # The MPI suites only (label mpi): what CI runs under the stacks other than
 # the default (make test-mpi MPI=mpich). TEST_ARGS: more ctest arguments,
@@ -92,23 +110,29 @@ test-isa: build
 	    -j $(JOBS)) || exit 1; \
 	done
 
-# AddressSanitizer + UndefinedBehaviorSanitizer over the MPI suites at 3
-# ranks (an odd count with uneven shards, where every schedule communicates;
-# make test runs every count, and CI's time is what limits this run), built
-# in $(BUILD)-asan without the header-only second build of the op suites (the
-# same code); fails on any report (tests/system/asan.sh).
+# Clang with AddressSanitizer + UndefinedBehaviorSanitizer: Debian's clang++
+# (14) with LLVM's OpenMP builds everything (the library, the apps, the
+# tests, the benchmarks and the Python module) into $(BUILD)-asan with
+# warnings as errors, as GCC builds $(BUILD) (CI sets OVERLAP_WERROR there),
+# and the MPI suites run at 3 ranks (an odd count with uneven shards, where
+# every schedule communicates) and the suites' 6-rank runs under the
+# sanitizers; any report fails (tests/system/asan.sh). One build serves as
+# CI's Clang build and its sanitizer build: the two took as long as GCC's
+# whole build each. Not the header-only second build of the op suites (the
+# same code).
 # SANITIZE_OPT replaces RelWithDebInfo's -O2 -g, which came after the flags
 # and overrode them: -O1 as the sanitizers' documentation advises, and -g1,
 # the line tables a report's stack needs, without the full debug information
 # that made the sanitized builds most of their stages' time in CI.
 SANITIZE_OPT := -O1 -g1 -DNDEBUG
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-asan: deps
-	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZE_OPT)" \
-	  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DOVERLAP_BUILD_APPS=OFF -DOVERLAP_BUILD_BENCH=OFF \
-	  -DOVERLAP_BUILD_PYTHON=OFF \
-	  -DOVERLAP_HEADER_ONLY_TESTS=OFF -DOVERLAP_TEST_RANKS=3
+CLANG_DEPS := clang libomp-dev
+asan:
+	@$(MAKE) --no-print-directory deps DEPS="$(DEPS) $(CLANG_DEPS)"
+	$(CONFIGURE) $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DOVERLAP_WERROR=ON \
+	  -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZE_OPT)" \
+	  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DOVERLAP_HEADER_ONLY_TESTS=OFF -DOVERLAP_TEST_RANKS=3 \
+	  $(MPI_CMAKE) $(CMAKE_ARGS)
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	bash tests/system/asan.sh $(BUILD)-asan
 
@@ -120,24 +144,20 @@ asan: deps
 # tests/system/tsan.supp lists what is suppressed there and why.
 TSAN_FLAGS := -fsanitize=thread
 tsan: deps
-	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" \
+	$(CONFIGURE) $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZE_OPT)" \
 	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DOVERLAP_BUILD_APPS=OFF -DOVERLAP_BUILD_BENCH=OFF -DOVERLAP_HEADER_ONLY_TESTS=OFF \
 	  -DOVERLAP_BUILD_PYTHON=OFF
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target backend_test progress_test start_test transformer_test
 	bash tests/system/tsan.sh $(BUILD)-tsan
 
-# Clang: Debian's clang++ (14) with LLVM's OpenMP builds everything (the
-# library, the apps, the tests and the benchmarks) into $(BUILD)-clang with
-# warnings as errors, as GCC builds $(BUILD) (CI sets OVERLAP_WERROR there);
-# then the MPI suites run at 3 ranks (an odd count with uneven shards; make
-# test runs every count with GCC's build). Not the header-only second build
-# of the op suites: the same code.
-CLANG_DEPS := clang libomp-dev
+# Clang without sanitizers, for a quick look while working: Debian's
+# clang++ (14) builds everything into $(BUILD)-clang with warnings as errors,
+# and the MPI suites run at 3 ranks. CI builds with Clang through make asan.
 CLANG_TESTS ?= [.]3ranks$$
 clang:
 	@$(MAKE) --no-print-directory deps DEPS="$(DEPS) $(CLANG_DEPS)"
-	cmake -S . -B $(BUILD)-clang -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_CXX_COMPILER=clang++ -DOVERLAP_WERROR=ON \
+	$(CONFIGURE) $(BUILD)-clang -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_CXX_COMPILER=clang++ -DOVERLAP_WERROR=ON \
 	  -DOVERLAP_HEADER_ONLY_TESTS=OFF $(MPI_CMAKE) $(CMAKE_ARGS)
 	cmake --build $(BUILD)-clang -j $(JOBS)
 	cd $(BUILD)-clang && ctest -L '^mpi$$' -R '$(CLANG_TESTS)' --output-on-failure -j $(JOBS)
@@ -186,7 +206,7 @@ smpi-deps:
 	@$(MAKE) --no-print-directory deps DEPS="$(DEPS) $(SMPI_DEPS)"
 
 smpi: smpi-deps
-	cmake -S . -B $(SMPI_BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_CXX_COMPILER=smpicxx -DOVERLAP_SMPI=ON \
+	$(CONFIGURE) $(SMPI_BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_CXX_COMPILER=smpicxx -DOVERLAP_SMPI=ON \
 	  -DOVERLAP_BUILD_BENCH=OFF
 	cmake --build $(SMPI_BUILD) -j $(JOBS)
 

@@ -11,7 +11,12 @@ way=${1:?usage: consume.sh install|subdir|plain SOURCE_DIR BUILD_DIR}
 src=$(cd "${2:?}" && pwd)
 build=$(cd "${3:?}" && pwd)
 here="$src/tests/system/consumers"
-work=$(mktemp -d /tmp/overlap-consume.XXXXXX)
+# In the build folder, and under the same name every run: the build's
+# compiler cache (tools/build/ccache) then finds these compiles again, since
+# it keys paths under the source tree relative to where they are compiled.
+work="$build/consume-$way"
+rm -rf "$work"
+mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
 # The MPI stack of the tests (tools/mpi/stack: its launcher and flags).
 source "$(dirname "$0")/../../../tools/mpi/stack"
@@ -21,6 +26,12 @@ run() { mpi_run 2 "$@"; }
 # the user's would.
 mpicxx=$(sed -n 's/^MPI_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
 mpicxx=${mpicxx:-mpicxx}
+# The build's compiler launcher (ccache through tools/build/ccache), if any.
+launcher=$(sed -n 's/^CMAKE_CXX_COMPILER_LAUNCHER:[A-Z]*=//p' "$build/CMakeCache.txt")
+cmake_launcher=()
+[ -z "$launcher" ] || cmake_launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="$launcher")
+IFS=';' read -r -a compile <<<"$launcher"
+compile+=("$mpicxx")
 # Built without optimisation (no CMAKE_BUILD_TYPE; -O0): what is checked is
 # that each way finds, compiles, links and runs the library, and at -O2 the
 # three ways took 4.4 of CI's minutes, mostly compiling.
@@ -30,7 +41,7 @@ case $way in
   install)
     cmake --install "$build" --prefix "$work/prefix" > /dev/null
     cmake -S "$here/find_package" -B "$work/b" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE= \
-      -DMPI_CXX_COMPILER="$mpicxx" > /dev/null
+      -DMPI_CXX_COMPILER="$mpicxx" "${cmake_launcher[@]}" > /dev/null
     cmake --build "$work/b" -j 2 > /dev/null
     run "$work/b/consumer"
     run "$work/b/consumer_compiled"
@@ -46,7 +57,7 @@ case $way in
       got=$(pkg-config --modversion "$pc")
       [ "$got" = "$version" ] || { echo "$pc.pc has version '$got', the package $version" >&2; exit 1; }
       # shellcheck disable=SC2046
-      "$mpicxx" -std=c++17 $opt "$here/main.cpp" -o "$work/pc_$pc" $(pkg-config --cflags --libs "$pc")
+      "${compile[@]}" -std=c++17 $opt "$here/main.cpp" -o "$work/pc_$pc" $(pkg-config --cflags --libs "$pc")
       run "$work/pc_$pc"
     done
     # The Python package, where the build has one: from the prefix's
@@ -64,12 +75,12 @@ assert c.shape == (2 * ctx.size, 4) and (c == 3).all()"
     ;;
   subdir)
     cmake -S "$here/add_subdirectory" -B "$work/b" -DOVERLAP_SOURCE_DIR="$src" -DCMAKE_BUILD_TYPE= \
-      -DMPI_CXX_COMPILER="$mpicxx" > /dev/null
+      -DMPI_CXX_COMPILER="$mpicxx" "${cmake_launcher[@]}" > /dev/null
     cmake --build "$work/b" -j 2 > /dev/null
     run "$work/b/consumer"
     ;;
   plain)
-    "$mpicxx" -std=c++17 $opt -fopenmp -I "$src/include" -I /usr/include/eigen3 "$here/main.cpp" -o "$work/plain" -ldnnl
+    "${compile[@]}" -std=c++17 $opt -fopenmp -I "$src/include" -I /usr/include/eigen3 "$here/main.cpp" -o "$work/plain" -ldnnl
     run "$work/plain"
     ;;
   *) echo "unknown way '$way'" >&2; exit 2 ;;
