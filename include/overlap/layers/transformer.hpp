@@ -203,6 +203,7 @@ class transformer_block {
 };
 
 #ifdef OVERLAP_COMPILED
+/// Declares the compiled library's instantiation for element type T.
 #define OVERLAP_TRANSFORMER_BLOCK(T) extern template class transformer_block<T>;
 OVERLAP_FOR_EACH_ELEMENT(OVERLAP_TRANSFORMER_BLOCK)
 #undef OVERLAP_TRANSFORMER_BLOCK
