@@ -44,6 +44,18 @@ run() {
   ms=$(elapsed "$t0")
   secs=$(secs_of "$ms")
 }
+# launch LIMIT NAME ...: run, in the background, its rc and time into
+# $out/NAME.res; result NAME (after wait) sets rc, ms and secs from there.
+# The watchdog scenarios run at once: each spends its seconds waiting for a
+# 2 s watchdog or a lingering rank (43 s in turn, about 10 together).
+launch() { (
+  run "$@"
+  echo "$rc $ms" >"$out/$2.res"
+) & }
+result() {
+  read -r rc ms <"$out/$1.res" || { rc=255 ms=0; }
+  secs=$(secs_of "$ms")
+}
 
 for n in 2 3 4 5; do
   run 60 "abort$n" -np "$n" "$driver" ring-fault 1
@@ -55,7 +67,28 @@ for n in 2 3 4 5; do
 done
 
 for n in 2 3 4 5; do
-  run 60 "throw$n" --env OVERLAP_ON_FATAL=throw --env OVERLAP_TIMEOUT_S=2 --env FAULT_LINGER_S=5 -np "$n" "$driver" ring-fault 1
+  launch 60 "throw$n" --env OVERLAP_ON_FATAL=throw --env OVERLAP_TIMEOUT_S=2 --env FAULT_LINGER_S=5 -np "$n" "$driver" ring-fault 1
+done
+for n in 2 3; do
+  launch 60 "absent$n" --env OVERLAP_TIMEOUT_S=2 -np "$n" "$driver" absent 40
+done
+# A rank stalling inside a ring (every progress policy) or before a bulk
+# collective: the others' watchdog names what they waited for. The stall is
+# in the first step's GEMM, before the rank forwards anything: a later stall
+# need not hold its peers up, since the progress thread moves the transfers
+# it posted before it stalled.
+for policy in thread poll none; do
+  launch 60 "stall-$policy" --env OVERLAP_TIMEOUT_S=2 --env OVERLAP_PROGRESS=$policy -np 3 "$driver" ring-stall 0 40
+done
+# The last of 3 ranks sleeps 40 s before MODE's transfers; the 2 s watchdog
+# must end the job.
+for mode in bulk-stall others-stall; do
+  launch 60 "$mode" --env OVERLAP_TIMEOUT_S=2 -np 3 "$driver" "$mode" 40
+done
+wait
+
+for n in 2 3 4 5; do
+  result "throw$n"
   for ((r = 0; r < n; ++r)); do
     grep -q "^rank $r caught: overlap: " "$out/throw$n.out" || failed "throw at $n ranks: rank $r did not catch: $(cat "$out/throw$n.out")"
   done
@@ -69,7 +102,7 @@ done
 sed 's/^/  /' "$out/throw3.out"
 
 for n in 2 3; do
-  run 60 "absent$n" --env OVERLAP_TIMEOUT_S=2 -np "$n" "$driver" absent 40
+  result "absent$n"
   grep -q "watchdog: overlap::all_gather_matmul.*waited more than 2 s" "$out/absent$n.err" ||
     failed "absent rank at $n ranks: no watchdog message: $(head -c 600 "$out/absent$n.err")"
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || failed "absent rank at $n ranks: exit code $rc"
@@ -78,13 +111,8 @@ for n in 2 3; do
   grep -m1 "watchdog" "$out/absent$n.err" | sed 's/^/  /'
 done
 
-# A rank stalling inside a ring (every progress policy) or before a bulk
-# collective: the others' watchdog names what they waited for. The stall is
-# in the first step's GEMM, before the rank forwards anything: a later stall
-# need not hold its peers up, since the progress thread moves the transfers
-# it posted before it stalled.
 for policy in thread poll none; do
-  run 60 "stall-$policy" --env OVERLAP_TIMEOUT_S=2 --env OVERLAP_PROGRESS=$policy -np 3 "$driver" ring-stall 0 40
+  result "stall-$policy"
   grep -q "watchdog: overlap::all_gather_matmul.*ring.*waited more than 2 s before step [0-9]* for .*bytes .* rank [0-9] on lane 0" \
     "$out/stall-$policy.err" || failed "ring stall ($policy): no watchdog message: $(head -c 800 "$out/stall-$policy.err")"
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || failed "ring stall ($policy): exit code $rc"
@@ -92,11 +120,11 @@ for policy in thread poll none; do
   echo "rank stalled in a ring, progress $policy, 2 s watchdog, 3 ranks: exit $rc after $secs s"
 done
 grep -m1 "watchdog" "$out/stall-thread.err" | sed 's/^/  /'
-# stalled MODE PATTERN WHAT: the last of 3 ranks sleeps 40 s before MODE's
-# transfers; the 2 s watchdog must end the job with a message matching PATTERN.
+# stalled MODE PATTERN WHAT: MODE's job must have ended through the
+# watchdog, with a message matching PATTERN.
 stalled() {
   local mode=$1 pattern=$2 what=$3
-  run 60 "$mode" --env OVERLAP_TIMEOUT_S=2 -np 3 "$driver" "$mode" 40
+  result "$mode"
   grep -q "$pattern" "$out/$mode.err" || failed "$mode: no watchdog message: $(head -c 800 "$out/$mode.err")"
   ((ms < (2 + 10) * 1000)) || failed "$mode took $secs s"
   echo "rank stalled before $what, 2 s watchdog, 3 ranks: exit $rc after $secs s"
