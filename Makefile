@@ -86,6 +86,9 @@ test: build
 # to 4 ranks (label mpi; not the 5-, 6- and 8-rank runs, the system tests,
 # the Python tests or the other flavours: `make test` and CI's .ci/run run
 # those). Minutes when the build is up to date (docs/building.md).
+# Warnings are errors here, as in CI's make test: the same flags, so CI's
+# run after this one finds every object of the default build in the cache.
+check: CMAKE_ARGS += -DOVERLAP_WERROR=ON
 check: build
 	cd $(BUILD) && ctest -L '^mpi$$' -E '[.][5-9]ranks$$' --output-on-failure -j $(JOBS)
 

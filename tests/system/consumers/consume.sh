@@ -26,7 +26,9 @@ run() { mpi_run 2 "$@"; }
 # the user's would.
 mpicxx=$(sed -n 's/^MPI_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
 mpicxx=${mpicxx:-mpicxx}
-# The build's compiler launcher (ccache through tools/build/ccache), if any.
+# The build's compiler launcher (ccache through tools/build/ccache), if any;
+# the direct compiles below compile and link in two steps, since a compile
+# that also links is one ccache cannot keep.
 launcher=$(sed -n 's/^CMAKE_CXX_COMPILER_LAUNCHER:[A-Z]*=//p' "$build/CMakeCache.txt")
 cmake_launcher=()
 [ -z "$launcher" ] || cmake_launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="$launcher")
@@ -57,7 +59,8 @@ case $way in
       got=$(pkg-config --modversion "$pc")
       [ "$got" = "$version" ] || { echo "$pc.pc has version '$got', the package $version" >&2; exit 1; }
       # shellcheck disable=SC2046
-      "${compile[@]}" -std=c++17 $opt "$here/main.cpp" -o "$work/pc_$pc" $(pkg-config --cflags --libs "$pc")
+      "${compile[@]}" -std=c++17 $opt -c "$here/main.cpp" -o "$work/pc_$pc.o" $(pkg-config --cflags "$pc")
+      "$mpicxx" "$work/pc_$pc.o" -o "$work/pc_$pc" $(pkg-config --libs "$pc")
       run "$work/pc_$pc"
     done
     # The Python package, where the build has one: from the prefix's
@@ -80,7 +83,8 @@ assert c.shape == (2 * ctx.size, 4) and (c == 3).all()"
     run "$work/b/consumer"
     ;;
   plain)
-    "${compile[@]}" -std=c++17 $opt -fopenmp -I "$src/include" -I /usr/include/eigen3 "$here/main.cpp" -o "$work/plain" -ldnnl
+    "${compile[@]}" -std=c++17 $opt -fopenmp -I "$src/include" -I /usr/include/eigen3 -c "$here/main.cpp" -o "$work/plain.o"
+    "$mpicxx" -fopenmp "$work/plain.o" -o "$work/plain" -ldnnl
     run "$work/plain"
     ;;
   *) echo "unknown way '$way'" >&2; exit 2 ;;
