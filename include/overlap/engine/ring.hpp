@@ -5,7 +5,10 @@
 /// travel). A Pattern says, per step and lane, what arrives, what leaves and
 /// what to compute; the engine posts the transfers ahead of the products,
 /// keeps them progressing while the step computes, and completes each one
-/// only when a later step needs it complete.
+/// only when a later step needs it complete. A transfer goes to its lane's
+/// neighbour unless it names a peer: a pairwise exchange (all-to-all), whose
+/// step t computes on the block of the rank t places back and sends the rank
+/// t + 1 places on the block it needs next, runs on the same loop.
 
 #include <mpi.h>
 
@@ -22,16 +25,26 @@
 
 namespace overlap::engine {
 
-/// One block to send or receive: `count` elements of `type` at buf.
-/// A transfer with type == MPI_DATATYPE_NULL means "nothing this step".
+/// One block to send or receive: `count` elements of `type` at buf, to or
+/// from `peer`. A transfer with type == MPI_DATATYPE_NULL means "nothing
+/// this step".
 struct transfer {
-  void* buf = nullptr;                                                              ///< the block's first byte
-  MPI_Datatype type = MPI_DATATYPE_NULL;                                            ///< its layout
-  int count = 1;                                                                    ///< how many of `type`
+  /// The peer of a transfer that names none: its lane's neighbour (ring_lane::to for a send, from for a receive).
+  static constexpr int lane_neighbour = -1000000;
+  void* buf = nullptr;                    ///< the block's first byte
+  MPI_Datatype type = MPI_DATATYPE_NULL;  ///< its layout
+  int count = 1;                          ///< how many of `type`
+  /// The rank (in the links' communicator) it goes to or comes from: a
+  /// pairwise exchange names a different peer each step; a ring leaves it
+  /// to the lane (lane_neighbour).
+  int peer = lane_neighbour;
   [[nodiscard]] bool active() const noexcept { return type != MPI_DATATYPE_NULL; }  ///< something to move
+  /// The rank it moves to or from on `lane`, whose neighbour is `neighbour`.
+  [[nodiscard]] int peer_or(int neighbour) const noexcept { return peer == lane_neighbour ? neighbour : peer; }
 };
 
-/// One direction round the ring: data arrives from `from` and leaves to `to`.
+/// One direction round the ring: data arrives from `from` and leaves to `to`
+/// (unless a transfer names its own peer).
 struct ring_lane {
   int from = MPI_PROC_NULL;  ///< the rank data arrives from
   int to = MPI_PROC_NULL;    ///< the rank data leaves to
@@ -77,9 +90,10 @@ void post_recv(const ring_links& links, Pattern& pattern, mpi::request_group& re
   const ring_lane& lane = links.lanes[static_cast<size_t>(l)];
   const transfer in = pattern.recv(u, l);
   if (!in.active()) return;
-  mpi::request_group::about what{l, lane.from, in.type, false};
+  const int from = in.peer_or(lane.from);
+  mpi::request_group::about what{l, from, in.type, false};
   what.count = in.count;
-  OVERLAP_MPI(MPI_Irecv, in.buf, in.count, in.type, lane.from, lane.tag, links.comm, requests.add(u, what));
+  OVERLAP_MPI(MPI_Irecv, in.buf, in.count, in.type, from, lane.tag, links.comm, requests.add(u, what));
 }
 
 /// Step t's transfers: the receive for step t + lead, the send of step t.
@@ -91,9 +105,10 @@ void post_step(const ring_links& links, Pattern& pattern, mpi::request_group& re
     if (t + w.lead < steps) post_recv(links, pattern, requests, t + w.lead, l);
     const transfer out = pattern.send(t, l);
     if (!out.active()) continue;
-    mpi::request_group::about what{l, lane.to, out.type, true};
+    const int to = out.peer_or(lane.to);
+    mpi::request_group::about what{l, to, out.type, true};
     what.count = out.count;
-    OVERLAP_MPI(MPI_Isend, out.buf, out.count, out.type, lane.to, lane.tag, links.comm,
+    OVERLAP_MPI(MPI_Isend, out.buf, out.count, out.type, to, lane.tag, links.comm,
                 requests.add(t + 1 + w.send_slack, what));
   }
 }
