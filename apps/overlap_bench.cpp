@@ -8,12 +8,14 @@
 //
 // The global problem is C = A @ B (M x K times K x N), sharded as a
 // tensor-parallel layer shards it (balanced blocks); each variant's views are
-// listed once, in --help's footer (main), and built by slice_for.
+// described once, in common/bench_ops.hpp, which --help's footer lists (main),
+// and built by slice_for.
 #include <fmt/format.h>
 #include <algorithm>
 #include "common/cli11.hpp"
 
 #include <Eigen/Core>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bench_ops.hpp"
 #include "common/cli.hpp"
 #include "common/measure.hpp"
 #include "common/pipeline_peer.hpp"
@@ -37,7 +40,7 @@
 namespace {
 
 struct options {
-  std::string op = "ag", variant, dtype = "f32";  // variant defaults to lhs_rows (ag) or rows (rs, ar)
+  std::string op, variant, dtype = "f32";  // op: the table's first; variant: the op's first (common/bench_ops.hpp)
   int64_t m = 2048, n = 2048, k = 2048;
   std::vector<std::string> strategies{"ring", "bidirectional"};
   bool peers = true;
@@ -59,25 +62,32 @@ struct slicing {
   range2 a, b, c;
 };
 
+/// A variant's views as --help's footer shows them: "a = A[M_r, :]  b = B[:, N_r]  c = C[:, N_r]".
+std::string views_of(const overlap::apps::bench_ops::variant& v) {
+  using overlap::apps::bench_ops::cut;
+  auto one = [](char m, cut how, const char* rows, const char* cols) {
+    const char lower = static_cast<char>(std::tolower(m));
+    if (how == cut::whole) return fmt::format("{:<13}", fmt::format("{} = {}", lower, m));
+    return fmt::format("{:<13}", fmt::format("{} = {}[{}, {}]", lower, m, how == cut::rows ? rows : ":",
+                                             how == cut::cols ? cols : ":"));
+  };
+  return one('A', v.a, "M_r", "K_r") + " " + one('B', v.b, "K_r", "N_r") + " " + one('C', v.c, "M_r", "N_r");
+}
+
 slicing slice_for(const options& o, int R, int p) {
+  using overlap::apps::bench_ops::cut;
+  const std::optional<overlap::apps::bench_ops::variant> v = overlap::apps::bench_ops::find_variant(o.op, o.variant);
+  if (!v) throw CLI::ValidationError("--variant", "'" + o.variant + "' is not a variant of --op " + o.op);
   const auto M = overlap::shard_layout::balanced(o.m, R), N = overlap::shard_layout::balanced(o.n, R),
              K = overlap::shard_layout::balanced(o.k, R);
-  const range2 all_a{0, o.m, 0, o.k}, all_b{0, o.k, 0, o.n};
-  auto rows = [&](range2 r, const overlap::shard_layout& l) { return range2{l.offset(p), l.size(p), r.c0, r.nc}; };
-  auto cols = [&](range2 r, const overlap::shard_layout& l) { return range2{r.r0, r.nr, l.offset(p), l.size(p)}; };
-  const range2 all_c{0, o.m, 0, o.n};
-  if (o.op == "ag") {
-    if (o.variant == "lhs_rows") return {rows(all_a, M), cols(all_b, N), cols(all_c, N)};
-    if (o.variant == "lhs_cols") return {cols(all_a, K), cols(all_b, N), cols(all_c, N)};
-    if (o.variant == "rhs_rows") return {rows(all_a, M), rows(all_b, K), rows(all_c, M)};
-    if (o.variant == "rhs_cols") return {rows(all_a, M), cols(all_b, N), rows(all_c, M)};
-  } else if (o.op == "ar") {
-    if (o.variant == "rows" || o.variant == "cols") return {cols(all_a, K), rows(all_b, K), all_c};
-  } else {
-    if (o.variant == "rows") return {cols(all_a, K), rows(all_b, K), rows(all_c, M)};
-    if (o.variant == "cols") return {cols(all_a, K), rows(all_b, K), cols(all_c, N)};
-  }
-  throw CLI::ValidationError("--variant", "'" + o.variant + "' is not a variant of --op " + o.op);
+  // A's rows are M and its columns K, B's K and N, C's M and N.
+  auto block = [&](cut how, int64_t rows, const overlap::shard_layout& by_rows, int64_t cols,
+                   const overlap::shard_layout& by_cols) {
+    if (how == cut::rows) return range2{by_rows.offset(p), by_rows.size(p), 0, cols};
+    if (how == cut::cols) return range2{0, rows, by_cols.offset(p), by_cols.size(p)};
+    return range2{0, rows, 0, cols};
+  };
+  return {block(v->a, o.m, M, o.k, K), block(v->b, o.k, K, o.n, N), block(v->c, o.m, M, o.n, N)};
 }
 
 template <class T>
@@ -180,15 +190,6 @@ asked asked_for(const std::string& s) {
   return {overlap::strategy::ring, overlap::algorithm::named};
 }
 
-/// The hand-written pipelines exist for the two most common layouts, in f32.
-std::optional<overlap::apps::peer> make_pipeline_peer(const options& o, overlap::matrix_view<const float> a,
-                                                      overlap::matrix_view<const float> b,
-                                                      overlap::matrix_view<float> c) {
-  if (o.op == "ag" && o.variant == "lhs_rows") return overlap::apps::ag_rows_pipeline(o.pipeline_chunks, o.m, a, b, c);
-  if (o.op == "rs" && o.variant == "rows") return overlap::apps::rs_rows_pipeline(o.pipeline_chunks, o.m, a, b, c);
-  return std::nullopt;
-}
-
 /// The schedule automatic chose, with the cost model's candidates.
 nlohmann::json schedule_json(const overlap::schedule& s) {
   nlohmann::json cands = nlohmann::json::array();
@@ -232,7 +233,7 @@ int world_rank() {
 /// world is a dp x tp mesh (--tp; one group by default): every tensor group
 /// runs the op on its own data at the same time, and times are the slowest
 /// rank's of the whole world.
-template <class T>
+template <class T, class Op>
 class bench_run {
  public:
   explicit bench_run(const options& o)
@@ -296,12 +297,7 @@ class bench_run {
   template <class Options>
   Options options_for(asked s) const {
     Options opt;
-    if constexpr (std::is_same_v<Options, overlap::ag_options>)
-      (void)overlap::parse_enum(o_.variant, opt.gathered);
-    else if constexpr (std::is_same_v<Options, overlap::ar_options>)
-      (void)overlap::parse_enum(o_.variant, opt.reduced);
-    else
-      (void)overlap::parse_enum(o_.variant, opt.scattered);
+    (void)overlap::parse_enum(o_.variant, opt.*Op::layout);
     opt.strategy = s.strategy, opt.algorithm = s.algorithm;
     opt.batch = batch();
     return opt;
@@ -309,22 +305,11 @@ class bench_run {
   /// The library's op on ctx, as the row named `name` asks for it.
   std::function<void()> op(overlap::context& ctx, const std::string& name) {
     const asked s = asked_for(name);
-    return [this, &ctx, s] {
-      if (o_.op == "ag")
-        overlap::all_gather_matmul<T>(ctx, av(), bv(), cv(), options_for<overlap::ag_options>(s));
-      else if (o_.op == "ar")
-        overlap::matmul_all_reduce<T>(ctx, av(), bv(), cv(), options_for<overlap::ar_options>(s));
-      else
-        overlap::matmul_reduce_scatter<T>(ctx, av(), bv(), cv(), options_for<overlap::rs_options>(s));
-    };
+    return [this, &ctx, s] { Op::template call<T>(ctx, av(), bv(), cv(), options_for<typename Op::options>(s)); };
   }
   overlap::schedule schedule_of(overlap::context& ctx, const std::string& name) {
     const asked s = asked_for(name);
-    if (o_.op == "ag")
-      return overlap::all_gather_matmul_schedule<T>(ctx, av(), bv(), cv(), options_for<overlap::ag_options>(s));
-    if (o_.op == "ar")
-      return overlap::matmul_all_reduce_schedule<T>(ctx, av(), bv(), cv(), options_for<overlap::ar_options>(s));
-    return overlap::matmul_reduce_scatter_schedule<T>(ctx, av(), bv(), cv(), options_for<overlap::rs_options>(s));
+    return Op::template schedule_of<T>(ctx, av(), bv(), cv(), options_for<typename Op::options>(s));
   }
   /// Counts a wrong result (max relative error over ranks above T's tolerance).
   double judge(const std::string& name, double err) {
@@ -390,7 +375,7 @@ class bench_run {
   /// The hand-written pipeline (f32, the two most common layouts) and ScaLAPACK.
   void measure_peers() {
     if constexpr (std::is_same_v<T, float>) {
-      if (auto peer = make_pipeline_peer(o_, av(), bv(), cv())) {
+      if (auto peer = Op::pipeline(o_.variant, {o_.pipeline_chunks, o_.m, av(), bv(), cv()})) {
         result r = checked(peer->name, peer->body);
         r.time_ms = median(peer->body);
         results_.push_back(r);
@@ -483,9 +468,7 @@ class bench_run {
     const double bulk_ms = results_.front().time_ms;
     auto optional_ms = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
     nlohmann::json row{
-        {"op", o_.op == "ag"   ? "all_gather_matmul"
-               : o_.op == "ar" ? "matmul_all_reduce"
-                               : "matmul_reduce_scatter"},
+        {"op", Op::name},
         {"variant", o_.variant},
         {"strategy", r.strategy},
         {"dtype", o_.dtype},
@@ -552,9 +535,14 @@ class bench_run {
   int wrong_ = 0;
 };
 
+/// The run of the op that --op names.
 template <class T>
 int run(const options& o) {
-  return bench_run<T>(o).run();
+  int rc = 2;
+  overlap::apps::bench_ops::for_each([&](auto op) {
+    if (o.op == decltype(op)::flag) rc = bench_run<T, decltype(op)>(o).run();
+  });
+  return rc;
 }
 
 }  // namespace
@@ -566,15 +554,23 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"overlap-bench: compute only, comm only, bulk, decomposed strategies and peers, side by side"};
   overlap::apps::init_app(app);
-  app.add_option("--op", o.op, "ag (all_gather_matmul), rs (matmul_reduce_scatter) or ar (matmul_all_reduce)")
-      ->check(CLI::IsMember({"ag", "rs", "ar"}));
-  // Names from the library's enum tables (enum_names).
-  std::vector<std::string> variants = overlap::enum_name_list<overlap::gathered>();
-  for (const auto& v : overlap::enum_name_list<overlap::scattered>()) variants.push_back(v);
-  app.add_option("--variant", o.variant,
-                 "ag: " + overlap::enum_choices<overlap::gathered>() +
-                     "; rs: " + overlap::enum_choices<overlap::scattered>() + " (default: the first)")
-      ->check(CLI::IsMember(variants));
+  // The ops and their variants, from overlap-bench's table (common/bench_ops.hpp).
+  std::vector<std::string> flags, variants;
+  std::string op_help, variant_help, footer;
+  overlap::apps::bench_ops::for_each([&](auto op) {
+    using Op = decltype(op);
+    flags.emplace_back(Op::flag);
+    op_help += std::string(op_help.empty() ? "" : ", ") + Op::flag + " (" + Op::name + ")";
+    variant_help += std::string(variant_help.empty() ? "" : "; ") + Op::flag + ":";
+    for (const auto& v : Op::variants()) {
+      if (std::find(variants.begin(), variants.end(), v.name) == variants.end()) variants.emplace_back(v.name);
+      variant_help += std::string(" ") + v.name;
+      footer += fmt::format("  --op {} --variant {:<9} {}  ({})\n", Op::flag, v.name, views_of(v), v.what);
+    }
+  });
+  o.op = flags.front();
+  app.add_option("--op", o.op, op_help)->check(CLI::IsMember(flags));
+  app.add_option("--variant", o.variant, variant_help + " (default: the op's first)")->check(CLI::IsMember(variants));
   app.add_option("-m", o.m, "global M: C = A @ B is M x N, A is M x K (see the shards below)")
       ->check(CLI::PositiveNumber);
   app.add_option("-n", o.n, "global N")->check(CLI::PositiveNumber);
@@ -616,21 +612,13 @@ int main(int argc, char** argv) {
   // -m/-n/-k are global; each rank's views are these blocks (X_r: rank r's
   // balanced block of that dimension), as at the top of this file.
   app.footer(
-      "Each rank's views of the global C = A @ B (M x K times K x N; M_r, K_r, N_r: this rank's balanced block):\n"
-      "  --op ag --variant lhs_rows  a = A[M_r, :]  b = B[:, N_r]  c = C[:, N_r]   (A's rows gathered)\n"
-      "  --op ag --variant lhs_cols  a = A[:, K_r]  b = B[:, N_r]  c = C[:, N_r]   (A's columns gathered)\n"
-      "  --op ag --variant rhs_rows  a = A[M_r, :]  b = B[K_r, :]  c = C[M_r, :]   (B's rows gathered)\n"
-      "  --op ag --variant rhs_cols  a = A[M_r, :]  b = B[:, N_r]  c = C[M_r, :]   (B's columns gathered)\n"
-      "  --op rs --variant rows      a = A[:, K_r]  b = B[K_r, :]  c = C[M_r, :]   (partial sums scattered by rows)\n"
-      "  --op rs --variant cols      a = A[:, K_r]  b = B[K_r, :]  c = C[:, N_r]   (partial sums scattered by "
-      "columns)\n"
-      "  --op ar --variant rows      a = A[:, K_r]  b = B[K_r, :]  c = C           (partial sums reduced in row "
-      "groups)\n"
-      "  --op ar --variant cols      a = A[:, K_r]  b = B[K_r, :]  c = C           (... in column groups)\n"
-      "\n" +
-      app.get_footer());
+      "Each rank's views of the global C = A @ B (M x K times K x N; M_r, K_r, N_r: this rank's balanced block):\n" +
+      footer + "\n" + app.get_footer());
   if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
-  if (o.variant.empty()) o.variant = o.op == "ag" ? "lhs_rows" : "rows";
+  if (o.variant.empty())
+    overlap::apps::bench_ops::for_each([&](auto op) {
+      if (o.op == decltype(op)::flag) o.variant = decltype(op)::variants().front().name;
+    });
   o.strategies.erase(std::remove(o.strategies.begin(), o.strategies.end(), "bulk"), o.strategies.end());
   if (o.strategies.empty()) {
     if (rank == 0) fmt::print(stderr, "overlap-bench: --strategies needs more than bulk (bulk is always run)\n");
