@@ -305,11 +305,11 @@ class bench_run {
   /// The library's op on ctx, as the row named `name` asks for it.
   std::function<void()> op(overlap::context& ctx, const std::string& name) {
     const asked s = asked_for(name);
-    return [this, &ctx, s] { Op::template call<T>(ctx, av(), bv(), cv(), options_for<typename Op::options>(s)); };
+    return [this, &ctx, s] { Op::call(ctx, av(), bv(), cv(), options_for<typename Op::options>(s)); };
   }
   overlap::schedule schedule_of(overlap::context& ctx, const std::string& name) {
     const asked s = asked_for(name);
-    return Op::template schedule_of<T>(ctx, av(), bv(), cv(), options_for<typename Op::options>(s));
+    return Op::schedule_of(ctx, av(), bv(), cv(), options_for<typename Op::options>(s));
   }
   /// Counts a wrong result (max relative error over ranks above T's tolerance).
   double judge(const std::string& name, double err) {

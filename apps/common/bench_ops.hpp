@@ -2,7 +2,9 @@
 // library name, its variants (the names of its layout option) with the
 // blocks of A, B and C each rank holds, its calls, and the hand-written
 // pipeline peer where one exists. overlap-bench's code goes through this
-// table: a new op is a new entry here, not a branch in the app.
+// table: a new op is a new entry here, not a branch in the app. `call` and
+// `schedule_of` forward to the library's call (context, a, b, c, options),
+// whose element type the views give.
 #pragma once
 
 #include <optional>
@@ -46,15 +48,10 @@ struct all_gather_matmul {
             {"rhs_rows", cut::rows, cut::rows, cut::rows, "B's rows gathered"},
             {"rhs_cols", cut::rows, cut::cols, cut::rows, "B's columns gathered"}};
   }
-  template <class T>
-  static void call(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c, const options& o) {
-    overlap::all_gather_matmul<T>(ctx, a, b, c, o);
-  }
-  template <class T>
-  static schedule schedule_of(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
-                              const options& o) {
-    return overlap::all_gather_matmul_schedule<T>(ctx, a, b, c, o);
-  }
+  static constexpr auto call = [](auto&&... x) { overlap::all_gather_matmul(std::forward<decltype(x)>(x)...); };
+  static constexpr auto schedule_of = [](auto&&... x) {
+    return overlap::all_gather_matmul_schedule(std::forward<decltype(x)>(x)...);
+  };
   static std::optional<peer> pipeline(const std::string& v, const peer_args& x) {
     if (v != "lhs_rows") return std::nullopt;
     return ag_rows_pipeline(x.chunks, x.m, x.a, x.b, x.c);
@@ -70,15 +67,10 @@ struct matmul_reduce_scatter {
     return {{"rows", cut::cols, cut::rows, cut::rows, "partial sums scattered by rows"},
             {"cols", cut::cols, cut::rows, cut::cols, "partial sums scattered by columns"}};
   }
-  template <class T>
-  static void call(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c, const options& o) {
-    overlap::matmul_reduce_scatter<T>(ctx, a, b, c, o);
-  }
-  template <class T>
-  static schedule schedule_of(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
-                              const options& o) {
-    return overlap::matmul_reduce_scatter_schedule<T>(ctx, a, b, c, o);
-  }
+  static constexpr auto call = [](auto&&... x) { overlap::matmul_reduce_scatter(std::forward<decltype(x)>(x)...); };
+  static constexpr auto schedule_of = [](auto&&... x) {
+    return overlap::matmul_reduce_scatter_schedule(std::forward<decltype(x)>(x)...);
+  };
   static std::optional<peer> pipeline(const std::string& v, const peer_args& x) {
     if (v != "rows") return std::nullopt;
     return rs_rows_pipeline(x.chunks, x.m, x.a, x.b, x.c);
@@ -94,15 +86,10 @@ struct matmul_all_reduce {
     return {{"rows", cut::cols, cut::rows, cut::whole, "partial sums reduced in row groups"},
             {"cols", cut::cols, cut::rows, cut::whole, "... in column groups"}};
   }
-  template <class T>
-  static void call(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c, const options& o) {
-    overlap::matmul_all_reduce<T>(ctx, a, b, c, o);
-  }
-  template <class T>
-  static schedule schedule_of(context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> c,
-                              const options& o) {
-    return overlap::matmul_all_reduce_schedule<T>(ctx, a, b, c, o);
-  }
+  static constexpr auto call = [](auto&&... x) { overlap::matmul_all_reduce(std::forward<decltype(x)>(x)...); };
+  static constexpr auto schedule_of = [](auto&&... x) {
+    return overlap::matmul_all_reduce_schedule(std::forward<decltype(x)>(x)...);
+  };
   static std::optional<peer> pipeline(const std::string& /*v*/, const peer_args& /*x*/) { return std::nullopt; }
 };
 
