@@ -116,8 +116,8 @@ class context {
     bool automatic = false;  ///< the call asked for strategy::automatic: the library chose the schedule
   };
   /// The cached plans in words, most recently used first: for reports of
-  /// what ran, e.g. which schedules strategy::automatic chose (a plan that
-  /// is not an op's, such as ring attention's, has no schedule). Local.
+  /// what ran, e.g. which schedules strategy::automatic chose (ring
+  /// attention's plans name their strategy: ring or bulk). Local.
   [[nodiscard]] std::vector<plan_report> plan_reports() const {
     std::vector<plan_report> out;
     plans_.for_each([&](const detail::plan_base& p) { out.push_back({p.summary, p.schedule_words, p.automatic}); });
@@ -338,3 +338,8 @@ class context {
 };
 
 }  // namespace overlap
+
+// Header-only, the implementation comes with the declarations (flavour.hpp).
+#ifndef OVERLAP_COMPILED
+#include "overlap/context-inl.hpp"
+#endif

@@ -2,8 +2,9 @@
 /// @file
 /// The two flavours of the library, from one source ({fmt}'s scheme).
 ///
-/// Header-only (target `overlap`): <overlap/overlap.hpp> includes every
-/// `-inl.hpp` implementation, and OVERLAP_FUNC is `inline`.
+/// Header-only (target `overlap`): every header that declares something
+/// implemented in an `-inl.hpp` file includes that file at its end, so any
+/// public header compiles and links alone; OVERLAP_FUNC is `inline`.
 ///
 /// Compiled (target `overlap::compiled`, which defines OVERLAP_COMPILED):
 /// <overlap/overlap.hpp> declares; the library (src/) includes the `-inl.hpp`

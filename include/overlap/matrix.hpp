@@ -3,6 +3,7 @@
 /// Non-owning row-major matrix views and the block distribution of a
 /// dimension over the ranks of a communicator.
 
+#include <cstddef>
 #include <cstdint>
 #include <numeric>
 #include <type_traits>

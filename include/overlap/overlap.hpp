@@ -3,10 +3,10 @@
 /// Umbrella header of overlap: communication-hiding tensor-parallel matrix
 /// products for MPI on CPU clusters. See docs/ and README.md.
 ///
-/// Header-only (CMake target overlap::overlap) this includes the whole
-/// implementation; with the compiled flavour (overlap::compiled, which
-/// defines OVERLAP_COMPILED) it declares only, and the library holds the
-/// implementation (flavour.hpp).
+/// Header-only (CMake target overlap::overlap) every header brings its own
+/// implementation, so this includes the whole of it; with the compiled
+/// flavour (overlap::compiled, which defines OVERLAP_COMPILED) it declares
+/// only, and the library holds the implementation (flavour.hpp).
 
 #include "overlap/backend/gemm.hpp"
 #include "overlap/bfloat16.hpp"
@@ -16,6 +16,7 @@
 #include "overlap/epilogue.hpp"
 #include "overlap/error.hpp"
 #include "overlap/flavour.hpp"
+#include "overlap/layers/ring_attention.hpp"
 #include "overlap/matrix.hpp"
 #include "overlap/mesh.hpp"
 #include "overlap/mpi/communicator.hpp"
@@ -28,11 +29,3 @@
 #include "overlap/schedule/calibration.hpp"
 #include "overlap/schedule/schedule.hpp"
 #include "overlap/version.hpp"
-
-#ifndef OVERLAP_COMPILED
-#include "overlap/context-inl.hpp"
-#include "overlap/ops/all_gather_matmul-inl.hpp"
-#include "overlap/ops/matmul_all_reduce-inl.hpp"
-#include "overlap/ops/matmul_reduce_scatter-inl.hpp"
-#include "overlap/schedule/calibration-inl.hpp"
-#endif

@@ -6,7 +6,7 @@
 // no token); blocks of scores smaller than a chunk; strided views; a
 // permuted ring. The ring's forward output equals the baseline's bit for
 // bit (both fold the blocks in the same order). Bad input is refused on
-// every rank.
+// every rank, outputs that overlap each other or an input included.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -192,6 +192,42 @@ TEST(RingAttention, RingEqualsBulkBitForBit) {
   ring_equals_bulk<bfloat16>(true);
 }
 
+// A second call of the same shape is a hit of the context's plan cache: its
+// plan (the agreed problem and the buffers) is reused, and with other
+// inputs it gives what a fresh context gives, bit for bit. Each pass has its
+// own plan; another shape gets another.
+TEST(RingAttention, SecondCallOfAShapeReusesItsPlan) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  const int P = ctx.size(), rank = ctx.rank();
+  const causal_split split(30, P);
+  const attention_options opt{2, true, strategy::ring, 4};
+  rank_data<float> first(split, rank, 2, 8), second(split, rank, 2, 8), fresh(split, rank, 2, 8);
+  for (rank_data<float>* d : {&second, &fresh})  // other inputs than the first call's
+    for (int64_t i = 0; i < d->q.rows; ++i)
+      for (int64_t j = 0; j < d->q.cols; ++j) d->q(i, j) *= -0.5F, d->v(i, j) += 1.0F, d->d_o(i, j) *= 2.0F;
+  auto both = [&](overlap::context& c, rank_data<float>& d) {
+    overlap::ring_attention<float>(c, d.inputs(), {d.o.view(), d.lse.view()}, opt);
+    overlap::ring_attention_backward<float>(c, d.inputs(), {d.o.cview(), d.lse.cview()}, d.d_o.cview(),
+                                            {d.dq.view(), d.dk.view(), d.dv.view()}, opt);
+  };
+  both(ctx, first);
+  EXPECT_EQ(ctx.cached_plans(), 2U);  // the forward's and the backward's
+  both(ctx, second);
+  EXPECT_EQ(ctx.cached_plans(), 2U);
+  EXPECT_EQ(ctx.plans_rebuilt(), 0U);
+  overlap::context other(MPI_COMM_WORLD);
+  both(other, fresh);
+  for (auto [got, want] : {std::pair{&second.o, &fresh.o}, std::pair{&second.dq, &fresh.dq},
+                           std::pair{&second.dk, &fresh.dk}, std::pair{&second.dv, &fresh.dv}})
+    for (int64_t i = 0; i < got->rows; ++i)
+      ASSERT_EQ(0, std::memcmp(&(*got)(i, 0), &(*want)(i, 0), sizeof(float) * size_t(got->cols))) << "row " << i;
+  // Another shape (a longer sequence): its own plans.
+  const causal_split longer(30 + 2 * P, P);
+  rank_data<float> third(longer, rank, 2, 8);
+  both(ctx, third);
+  EXPECT_EQ(ctx.cached_plans(), 4U);
+}
+
 // On a ring whose order is not the ranks' (as placement by node makes one).
 TEST(RingAttention, PermutedRing) {
   overlap::context ctx(MPI_COMM_WORLD);
@@ -245,9 +281,12 @@ TEST(RingAttention, BadInputRefusedOnEveryRank) {
       valid);
   if (P > 1)
     expect_all_ranks_reject(
-        "disagree on the heads",
+        "attention_options.heads differs across ranks",
         [&] {
-          call({rank == last ? 1 : 2, true, strategy::ring, 256}, d.inputs());
+          // The last rank's call is right on its own (its lse has one head's row).
+          const int64_t heads = rank == last ? 1 : 2;
+          const overlap::matrix_view<float> lse{d.lse.data.data(), heads, d.q.rows, d.lse.ld};
+          overlap::ring_attention<float>(ctx, d.inputs(), {d.o.view(), lse}, {heads, true, strategy::ring, 256});
         },
         valid);
   expect_all_ranks_reject(
@@ -264,7 +303,7 @@ TEST(RingAttention, BadInputRefusedOnEveryRank) {
       valid);
   if (P > 1)
     expect_all_ranks_reject(
-        "disagree on the causal mask",
+        "attention_options.causal differs across ranks",
         [&] {
           call({2, rank != last, strategy::ring, 256}, d.inputs());
         },
@@ -284,6 +323,39 @@ TEST(RingAttention, BadInputRefusedOnEveryRank) {
         overlap::ring_attention_backward<float>(
             ctx, d.inputs(), {d.o.cview(), d.lse.cview()}, rank == last ? small.cview() : d.d_o.cview(),
             {d.dq.view(), d.dk.view(), d.dv.view()}, {2, true, strategy::ring, 256});
+      },
+      valid);
+  // Outputs that overlap each other or an input, on the last rank only.
+  const auto backward = [&](const overlap::attention_grads<float>& g) {
+    overlap::ring_attention_backward<float>(ctx, d.inputs(), {d.o.cview(), d.lse.cview()}, d.d_o.cview(), g,
+                                            {2, true, strategy::ring, 256});
+  };
+  expect_all_ranks_reject(
+      "dq overlaps dk",
+      [&] {
+        backward({d.dq.view(), rank == last ? d.dq.view() : d.dk.view(), d.dv.view()});
+      },
+      valid);
+  expect_all_ranks_reject(
+      "dv overlaps q",
+      [&] {
+        backward({d.dq.view(), d.dk.view(), rank == last ? d.q.view() : d.dv.view()});
+      },
+      valid);
+  expect_all_ranks_reject(
+      "o overlaps q",
+      [&] {
+        overlap::ring_attention<float>(ctx, d.inputs(), {rank == last ? d.q.view() : d.o.view(), d.lse.view()},
+                                       {2, true, strategy::ring, 256});
+      },
+      valid);
+  expect_all_ranks_reject(
+      "o overlaps lse",
+      [&] {
+        // The last rank's lse starts inside o (both are float here).
+        const overlap::matrix_view<float> lse =
+            rank == last ? overlap::matrix_view<float>{d.o.view().data, 2, d.q.rows, d.q.rows} : d.lse.view();
+        overlap::ring_attention<float>(ctx, d.inputs(), {d.o.view(), lse}, {2, true, strategy::ring, 256});
       },
       valid);
 }

@@ -7,18 +7,12 @@
 
 namespace overlap::engine {
 
-/// The tags, by kind of message (values are MPI tags; tags_of() maps an op's lanes to them).
+/// The tags, by kind of message (values are MPI tags; op_tags::owned_by gives an op its own).
 enum class message_tag : int {
-  // all_gather_matmul: ring lanes 0 and 1, the other-operands algorithm's output blocks
-  ag_lane0 = 4,
-  ag_lane1 = 5,
-  ag_blocks = 6,
-  // matmul_reduce_scatter: likewise
-  rs_lane0 = 8,
-  rs_lane1 = 9,
-  rs_blocks = 10,
-  // ring attention (layers/ring_attention.hpp): its one ring lane
-  attention_lane = 12,
+  /// The ops' tags start here: op k (ops/op_id.hpp) owns 4 (k - 1) and the
+  /// three after it (op_tags::owned_by), up to op_tags_last.
+  op_tags_first = 4,
+  op_tags_last = 899,
   // the calibration's probes of the ring links (schedule/measure.hpp)
   exchange_forward = 901,   ///< a ring exchange: to the previous rank
   exchange_backward = 902,  ///< and, both ways, to the next one

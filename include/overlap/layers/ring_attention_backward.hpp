@@ -38,7 +38,9 @@ struct backward_state {
   std::vector<int64_t> offsets;           ///< bulk: where rank r's K/V block starts
   std::vector<A> all_grads;               ///< bulk: every block's gradients, in rank order
 
-  /// Sizes everything for pb, computes delta, and packs this rank's K and V where they leave from.
+  /// Sizes everything for pb, computes delta, and packs this rank's K and V
+  /// where they leave from; called again with a cached plan, it allocates
+  /// nothing (the sizes are the same).
   void allocate(const problem& pb, const attention_inputs<T>& in, const attention_saved<T>& fwd,
                 matrix_view<const T> d_out) {
     const int64_t n = in.q.rows, w = pb.d.width(), H = pb.d.heads;
@@ -50,7 +52,8 @@ struct backward_state {
     softmax_deltas(
         pb.d, n, d_o.data(), [&](int64_t i, int64_t j) { return widen<A>(fwd.o(i, j)); }, delta.data());
     dq.assign(size_t(n * w), A(0));
-    partial.resize(size_t(2 * pb.max_rows() * w));
+    partial.assign(size_t(2 * pb.max_rows() * w), A(0));
+    if constexpr (!std::is_same_v<A, T>) wide.resize(size_t(2 * pb.max_rows() * w));  // sized here, not in the ring
     offsets.assign(size_t(pb.ranks) + 1, 0);
     for (int r = 0; r < pb.ranks; ++r) offsets[size_t(r) + 1] = offsets[size_t(r)] + kv_bytes<T>(pb.rows(r), w);
     if (pb.ring) {
@@ -193,7 +196,6 @@ void ring_attention_backward(context& ctx, const attention_inputs<T>& in, const 
   using namespace layers::attention::detail;
   using A = attention_acc_t<T>;
   const int64_t n = in.q.rows, w = in.q.cols;
-  backward_state<T> s;
   auto local = [&] {
     std::string why = input_errors(in);
     expect_view(why, "the forward output o", fwd.o, n, w);
@@ -202,17 +204,31 @@ void ring_attention_backward(context& ctx, const attention_inputs<T>& in, const 
     expect_view(why, "dq", grads.dq, n, w);
     expect_view(why, "dk", grads.dk, n, w);
     expect_view(why, "dv", grads.dv, n, w);
+    expect_disjoint(why, "dq", grads.dq, "dk", grads.dk);
+    expect_disjoint(why, "dq", grads.dq, "dv", grads.dv);
+    expect_disjoint(why, "dk", grads.dk, "dv", grads.dv);
+    for (const auto& [out, grad] : {std::pair{"dq", grads.dq}, std::pair{"dk", grads.dk}, std::pair{"dv", grads.dv}}) {
+      for (const auto& [name, input] : {std::pair{"q", in.q}, std::pair{"k", in.k}, std::pair{"v", in.v},
+                                        std::pair{"o", fwd.o}, std::pair{"d_o", d_o}})
+        expect_disjoint(why, out, grad, name, input);
+      expect_disjoint(why, out, grad, "lse", fwd.lse);
+    }
     return why;
   };
-  const problem pb = agree(ctx, "ring_attention_backward", row_of(in, opt), opt, local,
-                           [&](const problem& p) { s.allocate(p, in, fwd, d_o); });
+  using od_id = overlap::detail::op_id;
+  const prepared<backward_state<T>> p = prepare<od_id::ring_attention_backward, T, backward_state<T>>(
+      ctx, "backward", row_of(in, opt), opt, local,
+      [&](const problem& pb, backward_state<T>& s) { s.allocate(pb, in, fwd, d_o); });
+  const problem& pb = p.plan.pb;
+  backward_state<T>& s = p.plan.s;
+  if (!p.built) s.allocate(pb, in, fwd, d_o);  // this call's inputs, in the cached buffers (nothing allocated)
   tile_math<A> math;
   poll_while_computing(ctx, pb, math);
-  const overlap::detail::plan_base plan = summary<T>("backward", pb);
+  const overlap::detail::plan_base& plan = p.plan;
   if (pb.ring) {
     const unit u(s.slot_bytes);
     backward_pattern<T> pattern{pb, s, math, u};
-    overlap::detail::run_on_ring(ctx, plan, pattern, overlap::detail::op_id::ring_attention, 1);
+    overlap::detail::run_on_ring(ctx, plan, pattern, overlap::detail::op_info<od_id::ring_attention_backward>::tags, 1);
     finish_backward(pb, s, pattern.own_grads(), grads);
     return;
   }

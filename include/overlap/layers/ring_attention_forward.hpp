@@ -23,9 +23,12 @@ struct forward_state {
   int64_t slot_bytes = 0;        ///< ring: bytes per slot
   std::vector<int64_t> offsets;  ///< bulk: where rank r's block starts
 
-  /// Sizes everything for pb and packs this rank's K and V where they leave from.
+  /// Sizes everything for pb and packs this rank's K and V where they leave
+  /// from; called again with a cached plan, it allocates nothing (the
+  /// sizes are the same).
   void allocate(const problem& pb, const attention_inputs<T>& in) {
     const int64_t n = in.q.rows, w = pb.d.width();
+    if constexpr (!std::is_same_v<A, T>) wide.resize(size_t(2 * pb.max_rows() * w));  // sized here, not in the ring
     dense_copy(in.q, q);
     o.assign(size_t(n * w), A(0));
     max.assign(size_t(pb.d.heads * n), -std::numeric_limits<A>::infinity());
@@ -99,22 +102,30 @@ void ring_attention(context& ctx, const attention_inputs<T>& in, const attention
   using namespace layers::attention::detail;
   using A = attention_acc_t<T>;
   const int64_t n = in.q.rows, w = in.q.cols;
-  forward_state<T> s;
   auto local = [&] {
     std::string why = input_errors(in);
     expect_view(why, "the output o", out.o, n, w);
     expect_view(why, "the log-sum-exp lse (heads x rows)", out.lse, opt.heads, n);
+    expect_disjoint(why, "o", out.o, "lse", out.lse);
+    for (const auto& [name, input] : {std::pair{"q", in.q}, std::pair{"k", in.k}, std::pair{"v", in.v}}) {
+      expect_disjoint(why, "o", out.o, name, input);
+      expect_disjoint(why, "lse", out.lse, name, input);
+    }
     return why;
   };
-  const problem pb =
-      agree(ctx, "ring_attention", row_of(in, opt), opt, local, [&](const problem& p) { s.allocate(p, in); });
+  using od_id = overlap::detail::op_id;
+  const prepared<forward_state<T>> p = prepare<od_id::ring_attention, T, forward_state<T>>(
+      ctx, "forward", row_of(in, opt), opt, local, [&](const problem& pb, forward_state<T>& s) { s.allocate(pb, in); });
+  const problem& pb = p.plan.pb;
+  forward_state<T>& s = p.plan.s;
+  if (!p.built) s.allocate(pb, in);  // this call's inputs, in the cached buffers (sized alike: nothing allocated)
   tile_math<A> math;
   poll_while_computing(ctx, pb, math);
-  const overlap::detail::plan_base plan = summary<T>("forward", pb);
+  const overlap::detail::plan_base& plan = p.plan;
   if (pb.ring) {
     const unit u(s.slot_bytes);
     forward_pattern<T> pattern{pb, s, math, u};
-    overlap::detail::run_on_ring(ctx, plan, pattern, overlap::detail::op_id::ring_attention, 1);
+    overlap::detail::run_on_ring(ctx, plan, pattern, overlap::detail::op_info<od_id::ring_attention>::tags, 1);
   } else {
     gather_blocks(ctx, plan, pb, s.offsets, s.slots);
     overlap::detail::run_local_step(ctx, plan, [&] {

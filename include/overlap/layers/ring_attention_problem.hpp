@@ -7,10 +7,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,8 +23,29 @@
 #include "overlap/layers/attention_tiles.hpp"
 #include "overlap/layers/causal_split.hpp"
 #include "overlap/mpi/datatype.hpp"
+#include "overlap/ops/agreement.hpp"
+#include "overlap/ops/checks.hpp"
+#include "overlap/ops/op_id.hpp"
 #include "overlap/ops/run.hpp"
 #include "overlap/watchdog.hpp"
+
+namespace overlap::detail {
+/// Ring attention's names and message tags (ops/op_id.hpp): each pass runs
+/// one ring lane; messages name the call by its strategy.
+template <>
+struct op_info<op_id::ring_attention> {
+  static constexpr entry_names names{"overlap::ring_attention",    "", "", "attention_options", "strategy",
+                                     "attention_options.strategy", ""};
+  static constexpr op_tags tags = op_tags::owned_by(op_id::ring_attention);
+};
+/// The backward pass's.
+template <>
+struct op_info<op_id::ring_attention_backward> {
+  static constexpr entry_names names{"overlap::ring_attention_backward", "", "", "attention_options", "strategy",
+                                     "attention_options.strategy",       ""};
+  static constexpr op_tags tags = op_tags::owned_by(op_id::ring_attention_backward);
+};
+}  // namespace overlap::detail
 
 namespace overlap::layers::attention::detail {
 
@@ -161,18 +184,21 @@ class byte_buffer {
   std::vector<line> v_;
 };
 
-/// What one rank states about its call; every rank checks every rank's.
+/// What one rank states about its call, exchanged on a plan miss (the
+/// common agreement, ops/agreement.hpp); every rank checks every rank's.
 struct call_row {
   ///@{
   /// This rank's tokens and width, and the options that must agree.
-  int64_t rows = 0, width = 0, heads = 0, causal = 0, strategy = 0;
+  int64_t rows, width, heads, causal, strategy;
   ///@}
-  static constexpr int count = 5;  ///< int64_t fields, exchanged in this order
+  /// The fields that must be the same on every rank, as messages name them.
+  static constexpr std::array<overlap::detail::agreed_field<call_row>, 4> agreed{{
+      {"the width (q.cols)", &call_row::width, overlap::detail::field_scope::plain},
+      {"heads", &call_row::heads},
+      {"causal", &call_row::causal},
+      {"strategy", &call_row::strategy},
+  }};
 };
-/// Field f of rank r's row in the gathered table.
-inline int64_t cell(const std::vector<int64_t>& table, int r, int f) {
-  return table[size_t(r) * call_row::count + size_t(f)];
-}
 
 /// Checks a view against the shape it must have; sets the complaint (once).
 template <class V>
@@ -182,6 +208,20 @@ void expect_view(std::string& why, const char* what, const V& v, int64_t rows, i
   why = std::string(what) + " must be " + std::to_string(rows) + " x " + std::to_string(cols) +
         " (ld >= cols, not null); got " + std::to_string(v.rows) + " x " + std::to_string(v.cols) + " (ld " +
         std::to_string(v.ld) + ")";
+}
+
+/// Checks that an output shares no byte with another view of the call (the
+/// passes write it while the other is still read, or written); sets the
+/// complaint (once). The ops refuse the same (ops/checks.hpp).
+template <class O, class V>
+void expect_disjoint(std::string& why, const char* out_name, const O& out, const char* other_name, const V& other) {
+  if (!why.empty()) return;  // the views may be invalid
+  const auto eo = static_cast<int64_t>(sizeof(*out.data)), ev = static_cast<int64_t>(sizeof(*other.data));
+  if (overlap::detail::blocks_overlap(reinterpret_cast<uintptr_t>(out.data), out.rows, out.cols * eo, out.ld * eo,
+                                      reinterpret_cast<uintptr_t>(other.data), other.rows, other.cols * ev,
+                                      other.ld * ev))
+    why = std::string(out_name) + " overlaps " + other_name + " in memory; outputs must not alias each other or the " +
+          "call's inputs";
 }
 
 /// What this rank states about a call with inputs `in`.
@@ -213,23 +253,17 @@ inline std::string local_errors(const attention_options& opt, const call_row& mi
   return {};
 }
 
-/// The checks of every rank's row, the same on every rank.
-inline std::string global_errors(const std::vector<int64_t>& table, int ranks, int64_t& seq) {
+/// The rule across ranks that is ring attention's own (the common
+/// agreement checked the fields that must agree): every rank's tokens are
+/// the causal split's. The same on every rank; "" when it holds.
+inline std::string global_errors(const std::vector<call_row>& table, int64_t& seq) {
+  const int ranks = static_cast<int>(table.size());
   seq = 0;
-  for (int r = 0; r < ranks; ++r) seq += cell(table, r, 0);
-  for (int r = 1; r < ranks; ++r)
-    for (int f = 1; f < call_row::count; ++f)
-      if (cell(table, r, f) != cell(table, 0, f))
-        return std::string("the ranks disagree on the ") +
-               (f == 1   ? "width"
-                : f == 2 ? "heads"
-                : f == 3 ? "causal mask"
-                         : "strategy") +
-               " (rank 0 and rank " + std::to_string(r) + " differ); every rank must pass the same";
+  for (const call_row& r : table) seq += r.rows;
   const causal_split split(seq, ranks);
   for (int r = 0; r < ranks; ++r)
-    if (cell(table, r, 0) != split.rows(r))
-      return "rank " + std::to_string(r) + " holds " + std::to_string(cell(table, r, 0)) +
+    if (table[size_t(r)].rows != split.rows(r))
+      return "rank " + std::to_string(r) + " holds " + std::to_string(table[size_t(r)].rows) +
              " tokens, but the causal split of the " + std::to_string(seq) + "-token sequence over " +
              std::to_string(ranks) + " ranks gives it " + std::to_string(split.rows(r)) + " (chunks " +
              std::to_string(r) + " and " + std::to_string(2 * ranks - 1 - r) + " of " + std::to_string(2 * ranks) +
@@ -237,50 +271,79 @@ inline std::string global_errors(const std::vector<int64_t>& table, int ranks, i
   return {};
 }
 
-/// Collective: gathers every rank's call, runs the local checks (`local`
-/// returns a complaint or ""), the checks across ranks and `allocate`
-/// (given the agreed problem), and agrees: on any failure, every rank
-/// throws the lowest failing rank's error before any transfer.
-template <class Local, class Allocate>
-problem agree(context& ctx, const char* name, const call_row& mine, const attention_options& opt, Local&& local,
-              Allocate&& allocate) {
-  ctx.check_usable(name);
-  overlap::detail::agreement_scratch& s = ctx.scratch();
-  const int P = ctx.size();
-  s.mine.assign({mine.rows, mine.width, mine.heads, mine.causal, mine.strategy});
-  s.table.assign(size_t(P) * call_row::count, 0);
-  const MPI_Comm comm = ctx.comm();
-  overlap::detail::watched_collective(
-      ctx, "MPI_Allgather",
-      [&] {
-        return MPI_Allgather(s.mine.data(), call_row::count, MPI_INT64_T, s.table.data(), call_row::count, MPI_INT64_T,
-                             comm);
-      },
-      [&](MPI_Request* r) {
-        return MPI_Iallgather(s.mine.data(), call_row::count, MPI_INT64_T, s.table.data(), call_row::count, MPI_INT64_T,
-                              comm, r);
-      },
-      [&] { return std::string("overlap::") + name + ": exchanging the ranks' shapes"; });
+/// A pass's cached plan: the problem the ranks agreed on and the pass's
+/// buffers (State), sized once; a later call of the same shape reuses both.
+template <class State>
+struct attention_plan final : overlap::detail::plan_base {
   problem pb;
-  overlap::detail::failure failed;
-  try {
-    std::string why = local_errors(opt, mine);
-    if (why.empty()) why = local();
-    int64_t seq = 0;
-    if (why.empty()) why = global_errors(s.table, P, seq);
-    if (!why.empty()) throw std::invalid_argument(why);
-    pb.split = causal_split(seq, P);
-    pb.d = dims{opt.heads, mine.width / opt.heads, opt.block};
-    pb.causal = opt.causal;
-    pb.ring = opt.strategy == strategy::ring || (opt.strategy == strategy::automatic && P >= 2);
-    pb.ranks = P, pb.rank = ctx.rank(), pb.order = ctx.ring();
-    pb.pos = int(std::find(pb.order.begin(), pb.order.end(), pb.rank) - pb.order.begin());
-    allocate(pb);
-  } catch (...) {
-    failed = overlap::detail::failure::capture(std::current_exception());
-  }
-  overlap::detail::agree_on(ctx, failed, std::string("overlap::") + name);
-  return pb;
+  State s;
+};
+
+/// What prepare() returns: the plan, and whether this call built it (its
+/// buffers then hold this call's inputs already).
+template <class State>
+struct prepared {
+  attention_plan<State>& plan;
+  bool built = false;
+};
+
+/// A summary for error reports and traces.
+template <class T>
+std::string summary(const char* pass, const problem& pb) {
+  return std::string("ring_attention ") + pass + " <" + overlap::to_string(dtype_of<T>()) + ">, " +
+         (pb.ring ? "ring" : "bulk") + ", seq " + std::to_string(pb.split.seq()) + ", " + std::to_string(pb.d.heads) +
+         " heads x " + std::to_string(pb.d.dh) + (pb.causal ? ", causal" : "") + ", " + std::to_string(pb.ranks) +
+         " ranks";
+}
+
+/// Collective: prepares a pass of op `Id` (forward or backward) through the
+/// ops' common path: this rank's checks (`local` returns a complaint or
+/// ""), the agreement on the cached plan (a bad call on any rank throws
+/// std::invalid_argument on every rank, with the lowest failing rank's
+/// message, before any transfer; so do calls that differ across ranks), and
+/// on a miss anywhere the exchange of every rank's row, the rules across
+/// ranks, and the plan's buffers (`allocate(pb, state)`, whose failure on
+/// any rank is agreed too). Returns the plan, cached in the context.
+template <overlap::detail::op_id Id, class T, class State, class Local, class Allocate>
+prepared<State> prepare(context& ctx, const char* pass, const call_row& mine, const attention_options& opt,
+                        Local&& local, Allocate&& allocate) {
+  namespace od = overlap::detail;
+  using info = od::op_info<Id>;
+  ctx.check_usable(info::names.call);
+  od::arg_checks checks(Id, info::names, dtype_of<T>(), to_string(opt.strategy));
+  std::string why = local_errors(opt, mine);
+  if (why.empty()) why = local();
+  checks.require(why.empty(), why);
+  od::plan_key& key = ctx.scratch().key;
+  key.clear();
+  od::append_values(key, mine);
+  // The block shapes the tiles: this rank's own business.
+  key.insert(key.end(), {static_cast<int64_t>(Id), static_cast<int64_t>(dtype_of<T>()), opt.block});
+  const od::agreement<call_row> agreed_on = od::agree_or_exchange(ctx, checks, key, mine);
+  if (agreed_on.cached != nullptr) return {static_cast<attention_plan<State>&>(*agreed_on.cached), false};
+
+  const od::plan_key stored = key;  // the scratch is the next call's
+  int64_t seq = 0;
+  const std::string rule = global_errors(agreed_on.table, seq);
+  if (!rule.empty()) throw std::invalid_argument(checks.op() + ": " + rule);
+  auto plan = std::make_unique<attention_plan<State>>();
+  problem& pb = plan->pb;
+  const int P = ctx.size();
+  pb.split = causal_split(seq, P);
+  pb.d = dims{opt.heads, mine.width / opt.heads, opt.block};
+  pb.causal = opt.causal;
+  pb.ring = opt.strategy == strategy::ring || (opt.strategy == strategy::automatic && P >= 2);
+  pb.ranks = P, pb.rank = ctx.rank(), pb.order = ctx.ring();
+  pb.pos = int(std::find(pb.order.begin(), pb.order.end(), pb.rank) - pb.order.begin());
+  plan->fingerprint = agreed_on.fingerprint(Id);
+  plan->summary = summary<T>(pass, pb);
+  plan->schedule_words = pb.ring ? "ring" : "bulk";
+  plan->automatic = opt.strategy == strategy::automatic;
+  od::build_agreed(ctx, checks.op(), [&] {
+    allocate(plan->pb, plan->s);
+    return 0;
+  });
+  return {static_cast<attention_plan<State>&>(*ctx.store_plan(stored, std::move(plan))), true};
 }
 
 /// Under progress_policy::poll, the tiles test the ring's transfers
@@ -290,17 +353,6 @@ template <class A>
 void poll_while_computing(context& ctx, const problem& pb, tile_math<A>& math) {
   if (pb.ring && ctx.config().progress == progress_policy::poll)
     math.on_block([&ctx] { (void)ctx.requests().test_all(); });
-}
-
-/// A summary for error reports and traces.
-template <class T>
-overlap::detail::plan_base summary(const char* pass, const problem& pb) {
-  overlap::detail::plan_base b;
-  b.summary = std::string("ring_attention ") + pass + " <" + overlap::to_string(dtype_of<T>()) + ">, " +
-              (pb.ring ? "ring" : "bulk") + ", seq " + std::to_string(pb.split.seq()) + ", " +
-              std::to_string(pb.d.heads) + " heads x " + std::to_string(pb.d.dh) + (pb.causal ? ", causal" : "") +
-              ", " + std::to_string(pb.ranks) + " ranks";
-  return b;
 }
 
 /// The baseline's gather: every rank's K/V block, packed at offsets[r] of

@@ -99,8 +99,9 @@ inline bool agree(context& ctx, const arg_checks& checks, const plan_base* cache
 
 /// How messages name an agreed field: a member of the op's options
 /// (`name` after "ag_options."), a setting (after "config."), or the op's
-/// layout option and configured chunks, whose names are the op's own.
-enum class field_scope { options, setting, layout, chunks };
+/// layout option and configured chunks, whose names are the op's own, or
+/// by `name` alone (plain: a size, e.g. "the width (q.cols)").
+enum class field_scope { options, setting, layout, chunks, plain };
 
 /// An option in an op's exchanged row that must be the same on every rank,
 /// with its name in messages.
@@ -110,14 +111,14 @@ struct agreed_field {
   int64_t Row::*member;
   field_scope scope = field_scope::options;
 
-  /// The name in a message about op `id`, e.g. "ag_options.strategy".
-  [[nodiscard]] std::string name_for(op_id id) const {
-    const entry_names n = names_of(id);
+  /// The name in a message about the op named `n`, e.g. "ag_options.strategy".
+  [[nodiscard]] std::string name_for(const entry_names& n) const {
     switch (scope) {
       case field_scope::options: return std::string(n.options) + "." + name;
       case field_scope::setting: return std::string("config.") + name;
       case field_scope::layout: return n.layout_option;
       case field_scope::chunks: return n.chunks_setting;
+      case field_scope::plain: return name;
     }
     return name;
   }
@@ -205,7 +206,7 @@ void require_agreed_fields(const context& ctx, const arg_checks& checks, const s
     for (const auto& f : fields) {
       const int64_t v0 = rows[0].*f.member, vr = rows[r].*f.member;
       if (vr != v0)
-        throw std::invalid_argument(checks.op() + ": " + f.name_for(checks.id()) + " differs across ranks (" +
+        throw std::invalid_argument(checks.op() + ": " + f.name_for(checks.names()) + " differs across ranks (" +
                                     ctx.rank_name(0) + ": " + std::to_string(v0) + ", " +
                                     ctx.rank_name(static_cast<int>(r)) + ": " + std::to_string(vr) +
                                     "); it must agree");
@@ -214,7 +215,8 @@ void require_agreed_fields(const context& ctx, const arg_checks& checks, const s
 
 /// Collective: every rank's row, exchanged as one MPI datatype (element r is
 /// rank r's); agree() ensured that every rank called the same op. Then every
-/// field of matmul_row::agreed and Row::more_agreed must equal rank 0's, else
+/// field of matmul_row::agreed and Row::more_agreed (a matmul op's row), or
+/// of Row::agreed (another op's), must equal rank 0's, else
 /// std::invalid_argument on every rank (all see the same table) naming the
 /// field and the ranks.
 template <class Row>
@@ -234,8 +236,12 @@ template <class Row>
       [&] { return op + " (exchanging shard sizes)"; });
   std::vector<Row> rows(static_cast<size_t>(ctx.size()));
   std::memcpy(rows.data(), s.table.data(), rows.size() * sizeof(Row));
-  require_agreed_fields(ctx, checks, rows, matmul_row::agreed);
-  require_agreed_fields(ctx, checks, rows, Row::more_agreed);
+  if constexpr (std::is_base_of_v<matmul_row, Row>) {  // a matmul op's row: the common fields, then its own
+    require_agreed_fields(ctx, checks, rows, matmul_row::agreed);
+    require_agreed_fields(ctx, checks, rows, Row::more_agreed);
+  } else {
+    require_agreed_fields(ctx, checks, rows, Row::agreed);
+  }
   return rows;
 }
 

@@ -94,3 +94,8 @@ schedule all_gather_matmul_schedule(context& ctx, matrix_view<const T> a, matrix
 }
 
 }  // namespace overlap
+
+// Header-only, the implementation comes with the declarations (flavour.hpp).
+#ifndef OVERLAP_COMPILED
+#include "overlap/ops/all_gather_matmul-inl.hpp"
+#endif

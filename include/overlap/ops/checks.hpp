@@ -48,10 +48,11 @@ namespace overlap::detail {
 /// Collects the first failed rule of a call on this rank.
 class arg_checks {
  public:
-  /// The op, its element type, and the value of its layout option as
-  /// messages name the call ("lhs_rows"); the string must outlive the checks.
-  arg_checks(op_id id, dtype type, const char* layout_value)
-      : id_(id), type_(type), layout_(names_of(id).layout), layout_value_(layout_value) {}
+  /// The op (its id and names, of static storage: its op_info's), its
+  /// element type, and the value of its layout option as messages name the
+  /// call ("lhs_rows"); the string must outlive the checks.
+  arg_checks(op_id id, const entry_names& names, dtype type, const char* layout_value)
+      : id_(id), names_(&names), type_(type), layout_value_(layout_value) {}
   /// Records the message unless cond holds or an earlier rule already
   /// failed. `msg` is a string, or a callable that makes it: the cached-plan
   /// path passes callables, so a check that passes builds no text.
@@ -149,15 +150,17 @@ class arg_checks {
   [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
   /// The call as messages name it: "overlap::all_gather_matmul(gathered=lhs_rows)".
   [[nodiscard]] std::string op() const {
-    return std::string("overlap::") + to_string(id_) + "(" + layout_ + "=" + layout_value_ + ")";
+    return std::string(names_->call) + "(" + names_->layout + "=" + layout_value_ + ")";
   }
   [[nodiscard]] op_id id() const noexcept { return id_; }
+  /// The op's names (its op_info's).
+  [[nodiscard]] const entry_names& names() const noexcept { return *names_; }
   [[nodiscard]] dtype type() const noexcept { return type_; }
 
  private:
   op_id id_;
+  const entry_names* names_;  ///< static storage: the op's op_info
   dtype type_;
-  const char* layout_;
   const char* layout_value_;
   std::string failure_;
 };
@@ -194,7 +197,7 @@ inline void check_common_options(arg_checks& checks, const char* opts, overlap::
 /// and c, that c overlaps neither input, the bias, and the batch.
 template <class Op>
 void check_matmul_args(arg_checks& checks, const typename Op::options& opt, const typename Op::args& x) {
-  const entry_names names = names_of(Op::id);
+  const entry_names& names = Op::names;
   checks.valid(names.layout_option, "", opt.*Op::layout);
   check_common_options(checks, names.options, opt.strategy, opt.algorithm, opt.epilogue);
   checks.view("a", x.a);

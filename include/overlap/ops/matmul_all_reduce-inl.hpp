@@ -92,6 +92,22 @@ struct ar_plan final : op_plan<T, rs_step, std::byte> {
   std::vector<char> packed;          ///< whether a ring plan's B is packed this call
 };
 
+/// matmul_all_reduce's names and message tags (ops/op_id.hpp). Its rings
+/// are matmul_reduce_scatter's plans, run with that op's tags, and its
+/// all-gathers are collectives: the tags it owns stay unused. Its chunks
+/// are its rings' (config.rs_chunks).
+template <>
+struct op_info<op_id::matmul_all_reduce> {
+  static constexpr entry_names names{"overlap::matmul_all_reduce",
+                                     "overlap::start_matmul_all_reduce",
+                                     "overlap::matmul_all_reduce_schedule",
+                                     "ar_options",
+                                     "reduced",
+                                     "ar_options.reduced",
+                                     "config.rs_chunks"};
+  static constexpr op_tags tags = op_tags::owned_by(op_id::matmul_all_reduce);
+};
+
 /// matmul_all_reduce as an op of the shared pipeline (ops/pipeline.hpp).
 template <class T>
 struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config::rs_chunks>,

@@ -70,3 +70,8 @@ schedule matmul_all_reduce_schedule(context& ctx, matrix_view<const T> a, matrix
 }
 
 }  // namespace overlap
+
+// Header-only, the implementation comes with the declarations (flavour.hpp).
+#ifndef OVERLAP_COMPILED
+#include "overlap/ops/matmul_all_reduce-inl.hpp"
+#endif

@@ -65,3 +65,8 @@ schedule matmul_reduce_scatter_schedule(context& ctx, matrix_view<const T> a, ma
 }
 
 }  // namespace overlap
+
+// Header-only, the implementation comes with the declarations (flavour.hpp).
+#ifndef OVERLAP_COMPILED
+#include "overlap/ops/matmul_reduce_scatter-inl.hpp"
+#endif

@@ -45,12 +45,15 @@ struct op_types {
   using pattern = Pattern;
 };
 
-/// What names an op to the pipeline: its id (ops/op_id.hpp), the member of
-/// its options that holds its layout (e.g. &ag_options::gathered), and the
-/// setting of its configured chunks (e.g. &config::ag_chunks).
+/// What names an op to the pipeline: its id (ops/op_id.hpp), with the names
+/// and tags its file declares (op_info<Id>), the member of its options that
+/// holds its layout (e.g. &ag_options::gathered), and the setting of its
+/// configured chunks (e.g. &config::ag_chunks).
 template <op_id Id, auto Layout, auto ConfiguredChunks>
 struct op_names {
   static constexpr op_id id = Id;
+  static constexpr entry_names names = op_info<Id>::names;
+  static constexpr op_tags tags = op_info<Id>::tags;
   static constexpr auto layout = Layout;
   static constexpr auto configured_chunks = ConfiguredChunks;
 };
@@ -121,7 +124,7 @@ std::unique_ptr<typename Op::plan> make_plan(context& ctx, const arg_checks& che
 template <class Op>
 typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
   using T = typename Op::element;
-  arg_checks checks(Op::id, dtype_of<T>(), to_string(opt.*Op::layout));
+  arg_checks checks(Op::id, Op::names, dtype_of<T>(), to_string(opt.*Op::layout));
   const int backend = Op::local_checks(ctx, checks, x, opt);
   const typename Op::row mine = Op::row_of(ctx, x, opt);
   plan_key& key = ctx.scratch().key;
@@ -154,7 +157,7 @@ template <class Op>
 void run_ring(context& ctx, typename Op::plan& plan, const typename Op::args& x, const typename Op::options& opt,
               const typename Op::element* bias) {
   typename Op::pattern pattern(plan, x, opt, bias, ctx.rank());
-  run_on_ring(ctx, plan, pattern, Op::id, plan.lanes, plan.strategy == strategy::hierarchical);
+  run_on_ring(ctx, plan, pattern, Op::tags, plan.lanes, plan.strategy == strategy::hierarchical);
 }
 
 /// Whether an op runs its plans itself, member by member (Op::run_member):
@@ -179,7 +182,7 @@ void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, cons
       for (int64_t m = 0; m < plan.batch.count; ++m) {
         const typename Op::args y = Op::member(x, plan.batch, m);
         if (plan.algorithm == algorithm::others)
-          others_runner<T>(ctx, plan, plan.others, tags_of(Op::id).blocks, y, bias).run();
+          others_runner<T>(ctx, plan, plan.others, Op::tags.blocks, y, bias).run();
         else
           Op::bulk(ctx, plan, y, opt, bias);
       }
@@ -195,7 +198,7 @@ void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, cons
 template <class Op, class Args, class Options>
 void op_call(context& ctx, const Args& x, const Options& opt) {
   static_assert(std::is_same_v<Args, typename Op::args> && std::is_same_v<Options, typename Op::options>);
-  ctx.check_usable(names_of(Op::id).call);
+  ctx.check_usable(Op::names.call);
   typename Op::plan& plan = prepare<Op>(ctx, x, opt);
   run_accumulating(ctx, plan, plan.saved, x.c, [&] { run<Op>(ctx, plan, x, opt); });
 }
@@ -205,8 +208,8 @@ void op_call(context& ctx, const Args& x, const Options& opt) {
 template <class Op, class Args, class Options>
 pending op_start(context& ctx, const Args& x, const Options& opt) {
   static_assert(std::is_same_v<Args, typename Op::args> && std::is_same_v<Options, typename Op::options>);
-  ctx.check_usable(names_of(Op::id).start);
-  engine::worker& w = ctx.start_worker(names_of(Op::id).start);
+  ctx.check_usable(Op::names.start);
+  engine::worker& w = ctx.start_worker(Op::names.start);
   typename Op::plan& plan = prepare<Op>(ctx, x, opt);
   w.post([&ctx, &plan, x, opt] { run_accumulating(ctx, plan, plan.saved, x.c, [&] { run<Op>(ctx, plan, x, opt); }); });
   return pending(&w);
@@ -216,7 +219,7 @@ pending op_start(context& ctx, const Args& x, const Options& opt) {
 template <class Op, class Args, class Options>
 schedule op_schedule(context& ctx, const Args& x, const Options& opt) {
   static_assert(std::is_same_v<Args, typename Op::args> && std::is_same_v<Options, typename Op::options>);
-  ctx.check_usable(names_of(Op::id).schedule);
+  ctx.check_usable(Op::names.schedule);
   return prepare<Op>(ctx, x, opt).sched;
 }
 

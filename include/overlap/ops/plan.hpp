@@ -17,6 +17,7 @@
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/accumulate.hpp"
 #include "overlap/ops/block_types.hpp"
+#include "overlap/ops/options.hpp"
 #include "overlap/ops/others.hpp"
 #include "overlap/ops/packing.hpp"
 #include "overlap/schedule/schedule.hpp"

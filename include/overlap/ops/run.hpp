@@ -35,19 +35,19 @@ void fatal_on_failure(context& ctx, const plan_base& plan, const std::string& pa
 /// Runs an op's ring pattern on the context's ring (context::ring). Lane 0
 /// carries data from the next rank on the ring to the previous one
 /// (ring_at(1) to ring_at(-1)), lane 1 (bidirectional) the other way, each
-/// with the op's tag for it (tags_of); with `two_levels` (the hierarchical
+/// with the op's tag for it (`tags`, its op_info's); with `two_levels` (the hierarchical
 /// schedule) lane 0 runs between nodes (from this local rank of the next
 /// node to that of the previous one) and lane 1 inside the node (from the
 /// next local rank to the previous one). Any failure
 /// inside the ring (MPI, backend, the watchdog) is fatal: the peers are in
 /// the ring too (context::fatal applies the policy).
 template <class Pattern>
-void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, op_id op, int lanes, bool two_levels = false) {
+void run_on_ring(context& ctx, const plan_base& plan, Pattern& pattern, const op_tags& tags, int lanes,
+                 bool two_levels = false) {
   const int p = ctx.rank();
   engine::ring_links links;
   links.comm = ctx.comm();
   links.n_lanes = lanes;
-  const op_tags tags = tags_of(op);
   links.lanes[0] = {ctx.ring_at(1), ctx.ring_at(-1), tags.lanes[0]};
   links.lanes[1] = {ctx.ring_at(-1), ctx.ring_at(1), tags.lanes[1]};
   if (two_levels) {

@@ -159,3 +159,8 @@ struct calibration {
 };
 
 }  // namespace overlap
+
+// Header-only, the implementation comes with the declarations (flavour.hpp).
+#ifndef OVERLAP_COMPILED
+#include "overlap/schedule/calibration-inl.hpp"
+#endif
