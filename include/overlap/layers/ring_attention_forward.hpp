@@ -106,11 +106,7 @@ void ring_attention(context& ctx, const attention_inputs<T>& in, const attention
     std::string why = input_errors(in);
     expect_view(why, "the output o", out.o, n, w);
     expect_view(why, "the log-sum-exp lse (heads x rows)", out.lse, opt.heads, n);
-    expect_disjoint(why, "o", out.o, "lse", out.lse);
-    for (const auto& [name, input] : {std::pair{"q", in.q}, std::pair{"k", in.k}, std::pair{"v", in.v}}) {
-      expect_disjoint(why, "o", out.o, name, input);
-      expect_disjoint(why, "lse", out.lse, name, input);
-    }
+    expect_apart(why, {{"o", out.o}, {"lse", out.lse}}, {{"q", in.q}, {"k", in.k}, {"v", in.v}});
     return why;
   };
   using od_id = overlap::detail::op_id;

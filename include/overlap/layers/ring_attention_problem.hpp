@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <string>
@@ -210,18 +211,36 @@ void expect_view(std::string& why, const char* what, const V& v, int64_t rows, i
         std::to_string(v.ld) + ")";
 }
 
-/// Checks that an output shares no byte with another view of the call (the
-/// passes write it while the other is still read, or written); sets the
-/// complaint (once). The ops refuse the same (ops/checks.hpp).
-template <class O, class V>
-void expect_disjoint(std::string& why, const char* out_name, const O& out, const char* other_name, const V& other) {
-  if (!why.empty()) return;  // the views may be invalid
-  const auto eo = static_cast<int64_t>(sizeof(*out.data)), ev = static_cast<int64_t>(sizeof(*other.data));
-  if (overlap::detail::blocks_overlap(reinterpret_cast<uintptr_t>(out.data), out.rows, out.cols * eo, out.ld * eo,
-                                      reinterpret_cast<uintptr_t>(other.data), other.rows, other.cols * ev,
-                                      other.ld * ev))
-    why = std::string(out_name) + " overlaps " + other_name + " in memory; outputs must not alias each other or the " +
-          "call's inputs";
+/// A view of the call as the overlap checks see it: its name and its bytes.
+struct named_block {
+  const char* name;
+  uintptr_t at;
+  int64_t rows, row_bytes, ld_bytes;
+  template <class V>
+  named_block(const char* n, const V& v)  // NOLINT(google-explicit-constructor): lists of (name, view)
+      : name(n),
+        at(reinterpret_cast<uintptr_t>(v.data)),
+        rows(v.rows),
+        row_bytes(v.cols * int64_t(sizeof(*v.data))),
+        ld_bytes(v.ld * int64_t(sizeof(*v.data))) {}
+};
+
+/// Checks that no output shares a byte with another output or an input (the
+/// passes write an output while the others are still read, or written);
+/// sets the complaint (once). The ops refuse the same (ops/checks.hpp).
+inline void expect_apart(std::string& why,
+                         std::initializer_list<named_block> outs,  // NOLINT(bugprone-easily-swappable-parameters)
+                         std::initializer_list<named_block> ins) {
+  auto apart = [&](const named_block& o, const named_block& x) {
+    if (!why.empty()) return;  // the views may be invalid
+    if (overlap::detail::blocks_overlap(o.at, o.rows, o.row_bytes, o.ld_bytes, x.at, x.rows, x.row_bytes, x.ld_bytes))
+      why = std::string(o.name) + " overlaps " + x.name +
+            " in memory; outputs must not alias each other or the call's inputs";
+  };
+  for (auto o = outs.begin(); o != outs.end(); ++o)
+    for (auto x = o + 1; x != outs.end(); ++x) apart(*o, *x);
+  for (const named_block& o : outs)
+    for (const named_block& x : ins) apart(o, x);
 }
 
 /// What this rank states about a call with inputs `in`.

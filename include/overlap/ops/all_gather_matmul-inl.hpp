@@ -172,13 +172,7 @@ class ag_ring_pattern;
 /// all_gather_matmul's names and message tags (ops/op_id.hpp).
 template <>
 struct op_info<op_id::all_gather_matmul> {
-  static constexpr entry_names names{"overlap::all_gather_matmul",
-                                     "overlap::start_all_gather_matmul",
-                                     "overlap::all_gather_matmul_schedule",
-                                     "ag_options",
-                                     "gathered",
-                                     "ag_options.gathered",
-                                     "config.ag_chunks"};
+  static constexpr entry_names names = OVERLAP_ENTRY_NAMES("all_gather_matmul", "ag_options", "gathered", "ag_chunks");
   static constexpr op_tags tags = op_tags::owned_by(op_id::all_gather_matmul);
 };
 

@@ -98,13 +98,7 @@ struct ar_plan final : op_plan<T, rs_step, std::byte> {
 /// are its rings' (config.rs_chunks).
 template <>
 struct op_info<op_id::matmul_all_reduce> {
-  static constexpr entry_names names{"overlap::matmul_all_reduce",
-                                     "overlap::start_matmul_all_reduce",
-                                     "overlap::matmul_all_reduce_schedule",
-                                     "ar_options",
-                                     "reduced",
-                                     "ar_options.reduced",
-                                     "config.rs_chunks"};
+  static constexpr entry_names names = OVERLAP_ENTRY_NAMES("matmul_all_reduce", "ar_options", "reduced", "rs_chunks");
   static constexpr op_tags tags = op_tags::owned_by(op_id::matmul_all_reduce);
 };
 

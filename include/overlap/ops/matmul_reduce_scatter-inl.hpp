@@ -114,13 +114,8 @@ class rs_ring_pattern;
 /// matmul_reduce_scatter's names and message tags (ops/op_id.hpp).
 template <>
 struct op_info<op_id::matmul_reduce_scatter> {
-  static constexpr entry_names names{"overlap::matmul_reduce_scatter",
-                                     "overlap::start_matmul_reduce_scatter",
-                                     "overlap::matmul_reduce_scatter_schedule",
-                                     "rs_options",
-                                     "scattered",
-                                     "rs_options.scattered",
-                                     "config.rs_chunks"};
+  static constexpr entry_names names =
+      OVERLAP_ENTRY_NAMES("matmul_reduce_scatter", "rs_options", "scattered", "rs_chunks");
   static constexpr op_tags tags = op_tags::owned_by(op_id::matmul_reduce_scatter);
 };
 

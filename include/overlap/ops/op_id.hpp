@@ -49,6 +49,15 @@ struct entry_names {
   const char* chunks_setting;  ///< "config.ag_chunks" ("": none)
 };
 
+/// The entry_names of a matmul op from string literals, joined at compile
+/// time: its NAME ("all_gather_matmul"), its OPTIONS type ("ag_options"),
+/// its LAYOUT option ("gathered") and its CHUNKS setting ("ag_chunks").
+#define OVERLAP_ENTRY_NAMES(NAME, OPTIONS, LAYOUT, CHUNKS)                                                       \
+  ::overlap::detail::entry_names {                                                                               \
+    "overlap::" NAME, "overlap::start_" NAME, "overlap::" NAME "_schedule", OPTIONS, LAYOUT, OPTIONS "." LAYOUT, \
+        "config." CHUNKS                                                                                         \
+  }
+
 /// What the shared code knows of op `Id`, declared by the op's own file:
 /// `tags` (an op_tags) and `names` (its entry_names). No
 /// default: an op that declares nothing fails to compile rather than take
