@@ -220,6 +220,20 @@ inline void apply_epilogue(const gemm_desc& d, const gemm_operands& io) {
     }
 }
 
+/// The pass that finishes an m x n C (type t, rows ldc apart) after a
+/// collective summed the products, run by run_degenerate (k = 0): C =
+/// act(C + bias) where the sums landed in C, or, `from_sums`, C = act(sums
+/// + bias) from a workspace of sums of type `acc`, rows `ld_sums` apart (the
+/// addend). Bias and activation as the call's epilogue has them.
+inline gemm_desc finishing_pass(int64_t m, int64_t n, int64_t ldc, overlap::dtype t, bool bias, overlap::activation act,
+                                bool from_sums, int64_t ld_sums, overlap::dtype acc) {
+  gemm_desc d = gemm_desc::shape(m, n, 0).strides(0, 0, ldc).types(t, t);
+  d.accumulate = !from_sums;
+  d.bias = bias, d.act = act;
+  if (from_sums) d.addend = true, d.ld_addend = ld_sums, d.addend_type = acc;
+  return d;
+}
+
 /// The shapes every backend handles the same way without calling the library:
 /// an empty output, or an empty contraction (C = 0 or C unchanged, then the
 /// addend and epilogue). Returns true when it handled the call.

@@ -273,12 +273,8 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
                                            .strides(x.a.ld, x.b.ld, via_ws ? plan.whole.n : x.c.ld)
                                            .transposed(opt.transpose_a, opt.transpose_b)
                                            .types(t, plan.acc));
-    gemm_desc& f = plan.finish;
-    f.m = plan.whole.m, f.n = plan.whole.n, f.k = 0, f.ldc = x.c.ld;
-    f.accumulate = !via_ws;
-    f.bias = static_cast<bool>(opt.epilogue.bias), f.act = opt.epilogue.activation;
-    f.in = f.out = t;
-    f.addend = via_ws, f.ld_addend = plan.whole.n, f.addend_type = plan.acc;
+    plan.finish = finishing_pass(plan.whole.m, plan.whole.n, x.c.ld, t, static_cast<bool>(opt.epilogue.bias),
+                                 opt.epilogue.activation, via_ws, plan.whole.n, plan.acc);
   }
 
   static void build_ring(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt, int chunks) {

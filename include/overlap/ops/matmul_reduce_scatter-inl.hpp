@@ -290,12 +290,8 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
     // type; otherwise in result_ws, and the finishing pass adds it into c.
     const bool via_ws = x.c.ld != x.c.cols || acc != t;
     if (via_ws) plan.result_ws = engine::buffer<std::byte>(static_cast<size_t>(x.c.rows * x.c.cols) * size_of(acc));
-    gemm_desc& f = plan.finish;
-    f.m = x.c.rows, f.n = x.c.cols, f.k = 0, f.ldc = x.c.ld;
-    f.accumulate = !via_ws;
-    f.bias = static_cast<bool>(opt.epilogue.bias), f.act = opt.epilogue.activation;
-    f.in = f.out = t;
-    f.addend = via_ws, f.ld_addend = x.c.cols, f.addend_type = acc;
+    plan.finish = finishing_pass(x.c.rows, x.c.cols, x.c.ld, t, static_cast<bool>(opt.epilogue.bias),
+                                 opt.epilogue.activation, via_ws, x.c.cols, acc);
   }
 
   /// The GEMM of an nr x nc output piece (ld of its destination) with all of K.

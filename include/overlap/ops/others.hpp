@@ -237,11 +237,8 @@ void others_gathers(others_plan<T>& o, int pieces, CountsOf&& counts_of, OwnBloc
 /// (sums in c already), or c = act(sum + bias) from the sums in `result`.
 template <class T>
 void others_finish(others_plan<T>& plan, matrix_view<T> c, const epilogue& e, bool from_result, dtype acc) {
-  gemm_desc d = gemm_desc::shape(c.rows, c.cols, 0).strides(0, 0, c.ld).types(dtype_of<T>(), dtype_of<T>());
-  d.accumulating(!from_result);
-  d.bias = static_cast<bool>(e.bias);
-  d.act = e.activation;
-  if (from_result) d.addend = true, d.ld_addend = c.cols, d.addend_type = acc;
+  const gemm_desc d = finishing_pass(c.rows, c.cols, c.ld, dtype_of<T>(), static_cast<bool>(e.bias), e.activation,
+                                     from_result, c.cols, acc);
   plan.finish = from_result || d.has_epilogue();
   plan.finish_desc = d;
 }
