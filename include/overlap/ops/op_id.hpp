@@ -12,11 +12,11 @@
 namespace overlap::detail {
 
 /// The ops' ids: one list (with their names, enum_names below), so that no
-/// two ops share one. The value enters
-/// the argument agreement, plan keys and fingerprints, and sets the
-/// message tags the op owns (op_tags::owned_by). Everything else about an
-/// op (its names, its tags, its settings) is declared in the op's own file,
-/// as a specialisation of op_info that the shared code looks up.
+/// two ops share one. The value enters the argument agreement, plan keys
+/// and fingerprints, and sets the message tags the op owns
+/// (op_tags::owned_by). Everything else about an op (its names, its tags,
+/// its settings) is declared in the op's own file, as a specialisation of
+/// op_info that the shared code looks up.
 enum class op_id : int64_t {
   all_gather_matmul = 1,
   matmul_reduce_scatter = 2,
@@ -30,8 +30,9 @@ enum class op_id : int64_t {
 struct op_tags {
   int lanes[2];
   int blocks;
-  /// The tags op `id` owns: engine::op_tags_first + 4 * (id - 1) and the
-  /// next two, so that two ops' messages never match each other's receives.
+  /// The tags op `id` owns: message_tag::op_tags_first + 4 * (id - 1) and
+  /// the next two, so that two ops' messages never match each other's
+  /// receives.
   [[nodiscard]] static constexpr op_tags owned_by(op_id id) {
     const int first = engine::tag_value(engine::message_tag::op_tags_first) + 4 * (static_cast<int>(id) - 1);
     return {{first, first + 1}, first + 2};
@@ -79,4 +80,8 @@ struct enum_names<detail::op_id> {
        {detail::op_id::ring_attention, "ring_attention"},
        {detail::op_id::ring_attention_backward, "ring_attention_backward"}}};
 };
+// Every op's tags stay below the calibration's (the last id owns the highest).
+static_assert(detail::op_tags::owned_by(enum_names<detail::op_id>::entries.back().value).blocks <=
+                  engine::tag_value(engine::message_tag::op_tags_last),
+              "the ops' message tags must stay below engine::message_tag::op_tags_last");
 }  // namespace overlap
