@@ -199,6 +199,7 @@ struct call_row {
       {"causal", &call_row::causal},
       {"strategy", &call_row::strategy},
   }};
+  static constexpr std::array<overlap::detail::agreed_field<call_row>, 0> more_agreed{};  ///< nothing beyond `agreed`
 };
 
 /// Checks a view against the shape it must have; sets the complaint (once).

@@ -215,8 +215,8 @@ void require_agreed_fields(const context& ctx, const arg_checks& checks, const s
 
 /// Collective: every rank's row, exchanged as one MPI datatype (element r is
 /// rank r's); agree() ensured that every rank called the same op. Then every
-/// field of matmul_row::agreed and Row::more_agreed (a matmul op's row), or
-/// of Row::agreed (another op's), must equal rank 0's, else
+/// field of Row::agreed (a matmul op's row inherits matmul_row's) and of
+/// Row::more_agreed (the op's own) must equal rank 0's, else
 /// std::invalid_argument on every rank (all see the same table) naming the
 /// field and the ranks.
 template <class Row>
@@ -236,12 +236,8 @@ template <class Row>
       [&] { return op + " (exchanging shard sizes)"; });
   std::vector<Row> rows(static_cast<size_t>(ctx.size()));
   std::memcpy(rows.data(), s.table.data(), rows.size() * sizeof(Row));
-  if constexpr (std::is_base_of_v<matmul_row, Row>) {  // a matmul op's row: the common fields, then its own
-    require_agreed_fields(ctx, checks, rows, matmul_row::agreed);
-    require_agreed_fields(ctx, checks, rows, Row::more_agreed);
-  } else {
-    require_agreed_fields(ctx, checks, rows, Row::agreed);
-  }
+  require_agreed_fields(ctx, checks, rows, Row::agreed);
+  require_agreed_fields(ctx, checks, rows, Row::more_agreed);
   return rows;
 }
 
