@@ -22,17 +22,17 @@
 
 namespace {
 
-using overlap::detail::work;
-
 struct figures {
   double gbit = 10, latency_us = 5, slowdown = 1.1, efficiency = 0.9;
   int cores = 32;
 };
 
-/// The candidates of one op on R ranks and their predicted seconds.
-template <class WorkOf, class ChunksFor>
-nlohmann::json candidates(const overlap::link_rates& l, const overlap::gemm_rates& g, int R, WorkOf&& work_of,
-                          ChunksFor&& chunks_for) {
+/// The candidates of one op (traits Op) on R ranks and their predicted
+/// seconds: the plan rank 0 would run (it holds the largest shards of these
+/// balanced layouts), built dry as the library's choice builds it.
+template <class Op, class ChunksFor>
+nlohmann::json candidates(const overlap::link_rates& l, const overlap::gemm_rates& g, int R, const typename Op::args& x,
+                          const typename Op::options& opt, const typename Op::global& whole, ChunksFor&& chunks_for) {
   nlohmann::json out;
   const std::pair<overlap::strategy, overlap::algorithm> all[] = {
       {overlap::strategy::bulk, overlap::algorithm::named},
@@ -40,10 +40,14 @@ nlohmann::json candidates(const overlap::link_rates& l, const overlap::gemm_rate
       {overlap::strategy::bidirectional, overlap::algorithm::named},
       {overlap::strategy::bulk, overlap::algorithm::others}};
   for (const auto& [s, a] : all) {
-    const int lanes = s == overlap::strategy::bidirectional ? 2 : 1;
-    const overlap::candidate c{s, a, s == overlap::strategy::bulk ? 0 : chunks_for(lanes), -1};
+    overlap::schedule sched;
+    sched.strategy = s, sched.algorithm = a;
+    sched.lanes = s == overlap::strategy::bidirectional ? 2 : 1;
+    sched.chunks = s == overlap::strategy::bulk ? 0 : chunks_for(sched.lanes);
+    if (a == overlap::algorithm::others) sched.chunks = 1;
     const std::string name = a == overlap::algorithm::others ? "others" : overlap::to_string(s);
-    out[name] = overlap::detail::predict(l, g, R, work_of(c));
+    const overlap::detail::build_site site = overlap::detail::build_site::projected(R, 0);
+    out[name] = overlap::detail::predict(l, g, R, overlap::detail::priced<Op>(site, x, opt, whole, sched));
   }
   return out;
 }
@@ -110,24 +114,22 @@ int main(int argc, char** argv) {
           return overlap::detail::plan_chunks(r);
         };
         auto ag_chunks = [&](int lanes) { return chunks(overlap::detail::ag_chunk_rule, lanes); };
-        const nlohmann::json up = candidates(
-            l, g, R,
-            [&](const overlap::candidate& cand) {
-              return overlap::detail::ag_op<float>::work_of(column_parallel, R, cand);
-            },
-            ag_chunks);
+        // Rank 0's operands (shapes only: a dry plan reads no data).
+        const int64_t shard0 = column_parallel.full.layout.size(0), n0 = n_r.front();
+        const overlap::detail::ag_args<float> up_x{
+            {nullptr, shard0, hidden}, {nullptr, hidden, n0}, {nullptr, tokens, n0}, {}, false};
+        const nlohmann::json up =
+            candidates<overlap::detail::ag_op<float>>(l, g, R, up_x, overlap::ag_options{}, column_parallel, ag_chunks);
         // Down-projection: RS rows, A = H_r (tokens x ffn / R), B = W2_r (ffn / R x hidden).
         overlap::detail::rs_global row_parallel;
         row_parallel.rows = true, row_parallel.m = tokens, row_parallel.n = hidden;
         row_parallel.layout = overlap::shard_layout::balanced(tokens, R);
         row_parallel.ks = n_r;
         auto rs_chunks = [&](int lanes) { return chunks(overlap::detail::rs_chunk_rule, lanes); };
-        const nlohmann::json down = candidates(
-            l, g, R,
-            [&](const overlap::candidate& cand) {
-              return overlap::detail::rs_op<float>::work_of(row_parallel, R, cand, overlap::rs_options{});
-            },
-            rs_chunks);
+        const overlap::detail::rs_args<float> down_x{
+            {nullptr, tokens, n0}, {nullptr, n0, hidden}, {nullptr, row_parallel.layout.size(0), hidden}};
+        const nlohmann::json down =
+            candidates<overlap::detail::rs_op<float>>(l, g, R, down_x, overlap::rs_options{}, row_parallel, rs_chunks);
         std::cout << nlohmann::json{{"gbit", gbit},
                                     {"cores", c},
                                     {"ranks", R},

@@ -63,7 +63,8 @@ struct agreement_scratch {
   failure_vote failure;
   std::vector<int64_t> mine, table;
   std::string text;
-  std::vector<int64_t> key;  ///< the plan key of the call being prepared (reused: no allocation on a cached call)
+  std::vector<int64_t> key;       ///< the plan key of the call being prepared (reused: no allocation on a cached call)
+  std::vector<double> predicted;  ///< slowest_everywhere's values
 };
 
 /// Collective, after the ranks learnt that some rank failed: every rank
@@ -125,6 +126,23 @@ bool same_everywhere(Ctx& ctx, const std::vector<int64_t>& values, const std::st
   for (size_t i = 0; i < s.table.size(); i += 2)
     if (s.table[i] != -s.table[i + 1]) return false;
   return true;
+}
+
+/// Collective: every rank's `values` replaced by their maximum over the
+/// ranks (each rank the same count), bounded by the watchdog; `where` names
+/// the caller in a watchdog report. The cost model's choice takes the
+/// slowest rank's predicted time of each candidate this way.
+template <class Ctx>
+void slowest_everywhere(Ctx& ctx, std::vector<double>& values, const std::string& where) {
+  std::vector<double>& v = ctx.scratch().predicted;
+  v = values;
+  const int n = static_cast<int>(v.size());
+  MPI_Comm comm = ctx.comm();
+  watched_collective(
+      ctx, "MPI_Allreduce", [&] { return MPI_Allreduce(MPI_IN_PLACE, v.data(), n, MPI_DOUBLE, MPI_MAX, comm); },
+      [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, v.data(), n, MPI_DOUBLE, MPI_MAX, comm, r); },
+      [&] { return where + " (the slowest rank's predictions)"; });
+  values = v;
 }
 
 }  // namespace overlap::detail

@@ -183,9 +183,18 @@ TEST(model, transfers_cost_the_gemms_at_most_their_own_time) {
   overlap::link_rates l{0, 1e9, 1e9, 1, {}};
   const overlap::gemm_rates g{{128, 2048}, std::vector<double>(8, 1e12)};
   overlap::detail::work w;
-  w.ring = true, w.steps = 4, w.transfer_steps = 3, w.step_bytes = 1e6;  // 3 ms of transfers
-  w.piece = {500, 500, 500};                                             // 0.25 ms per step
-  EXPECT_NEAR(overlap::detail::predict(l, g, 4, w), 3.25e-3, 1e-9);      // transfers + the last piece
+  // An input's ring on 4 ranks: 4 steps of 0.25 ms products; the last 3
+  // receive 1 MB each (3 ms of transfers), and every step but the last
+  // sends its piece on.
+  w.ring = true;
+  for (int t = 0; t < 4; ++t) {
+    overlap::detail::ring_step_work st;
+    st.products = {{500, 500, 500}};
+    st.recv = t > 0 ? 1e6 : 0;
+    st.moved = st.recv + (t < 3 ? 1e6 : 0);
+    w.ring_steps.push_back(st);
+  }
+  EXPECT_NEAR(overlap::detail::predict(l, g, 4, w), 3.25e-3, 1e-9);  // transfers + the last piece
   l.gemm_slowdown = overlap::detail::slowdown_from_seconds_per_byte(0.1e-9, l.bytes_per_s_both);
   EXPECT_NEAR(overlap::detail::predict(l, g, 4, w), 3.25e-3, 1e-9);  // 0.6 ms lost: still bound by the link
   l.gemm_slowdown = overlap::detail::slowdown_from_seconds_per_byte(10e-9, l.bytes_per_s_both);

@@ -19,6 +19,7 @@ namespace overlap::engine {
 template <class T>
 class buffer {
  public:
+  using value_type = T;  ///< the element type
   buffer() = default;
   /// `elements` values, uninitialised; throws std::bad_alloc.
   explicit buffer(size_t elements) : size_(elements) {

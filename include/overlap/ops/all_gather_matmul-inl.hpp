@@ -27,6 +27,7 @@
 #include "overlap/ops/pipeline.hpp"
 #include "overlap/ops/plan.hpp"
 #include "overlap/ops/run.hpp"
+#include "overlap/ops/site.hpp"
 #include "overlap/ops/verbose.hpp"
 #include "overlap/schedule/choose.hpp"
 #include "overlap/schedule/chunks.hpp"
@@ -80,10 +81,19 @@ struct ag_step : ring_step {
   [[nodiscard]] bool in_slot() const noexcept { return home == piece_home::slot; }
 };
 
+/// What the exchanged table says about the whole problem.
+struct ag_global {
+  ag_geometry full;            ///< with the global extents and the shards' layout
+  std::vector<int64_t> other;  ///< every rank's extent of the other operand's free dimension
+  bool any_out = false;        ///< some rank wants the gathered operand (gathered_out)
+  int64_t knee_units = 0;      ///< the largest GEMM rate knee over ranks
+};
+
 /// A plan of all_gather_matmul: the shared parts (op_plan), where X sits,
 /// and what the bulk schedule and a bf16 contracting ring add.
 template <class T>
 struct ag_plan final : op_plan<T, ag_step, T> {
+  ag_global whole;  ///< the problem, as the exchanged table gives it
   ag_geometry geo;
   /// bf16 with a contracting shard: partial sums stay in fp32 (c-shaped) and
   /// reach c, rounded once, with the last contribution.
@@ -91,6 +101,7 @@ struct ag_plan final : op_plan<T, ag_step, T> {
   // bulk
   engine::buffer<T> gather_ws, blocks_ws;
   std::vector<int> counts, displs;
+  gemm_desc bulk_desc;  ///< the GEMM on the gathered operand
   std::shared_ptr<const gemm_kernel> bulk_kernel;
   bool gather_into_out = false;  ///< bulk gathers straight into the caller's gathered view
   ag_plan() { this->types = block_types(dtype_of<T>()); }
@@ -123,14 +134,6 @@ struct ag_exchanged : matmul_row {
   int64_t has_out, out_rows, out_cols;  ///< gathered_out
 
   static constexpr std::array<agreed_field<ag_exchanged>, 0> more_agreed{};
-};
-
-/// What the exchanged table says about the whole problem.
-struct ag_global {
-  ag_geometry full;            ///< with the global extents and the shards' layout
-  std::vector<int64_t> other;  ///< every rank's extent of the other operand's free dimension
-  bool any_out = false;        ///< some rank wants the gathered operand (gathered_out)
-  int64_t knee_units = 0;      ///< the largest GEMM rate knee over ranks
 };
 
 /// The fields of the exchanged row that the rules across ranks read, for a
@@ -181,7 +184,10 @@ struct op_info<op_id::all_gather_matmul> {
 template <class T>
 struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config::ag_chunks>,
                op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_global, ag_ring_pattern<T>> {
-  static void describe(ag_plan<T>& p, const ag_options& /*o*/, const ag_global& g) { p.geo = g.full; }
+  static void describe(ag_plan<T>& p, const ag_options& /*o*/, const ag_global& g) {
+    p.whole = g;
+    p.geo = g.full;
+  }
   static std::string summary(const ag_plan<T>& p, const ag_global& g) {
     return (p.algorithm == algorithm::others ? std::string(" moving the other operands") : std::string()) +
            ", sharded sizes [" + list(g.full.layout.sizes()) + "], op(X) " + std::to_string(g.full.x_rows) + " x " +
@@ -264,7 +270,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
 
   /// Step 4: the schedule, as asked or as the cost model chooses (the same on
   /// every rank: it depends on the exchanged table and one calibration).
-  static schedule choose(context& ctx, const ag_options& opt, const ag_global& g) {
+  static schedule choose(context& ctx, const ag_args<T>& x, const ag_options& opt, const ag_global& g) {
     const int R = ctx.size();
     const ag_geometry& full = g.full;
     // Chunks split op(X)'s output dimension (rows of stored X when
@@ -290,63 +296,27 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
       req.others_pieces = others_piece_counts<ag_op>(ctx.config(), widest);
       req.others_rule = others_piece_rule(req.others_pieces, widest);
     }
-    return choose_schedule(ctx, req, dtype_of<T>(), chunks_for, [&](const candidate& c) { return work_of(g, R, c); });
+    return choose_schedule(ctx, req, dtype_of<T>(), chunks_for,
+                           [&](const schedule& s) { return priced<ag_op>(build_site::dry(ctx), x, opt, g, s); });
   }
 
-  /// What a candidate schedule of all_gather_matmul does on the busiest rank,
-  /// for the cost model (of the problem `whole` describes, on R ranks).
-  static work work_of(const ag_global& whole, int R, const candidate& c) {
-    const ag_geometry& g = whole.full;
-    const std::vector<int64_t>& other = whole.other;
-    const int64_t elem = sizeof(T),
-                  acc = dtype_of<T>() == dtype::bf16 ? 4 : elem;  // bytes of a value, of a partial sum
-    const int64_t omax = *std::max_element(other.begin(), other.end());
-    const int64_t m = g.lhs ? g.x_rows : omax, n = g.lhs ? omax : g.x_cols, k = g.lhs ? g.x_cols : g.x_rows;
-    const int64_t shard = g.layout.max_size();
-    const shard_layout& sh = g.layout;
-    auto o = [&](int q) { return other[static_cast<size_t>(q)]; };
+  /// A plan of all_gather_matmul as the cost model prices it (`priced`,
+  /// ops/pipeline.hpp): its ring steps, others plan, or collective and GEMM.
+  static work work_of(const ag_plan<T>& p, const build_site& at) {
+    if (p.algorithm == algorithm::others) return others_work(p.others, at.rank());
+    if (p.strategy != strategy::bulk) return ring_plan_work(p, static_cast<int64_t>(sizeof(T)), false);
     work w;
-    if (c.algorithm == algorithm::others) {
-      w.pipelined = true;
-      w.alltoall_out = !g.contracting;
-      if (!g.contracting) {  // the other operand gathered in pieces, output blocks to their owners
-        w.allgather_block = double(k * omax * elem);
-        w.pieces = std::max(c.chunks, 1);
-        w.own_gemms = w.pieces;  // this rank's own pieces first, then the peers' piece by piece
-        for (int i = 0; i < R; ++i)
-          for (int j = 0; j < w.pieces; ++j) {
-            const int64_t piece = ceil_div(o(i), w.pieces);
-            w.gemms.push_back(g.lhs ? gemm_work{shard, piece, k} : gemm_work{piece, shard, k});
-          }
-        w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return sh.size(p) * o(q); });
-      } else {  // slices of the other operand exchanged, partial sums reduced
-        w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return sh.size(q) * o(p); });
-        for (int q = 0; q < R; ++q)
-          w.gemms.push_back(g.lhs ? gemm_work{g.x_rows, o(q), shard} : gemm_work{o(q), g.x_cols, shard});
-        w.reduce_scatter_block = double((g.lhs ? g.x_rows : g.x_cols) * omax * acc);
-      }
-      return w;
-    }
-    if (c.strategy == strategy::bulk) {
-      w.gemms.push_back({m, n, k});
-      w.allgather_block = double(shard * (g.shard_rows ? g.x_cols : g.x_rows) * elem);
-      return w;
-    }
-    // A ring: pieces split op(X)'s output dimension (M for lhs, N for rhs).
-    work r = ring_work(c, R);
-    const int64_t split = ceil_div(g.contracting ? (g.lhs ? g.x_rows : g.x_cols) : shard, int64_t{r.lanes} * c.chunks);
-    const int64_t depth = g.contracting ? shard : k;  // K of a piece
-    r.piece = g.lhs ? gemm_work{split, n, depth} : gemm_work{m, split, depth};
-    r.step_bytes = double(split * depth * elem);
-    return r;
+    w.gemms.push_back({p.bulk_desc.m, p.bulk_desc.n, p.bulk_desc.k});
+    w.allgather_block = double(*std::max_element(p.counts.begin(), p.counts.end())) * double(sizeof(T));
+    return w;
   }
 
   // The plans.
 
   /// The bulk plan: one MPI_Allgatherv and one GEMM on the gathered operand.
-  static void build_bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt) {
+  static void build_bulk(const build_site& at, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt) {
     const ag_geometry& geo = plan.geo;
-    const int R = ctx.size();
+    const int R = at.size();
     const int64_t srows = geo.stored_rows(), scols = geo.stored_cols();
     const bool sr = geo.stored_shard_rows();
     const int64_t per_unit = sr ? scols : srows;  // elements per stored shard row / column
@@ -362,10 +332,11 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
     // when it is dense, else into gather_ws. Column shards land as blocks in
     // blocks_ws and are unpacked side by side into gathered_out or gather_ws.
     plan.gather_into_out = x.has_out && sr && x.out.ld == scols;
-    if (!sr) plan.blocks_ws = engine::buffer<T>(elems);
-    if (!plan.gather_into_out && (sr || !x.has_out)) plan.gather_ws = engine::buffer<T>(elems);
+    if (!sr) plan.blocks_ws = at.buffer<T>(elems);
+    if (!plan.gather_into_out && (sr || !x.has_out)) plan.gather_ws = at.buffer<T>(elems);
     const int64_t x_ld = x.has_out ? x.out.ld : scols;
-    plan.bulk_kernel = ctx.make_kernel(gemm(geo, x, opt, {geo.x_rows, geo.x_cols}, x_ld, {false, true}));
+    plan.bulk_desc = gemm(geo, x, opt, {geo.x_rows, geo.x_cols}, x_ld, {false, true});
+    plan.bulk_kernel = at.kernel(plan.bulk_desc);
   }
 
   /// The GEMM of one piece of op(X) (lnr x lnc, stored with ld):
@@ -409,18 +380,19 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
   /// every lane. A piece is received `lead` = chunks steps before its step and
   /// forwarded in its step, and its send may stay in flight chunks - 1 steps
   /// more: 2 * chunks slots per lane are never rewritten while in use.
-  static void build_ring(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int chunks) {
-    const int R = ctx.size();
+  static void build_ring(const build_site& at, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
+                         int chunks) {
+    const int R = at.size();
     plan.window = {chunks, chunks - 1};
     plan.n_steps = R * chunks;
     engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, plan.lanes, 0};
     if (uses_fp32_acc(plan.geo, R))
-      plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
-    for_each_ring_position(plan, chunks, [&](const ring_position& at) {
-      const int shard = ctx.ring_at(at.lane == 0 ? at.round : -at.round);
-      plan.steps.push_back(ring_step(ctx, plan, x, opt, shard, at, slots));
+      plan.acc = at.buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
+    for_each_ring_position(plan, chunks, [&](const ring_position& pos) {
+      const int shard = at.ring_at(pos.lane == 0 ? pos.round : -pos.round);
+      plan.steps.push_back(ring_step(at, plan, x, opt, shard, pos, slots));
     });
-    finish_ring(ctx, plan, slots);
+    finish_ring(at, plan, slots);
   }
 
   /// The hierarchical plan: S ranks on each of N nodes, R = N * S; this rank
@@ -435,19 +407,19 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
   /// of a step computes. Received S steps ahead, sends in flight S - 1 steps
   /// more: 2S slots are never rewritten while in use. One whole shard per
   /// step: chunks do not apply.
-  static void build_hierarchical(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
+  static void build_hierarchical(const build_site& at, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
                                  int /*chunks*/) {
-    const int R = ctx.size(), S = ctx.node_slots(), N = R / S;
+    const int R = at.size(), S = at.node_slots(), N = R / S;
     plan.lanes = 2;
     plan.window = {S, S - 1};
     plan.n_steps = R;
     // Whole shards (the ring's lanes halve them; here both lanes move one piece).
     engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, 1, 0};
     if (uses_fp32_acc(plan.geo, R))
-      plan.acc = engine::buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
+      plan.acc = at.buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
     for (int t = 0; t < R; ++t) {
       const int r = t / S, k = t % S;
-      ag_step st = ring_step(ctx, plan, x, opt, ctx.node_peer(r, k), ring_position{t}, slots);
+      ag_step st = ring_step(at, plan, x, opt, at.node_peer(r, k), ring_position{t}, slots);
       ag_step inside = st;
       const bool moves = st.nonempty();
       st.recv = moves && k == 0 && r > 0;      // from the next node
@@ -458,15 +430,15 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
       plan.steps.push_back(std::move(st));
       plan.steps.push_back(std::move(inside));
     }
-    finish_ring(ctx, plan, slots);
+    finish_ring(at, plan, slots);
   }
 
   /// The ring step at `at`: its piece of `shard`, the shard its lane holds
   /// at that round (docs in build_ring, build_hierarchical).
-  static ag_step ring_step(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt, int shard,
-                           const ring_position& at, engine::ring_slots& slots) {
+  static ag_step ring_step(const build_site& site, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
+                           int shard, const ring_position& at, engine::ring_slots& slots) {
     const ag_geometry& geo = plan.geo;
-    const int R = ctx.size(), i = at.round;
+    const int R = site.size(), i = at.round;
     range rows{0, geo.stored_rows()}, cols{0, geo.stored_cols()};
     (geo.stored_shard_rows() ? rows : cols) = range{geo.layout.offset(shard), geo.layout.size(shard)};
     range& chunked = geo.stored_chunk_rows() ? rows : cols;
@@ -505,7 +477,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
     st.desc = gemm(geo, x, opt, {lnr, lnc}, st.ld, {accumulate, last, st.into_acc, st.add_acc});
     // The pieces of lhs_rows read all of b (a batch's members read different b's).
     st.desc.pack_b = geo.lhs && geo.shard_rows && plan.batch.count == 1;
-    st.kernel = make_step_kernel(ctx, st.desc);
+    st.kernel = site.step_kernel(st.desc);
     return st;
   }
 
@@ -523,22 +495,22 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
 
   /// Completes a ring plan (finish_ring): a slot holds every batch member's
   /// piece, one after the other.
-  static void finish_ring(context& ctx, ag_plan<T>& plan, const engine::ring_slots& slots) {
-    detail::finish_ring(ctx, plan, slots, 1, [&](const ag_step& st) { return member_stride(plan, st); });
+  static void finish_ring(const build_site& at, ag_plan<T>& plan, const engine::ring_slots& slots) {
+    detail::finish_ring(at, plan, slots, 1, [&](const ag_step& st) { return member_stride(plan, st); });
   }
 
   // The other operands' plans (algorithm::others).
 
   /// algorithm::others for all_gather_matmul. `g.other[q]` is rank q's
   /// extent of the other operand's free dimension (N_q for lhs_*, M_q for rhs_*).
-  static void build_others(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
+  static void build_others(const build_site& at, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
                            const ag_global& g, int pieces) {
     const std::vector<int64_t>& other = g.other;
     pieces = std::max(pieces, 1);
     const ag_geometry& geo = plan.geo;
     others_plan<T>& o = plan.others;
-    const ag_others_ctx c{ctx.size(),
-                          ctx.rank(),
+    const ag_others_ctx c{at.size(),
+                          at.rank(),
                           dtype_of<T>(),
                           geo.trans_x,
                           geo.trans_o,
@@ -548,11 +520,11 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
                           other};
     const int64_t products =
         geo.contracting ? others_by_exchange(geo, o, x, opt, c) : others_by_gather(geo, o, x, opt, c, pieces);
-    for (others_gemm& gm : o.gemms) gm.kernel = ctx.make_kernel(gm.desc);
+    for (others_gemm& gm : o.gemms) gm.kernel = at.kernel(gm.desc);
     // This rank's own block first: its inputs are local, so it runs while the
     // input collective moves the others (others_by_gather orders its own).
     if (geo.contracting) std::rotate(o.gemms.begin(), o.gemms.begin() + c.p, o.gemms.end());
-    others_allocate(o, products);
+    others_allocate(at, o, products);
   }
 
   /// Not contracting (lhs_rows, rhs_cols): every rank's other operand is

@@ -29,6 +29,7 @@
 #include "overlap/ops/pipeline.hpp"
 #include "overlap/ops/plan.hpp"
 #include "overlap/ops/run.hpp"
+#include "overlap/ops/site.hpp"
 #include "overlap/schedule/choose.hpp"
 #include "overlap/schedule/chunks.hpp"
 #include "overlap/watchdog.hpp"
@@ -79,6 +80,7 @@ struct ar_plan final : op_plan<T, rs_step, std::byte> {
   ar_global whole;         ///< the problem, as the exchanged table gives it
   dtype acc = dtype::f32;  ///< what partial sums are summed and sent in
   // bulk
+  gemm_desc bulk_desc;
   std::shared_ptr<const gemm_kernel> bulk_kernel;
   int sum_count = 0;                 ///< elements of the all-reduce
   engine::buffer<std::byte> sum_ws;  ///< the product and its sum where c cannot hold them
@@ -162,7 +164,7 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
   }
 
   /// Step 4: the schedule. A ring's chunks are its groups' rings' chunks.
-  static schedule choose(context& ctx, const ar_options& opt, const ar_global& g) {
+  static schedule choose(context& ctx, const ar_args<T>& x, const ar_options& opt, const ar_global& g) {
     const int R = ctx.size();
     const dtype t = dtype_of<T>();
     const int64_t extent = g.rows ? g.m : g.n;
@@ -179,7 +181,8 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
     req.strategy = opt.strategy, req.algorithm = algorithm::named, req.others_allowed = false;
     req.hierarchical = true;
     req.hierarchical_chunks = ctx.config().rs_chunks > 0 ? ctx.config().rs_chunks : 2;
-    return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) { return work_of(g, R, c, opt); });
+    return choose_schedule(ctx, req, t, chunks_for,
+                           [&](const schedule& s) { return priced<ar_op>(build_site::dry(ctx), x, opt, g, s); });
   }
 
   /// The groups a ring splits C into (its rings with `chunks` pieces per
@@ -203,34 +206,42 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
     return groups;
   }
 
-  /// What a candidate schedule does on the busiest rank, for the cost model:
-  /// bulk, one GEMM and MPI_Allreduce (a reduce-scatter and an all-gather);
-  /// a ring, the groups' rings one after the other, whose steps also carry
-  /// the previous group's blocks, and the last group's all-gather after them.
-  static work work_of(const ar_global& g, int R, const candidate& c, const ar_options& opt) {
-    const int64_t extent = g.rows ? g.m : g.n, width = g.rows ? g.n : g.m;
-    const int64_t kmax = *std::max_element(g.ks.begin(), g.ks.end());
-    const auto elem = static_cast<int64_t>(sizeof(T));
-    const dtype acc_type = rs_op<T>::acc_type(dtype_of<T>(), ring_options(opt), c.strategy);
-    const auto acc = static_cast<int64_t>(size_of(acc_type));
-    const int64_t shard = ceil_div(extent, R);
-    work w;
-    if (c.strategy == strategy::bulk) {
-      w.gemms.push_back({g.m, g.n, kmax});
-      w.reduce_scatter_block = double(shard * width * acc);
-      w.allgather_block = double(shard * width * elem);
+  /// A plan of matmul_all_reduce as the cost model prices it (`priced`,
+  /// ops/pipeline.hpp). Bulk: one GEMM and MPI_Allreduce (a reduce-scatter
+  /// and an all-gather of blocks of 1/R of C). The groups: their rings one
+  /// after the other, each group's all-gather spread over the next group's
+  /// transfers (it runs while that ring does), the last group's after them.
+  static work work_of(const ar_plan<T>& p, const build_site& at) {
+    const int R = at.size(), me = at.rank();
+    const auto elem = static_cast<double>(sizeof(T));
+    if (p.strategy == strategy::bulk) {
+      const int64_t extent = p.whole.rows ? p.whole.m : p.whole.n, width = p.whole.rows ? p.whole.n : p.whole.m;
+      const double block = double(ceil_div(extent, R) * width);
+      work w;
+      w.gemms.push_back({p.bulk_desc.m, p.bulk_desc.n, p.bulk_desc.k});
+      w.reduce_scatter_block = block * double(size_of(p.acc));
+      w.allgather_block = block * elem;
       return w;
     }
-    const int lanes = c.strategy == strategy::bidirectional ? 2 : 1;
-    const int groups = groups_of(g, R, lanes, c.chunks, acc_type);
-    candidate all = c;
-    all.chunks = c.chunks * groups;
-    work r = ring_work(all, R);
-    const int64_t split = ceil_div(shard, int64_t{r.lanes} * all.chunks);
-    r.piece = g.rows ? gemm_work{split, g.n, kmax} : gemm_work{g.m, split, kmax};
-    r.step_bytes = double(split * width * (acc + elem));
-    r.tail_allgather_block = double(ceil_div(shard, groups) * width * elem);
-    return r;
+    work w;
+    w.ring = true, w.lanes = p.lanes, w.output_moves = true;
+    double gathering = 0;  // bytes of the previous group's all-gather this rank receives
+    for (const ar_group& gr : p.groups) {
+      work ring = ring_plan_work(*p.rings[gr.ring], static_cast<int64_t>(size_of(p.acc)), true);
+      const auto transfers = std::count_if(ring.ring_steps.begin(), ring.ring_steps.end(),
+                                           [](const ring_step_work& s) { return s.recv > 0; });
+      for (ring_step_work& s : ring.ring_steps)
+        if (s.recv > 0) s.recv += gathering / double(transfers * p.lanes), s.moved += 2 * gathering / double(transfers);
+      w.ring_steps.insert(w.ring_steps.end(), ring.ring_steps.begin(), ring.ring_steps.end());
+      gathering = 0;
+      for (int q = 0; q < R; ++q)
+        if (q != me) gathering += double(gr.counts[static_cast<size_t>(q)]) * elem;
+    }
+    if (!p.groups.empty()) {
+      const std::vector<int>& last = p.groups.back().counts;
+      w.tail_allgather_block = double(*std::max_element(last.begin(), last.end())) * elem;
+    }
+    return w;
   }
 
   // The plans.
@@ -262,31 +273,33 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
 
   /// The bulk plan: one GEMM into c (or, for an fp32 sum or a strided c,
   /// into sum_ws), MPI_Allreduce in place, and a pass that writes c.
-  static void build_bulk(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt) {
+  static void build_bulk(const build_site& at, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt) {
     const dtype t = dtype_of<T>();
     const bool via_ws = x.c.ld != x.c.cols || plan.acc != t;
     if (via_ws)
-      plan.sum_ws = engine::buffer<std::byte>(static_cast<size_t>(plan.whole.m * plan.whole.n) * size_of(plan.acc));
+      plan.sum_ws = at.buffer<std::byte>(static_cast<size_t>(plan.whole.m * plan.whole.n) * size_of(plan.acc));
     plan.sum_count = mpi::detail::to_count(plan.whole.m * plan.whole.n, "all-reduce count");
     const int64_t k = op_dims(x.a, opt.transpose_a).cols;
-    plan.bulk_kernel = ctx.make_kernel(gemm_desc::shape(plan.whole.m, plan.whole.n, k)
-                                           .strides(x.a.ld, x.b.ld, via_ws ? plan.whole.n : x.c.ld)
-                                           .transposed(opt.transpose_a, opt.transpose_b)
-                                           .types(t, plan.acc));
+    plan.bulk_desc = gemm_desc::shape(plan.whole.m, plan.whole.n, k)
+                         .strides(x.a.ld, x.b.ld, via_ws ? plan.whole.n : x.c.ld)
+                         .transposed(opt.transpose_a, opt.transpose_b)
+                         .types(t, plan.acc);
+    plan.bulk_kernel = at.kernel(plan.bulk_desc);
     plan.finish = finishing_pass(plan.whole.m, plan.whole.n, x.c.ld, t, static_cast<bool>(opt.epilogue.bias),
                                  opt.epilogue.activation, via_ws, plan.whole.n, plan.acc);
   }
 
-  static void build_ring(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt, int chunks) {
-    build_groups(ctx, plan, x, opt, chunks);
+  static void build_ring(const build_site& at, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt,
+                         int chunks) {
+    build_groups(at, plan, x, opt, chunks);
   }
-  static void build_hierarchical(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt,
+  static void build_hierarchical(const build_site& at, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt,
                                  int chunks) {
-    build_groups(ctx, plan, x, opt, chunks);
+    build_groups(at, plan, x, opt, chunks);
   }
   /// Never chosen: local_checks refuse algorithm::others.
-  static void build_others(context& /*ctx*/, ar_plan<T>& /*plan*/, const ar_args<T>& /*x*/, const ar_options& /*opt*/,
-                           const ar_global& /*g*/, int /*pieces*/) {
+  static void build_others(const build_site& /*at*/, ar_plan<T>& /*plan*/, const ar_args<T>& /*x*/,
+                           const ar_options& /*opt*/, const ar_global& /*g*/, int /*pieces*/) {
     throw std::logic_error("matmul_all_reduce has no other-operands algorithm");
   }
 
@@ -295,8 +308,9 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
   /// its all-gather. Row groups land in c itself where c is dense; column
   /// groups and a strided c go through gather_ws, each group's blocks one
   /// after the other in rank order.
-  static void build_groups(context& ctx, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt, int chunks) {
-    const int R = ctx.size();
+  static void build_groups(const build_site& at, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt,
+                           int chunks) {
+    const int R = at.size();
     const int64_t extent = plan.whole.rows ? plan.whole.m : plan.whole.n,
                   width = plan.whole.rows ? plan.whole.n : plan.whole.m;
     const bool in_c = plan.whole.rows && x.c.ld == x.c.cols;
@@ -312,10 +326,10 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
       }
       auto same = [&](const std::unique_ptr<rs_plan<T>>& r) { return r->layout.sizes() == gr.layout.sizes(); };
       gr.ring = static_cast<size_t>(std::find_if(plan.rings.begin(), plan.rings.end(), same) - plan.rings.begin());
-      if (gr.ring == plan.rings.size()) plan.rings.push_back(build_group_ring(ctx, plan, gr, x, opt, chunks));
+      if (gr.ring == plan.rings.size()) plan.rings.push_back(build_group_ring(at, plan, gr, x, opt, chunks));
       plan.groups.push_back(std::move(gr));
     }
-    if (!in_c) plan.gather_ws = engine::buffer<T>(static_cast<size_t>(extent * width));
+    if (!in_c) plan.gather_ws = at.buffer<T>(static_cast<size_t>(extent * width));
     plan.gathers.assign(plan.groups.size(), MPI_REQUEST_NULL);
     plan.packed.assign(plan.rings.size(), 0);
   }
@@ -323,7 +337,7 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
   /// A group's ring: a plan of matmul_reduce_scatter, described as the
   /// pipeline's make_plan would for the group alone (one batch member: the
   /// members run one after the other).
-  static std::unique_ptr<rs_plan<T>> build_group_ring(context& ctx, const ar_plan<T>& plan, const ar_group& gr,
+  static std::unique_ptr<rs_plan<T>> build_group_ring(const build_site& at, const ar_plan<T>& plan, const ar_group& gr,
                                                       const ar_args<T>& x, const ar_options& opt, int chunks) {
     auto ring = std::make_unique<rs_plan<T>>();
     ring->sched = plan.sched, ring->strategy = plan.strategy, ring->algorithm = algorithm::named;
@@ -335,11 +349,11 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
     g.layout = gr.layout, g.ks = plan.whole.ks;
     const rs_options ro = ring_options(opt);
     rs_op<T>::describe(*ring, ro, g);
-    const rs_args<T> y = group_args(plan, gr, x, opt, ctx.rank());
+    const rs_args<T> y = group_args(plan, gr, x, opt, at.rank());
     if (plan.strategy == strategy::hierarchical)
-      rs_op<T>::build_hierarchical(ctx, *ring, y, ro, chunks);
+      rs_op<T>::build_hierarchical(at, *ring, y, ro, chunks);
     else
-      rs_op<T>::build_ring(ctx, *ring, y, ro, chunks);
+      rs_op<T>::build_ring(at, *ring, y, ro, chunks);
     return ring;
   }
 

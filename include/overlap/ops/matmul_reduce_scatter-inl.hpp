@@ -29,6 +29,7 @@
 #include "overlap/ops/pipeline.hpp"
 #include "overlap/ops/plan.hpp"
 #include "overlap/ops/run.hpp"
+#include "overlap/ops/site.hpp"
 #include "overlap/ops/verbose.hpp"
 #include "overlap/schedule/choose.hpp"
 #include "overlap/schedule/chunks.hpp"
@@ -48,11 +49,21 @@ struct rs_step : ring_step {
   [[nodiscard]] bool in_slot() const noexcept { return !acc_in_c; }
 };
 
+/// What the exchanged table says about the whole problem.
+struct rs_global {
+  bool rows = true;
+  int64_t m = 0, n = 0;
+  shard_layout layout;      ///< the scattered dimension over the ranks
+  std::vector<int64_t> ks;  ///< every rank's K_r
+  int64_t knee_units = 0;   ///< the largest GEMM rate knee over ranks
+};
+
 /// A plan of matmul_reduce_scatter: the shared parts (op_plan), the
 /// scattered output's geometry, the accumulators' type, and what the bulk
 /// schedule adds.
 template <class T>
 struct rs_plan final : op_plan<T, rs_step, std::byte> {
+  rs_global whole;   ///< the problem, as the exchanged table gives it
   bool rows = true;  ///< scattered by rows (else columns)
   int64_t m = 0, n = 0;
   shard_layout layout;     ///< the scattered dimension over the ranks
@@ -60,6 +71,7 @@ struct rs_plan final : op_plan<T, rs_step, std::byte> {
   // bulk
   engine::buffer<std::byte> product_ws, result_ws;
   std::vector<int> counts;
+  std::vector<gemm_desc> bulk_descs;                             ///< one per output block
   std::vector<std::shared_ptr<const gemm_kernel>> bulk_kernels;  ///< one per output block
   gemm_desc finish;  ///< the bulk pass over c: convert the reduced result, bias, activation
 };
@@ -99,15 +111,6 @@ struct rs_exchanged : matmul_row {
   }};
 };
 
-/// What the exchanged table says about the whole problem.
-struct rs_global {
-  bool rows = true;
-  int64_t m = 0, n = 0;
-  shard_layout layout;      ///< the scattered dimension over the ranks
-  std::vector<int64_t> ks;  ///< every rank's K_r
-  int64_t knee_units = 0;   ///< the largest GEMM rate knee over ranks
-};
-
 template <class T>
 class rs_ring_pattern;
 
@@ -126,6 +129,7 @@ template <class T>
 struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &config::rs_chunks>,
                op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_global, rs_ring_pattern<T>> {
   static void describe(rs_plan<T>& p, const rs_options& o, const rs_global& g) {
+    p.whole = g;
     p.rows = g.rows, p.m = g.m, p.n = g.n, p.layout = g.layout;
     p.acc = acc_type(dtype_of<T>(), o, p.strategy);
   }
@@ -198,7 +202,7 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
 
   /// Step 4: the schedule, as asked or as the cost model chooses (the same on
   /// every rank: it depends on the exchanged table and one calibration).
-  static schedule choose(context& ctx, const rs_options& opt, const rs_global& g) {
+  static schedule choose(context& ctx, const rs_args<T>& x, const rs_options& opt, const rs_global& g) {
     const int R = ctx.size();
     const dtype t = dtype_of<T>();
     // Chunks split the scattered dimension; the choice depends on global sizes only.
@@ -224,48 +228,20 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
     req.others_pieces = others_piece_counts<rs_op>(ctx.config(), free);
     req.others_rule = req.others_pieces.front();
     req.hierarchical_chunks = configured > 0 ? configured : 2;
-    return choose_schedule(ctx, req, t, chunks_for, [&](const candidate& c) { return work_of(g, R, c, opt); });
+    return choose_schedule(ctx, req, t, chunks_for,
+                           [&](const schedule& s) { return priced<rs_op>(build_site::dry(ctx), x, opt, g, s); });
   }
 
-  /// What a candidate schedule of matmul_reduce_scatter does on the busiest
-  /// rank, for the cost model (of the problem `g` describes, on R ranks).
-  static work work_of(const rs_global& g, int R, const candidate& c, const rs_options& opt) {
-    const bool rows = g.rows;
-    const int64_t m = g.m, n = g.n;
-    const std::vector<int64_t>& ks = g.ks;  // ks[q]: rank q's K_q
-    const shard_layout& out = g.layout;     // the scattered dimension over the ranks
-    // Bytes of a value and of a partial sum.
-    const auto elem = static_cast<int64_t>(sizeof(T));
-    const auto acc = static_cast<int64_t>(size_of(acc_type(dtype_of<T>(), opt, c.strategy)));
-    const int64_t kmax = *std::max_element(ks.begin(), ks.end()), shard = out.max_size();
-    auto k = [&](int q) { return ks[static_cast<size_t>(q)]; };
+  /// A plan of matmul_reduce_scatter as the cost model prices it (`priced`,
+  /// ops/pipeline.hpp): its ring steps, others plan, or GEMMs and collective.
+  static work work_of(const rs_plan<T>& p, const build_site& at) {
+    const auto acc = static_cast<int64_t>(size_of(p.acc));
+    if (p.algorithm == algorithm::others) return others_work(p.others, at.rank());
+    if (p.strategy != strategy::bulk) return ring_plan_work(p, acc, true);
     work w;
-    if (c.algorithm == algorithm::others) {
-      // Rows: A's row blocks exchanged, B gathered in column pieces; columns: A
-      // gathered in row pieces, B's column blocks exchanged. This rank's own
-      // K while they move, then one GEMM over the peers' K per piece.
-      w.pipelined = true;
-      w.pieces = std::max(c.chunks, 1);
-      const int64_t free = rows ? n : m, peers = std::accumulate(ks.begin(), ks.end(), int64_t{0}) - kmax;
-      w.allgather_block = double(kmax * free * elem);
-      w.alltoall_bytes = double(elem) * alltoall_max(R, [&](int p, int q) { return out.size(q) * k(p); });
-      w.gemms.push_back(rows ? gemm_work{shard, n, kmax} : gemm_work{m, shard, kmax});
-      for (int j = 0; j < w.pieces && R > 1; ++j) {
-        const int64_t len = others_piece(free, j, w.pieces).len;
-        w.gemms.push_back(rows ? gemm_work{shard, len, peers} : gemm_work{len, shard, peers});
-      }
-      return w;
-    }
-    if (c.strategy == strategy::bulk) {
-      w.gemms.push_back({m, n, kmax});
-      w.reduce_scatter_block = double(shard * (rows ? n : m) * acc);
-      return w;
-    }
-    work r = ring_work(c, R);
-    const int64_t split = ceil_div(shard, int64_t{r.lanes} * c.chunks);
-    r.piece = rows ? gemm_work{split, n, kmax} : gemm_work{m, split, kmax};
-    r.step_bytes = double(split * (rows ? n : m) * acc);
-    return r;
+    for (const gemm_desc& d : p.bulk_descs) w.gemms.push_back({d.m, d.n, d.k});
+    w.reduce_scatter_block = double(*std::max_element(p.counts.begin(), p.counts.end())) * double(acc);
+    return w;
   }
 
   // The plans.
@@ -273,23 +249,24 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   /// The bulk plan: one product in blocks laid out as MPI_Reduce_scatter wants
   /// them (by rows that is C itself; by columns, each rank's column block
   /// contiguous), the reduce-scatter, and a pass over c.
-  static void build_bulk(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt) {
-    const int R = ctx.size();
+  static void build_bulk(const build_site& at, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt) {
+    const int R = at.size();
     const dtype t = dtype_of<T>(), acc = plan.acc;
-    plan.product_ws = engine::buffer<std::byte>(static_cast<size_t>(plan.m * plan.n) * size_of(acc));
+    plan.product_ws = at.buffer<std::byte>(static_cast<size_t>(plan.m * plan.n) * size_of(acc));
     plan.counts.resize(static_cast<size_t>(R));
     for (int r = 0; r < R; ++r) {
       const auto [rows, cols] = block_of(plan, r);
       plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(rows.len * cols.len, "reduce-scatter count");
       if (!plan.rows || r == 0) {
         const int64_t nr = plan.rows ? plan.m : rows.len, nc = plan.rows ? plan.n : cols.len;
-        plan.bulk_kernels.push_back(ctx.make_kernel(gemm(x, opt, acc, {nr, nc}, nc, {})));
+        plan.bulk_descs.push_back(gemm(x, opt, acc, {nr, nc}, nc, {}));
+        plan.bulk_kernels.push_back(at.kernel(plan.bulk_descs.back()));
       }
     }
     // The reduced block lands in c when c is dense and of the accumulator's
     // type; otherwise in result_ws, and the finishing pass adds it into c.
     const bool via_ws = x.c.ld != x.c.cols || acc != t;
-    if (via_ws) plan.result_ws = engine::buffer<std::byte>(static_cast<size_t>(x.c.rows * x.c.cols) * size_of(acc));
+    if (via_ws) plan.result_ws = at.buffer<std::byte>(static_cast<size_t>(x.c.rows * x.c.cols) * size_of(acc));
     plan.finish = finishing_pass(x.c.rows, x.c.cols, x.c.ld, t, static_cast<bool>(opt.epilogue.bias),
                                  opt.epilogue.activation, via_ws, x.c.cols, acc);
   }
@@ -329,15 +306,16 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   /// step later, so receives are posted lead = chunks - 1 steps ahead and sends
   /// may stay in flight as long; 2 * chunks - 1 slots per lane are never
   /// rewritten while in use.
-  static void build_ring(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt, int chunks) {
-    const int R = ctx.size();
+  static void build_ring(const build_site& at, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+                         int chunks) {
+    const int R = at.size();
     plan.types = block_types(plan.acc);
     plan.window = {chunks - 1, chunks - 2};
     plan.n_steps = R * chunks;
     engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, plan.lanes, 0};
     for_each_ring_position(
-        plan, chunks, [&](const ring_position& at) { plan.steps.push_back(ring_step(ctx, plan, x, opt, at, slots)); });
-    finish_ring(ctx, plan, slots);
+        plan, chunks, [&](const ring_position& pos) { plan.steps.push_back(ring_step(at, plan, x, opt, pos, slots)); });
+    finish_ring(at, plan, slots);
   }
 
   /// The hierarchical plan, the all-gather's (ag_build_hierarchical) run
@@ -358,9 +336,9 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   /// as long, in 2 S C - 1 slots per lane. Both lanes' entries of a step
   /// describe the same piece; lane 1's computes, lane 0's receives the other
   /// node's sum (added before the product) and forwards lane 1's accumulator.
-  static void build_hierarchical(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+  static void build_hierarchical(const build_site& site, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
                                  int chunks) {
-    const int R = ctx.size(), S = ctx.node_slots(), N = R / S, C = chunks;
+    const int R = site.size(), S = site.node_slots(), N = R / S, C = chunks;
     plan.types = block_types(plan.acc);
     plan.lanes = 2;
     plan.window = {S * C - 1, S * C - 2};
@@ -369,11 +347,11 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
     for (int t = 0; t < plan.n_steps; ++t) {
       const int r = t / (S * C), k = t / C % S;
       rs_piece at;
-      at.shard = ctx.node_peer(r + 1, k + 1);
+      at.shard = site.node_peer(r + 1, k + 1);
       at.chunk = t % C, at.chunks = C;
       at.first = k == 0, at.last = t / C == R - 1;
       at.slot = t % slots.per_lane * 2 + 1;
-      rs_step inside = piece_step(ctx, plan, x, opt, at, slots);
+      rs_step inside = piece_step(site, plan, x, opt, at, slots);
       inside.send = inside.send && k < S - 1;
       rs_step between;
       between.r0 = inside.r0, between.nr = inside.nr, between.c0 = inside.c0, between.nc = inside.nc;
@@ -390,24 +368,24 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
       plan.steps.push_back(std::move(between));
       plan.steps.push_back(std::move(inside));
     }
-    finish_ring(ctx, plan, slots);
+    finish_ring(site, plan, slots);
   }
 
   /// The ring step at `at` (docs in build_ring).
-  static rs_step ring_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+  static rs_step ring_step(const build_site& site, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
                            const ring_position& at, engine::ring_slots& slots) {
     const int i = at.round;
     rs_piece piece;
-    piece.shard = ctx.ring_at(at.lane == 0 ? i + 1 : -i - 1);
+    piece.shard = site.ring_at(at.lane == 0 ? i + 1 : -i - 1);
     piece.part = at.lane, piece.parts = at.lanes, piece.chunk = at.chunk, piece.chunks = at.chunks;
-    piece.first = i == 0, piece.last = i == ctx.size() - 1;
+    piece.first = i == 0, piece.last = i == site.size() - 1;
     piece.slot = static_cast<int>(at.slot(slots));
-    return piece_step(ctx, plan, x, opt, piece, slots);
+    return piece_step(site, plan, x, opt, piece, slots);
   }
 
   /// A step computing piece `at`: this rank's partial product for it, added
   /// to the accumulator that arrived (unless first), forwarded (unless last).
-  static rs_step piece_step(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+  static rs_step piece_step(const build_site& site, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
                             const rs_piece& at, engine::ring_slots& slots) {
     auto [rows, cols] = block_of(plan, at.shard);
     range& chunked = plan.rows ? rows : cols;
@@ -442,14 +420,14 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
                    {!at.first && !st.add_slot, into_c, st.add_slot});
     // Pieces of a row-scattered output read all of b (a batch's members read different b's).
     st.desc.pack_b = plan.rows && plan.batch.count == 1;
-    st.kernel = make_step_kernel(ctx, st.desc);
+    st.kernel = site.step_kernel(st.desc);
     return st;
   }
 
   /// Completes a ring plan (finish_ring): slots hold accumulators, and a
   /// slot holds every batch member's, one after the other.
-  static void finish_ring(context& ctx, rs_plan<T>& plan, const engine::ring_slots& slots) {
-    detail::finish_ring(ctx, plan, slots, static_cast<int64_t>(size_of(plan.acc)),
+  static void finish_ring(const build_site& at, rs_plan<T>& plan, const engine::ring_slots& slots) {
+    detail::finish_ring(at, plan, slots, static_cast<int64_t>(size_of(plan.acc)),
                         [](const rs_step& st) { return st.nr * st.nc; });
   }
 
@@ -464,22 +442,22 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   /// op(B)[peers' K, piece]; columns, c[piece, :] += op(A)[piece, peers' K] @
   /// op(B)[peers' K, my cols]. Two passes over c, not one per peer (bf16: the
   /// first term in fp32, added while the second writes c). `g.ks[q]`: rank q's K_q.
-  static void build_others(context& ctx, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+  static void build_others(const build_site& at, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
                            const rs_global& g, int pieces) {
     const std::vector<int64_t>& ks = g.ks;
     others_plan<T>& o = plan.others;
-    const int R = ctx.size(), p = ctx.rank();
+    const int R = at.size(), p = at.rank();
     pieces = std::max(pieces, 1);
-    others_inputs(ctx, plan, o, opt, ks, pieces);
+    others_inputs(at, plan, o, opt, ks, pieces);
     const bool fp32_sum = dtype_of<T>() == dtype::bf16 && R > 1;
     o.out = fp32_sum ? dtype::f32 : dtype_of<T>();
-    others_own(ctx, plan, o, x, opt, ks[static_cast<size_t>(p)], R == 1);
+    others_own(at, plan, o, x, opt, ks[static_cast<size_t>(p)], R == 1);
     std::vector<int64_t> peers(static_cast<size_t>(R - 1));  // the peers' K_q in the order their blocks lie
     for (int i = 1; i < R; ++i) peers[static_cast<size_t>(i - 1)] = ks[static_cast<size_t>((p + i) % R)];
-    if (R > 1) others_peers(ctx, plan, o, x, opt, peers, pieces);
+    if (R > 1) others_peers(at, plan, o, x, opt, peers, pieces);
     const int64_t own = plan.layout.size(p);
     o.output = others_output::local;
-    others_allocate(o, fp32_sum ? (plan.rows ? own * plan.n : plan.m * own) : 0);
+    others_allocate(at, o, fp32_sum ? (plan.rows ? own * plan.n : plan.m * own) : 0);
   }
 
   /// The inputs of rs_others_build. Rows: the rows of every peer's A that meet
@@ -488,9 +466,9 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   /// columns exchanged, A gathered in row pieces. Received blocks lie in ring
   /// order from rank p + 1 on, this rank's own last, so that the peers' blocks
   /// are one run.
-  static void others_inputs(const context& ctx, const rs_plan<T>& plan, others_plan<T>& o, const rs_options& opt,
+  static void others_inputs(const build_site& at, const rs_plan<T>& plan, others_plan<T>& o, const rs_options& opt,
                             const std::vector<int64_t>& ks, int pieces) {
-    const int R = ctx.size(), p = ctx.rank(), next = (p + 1) % R;
+    const int R = at.size(), p = at.rank(), next = (p + 1) % R;
     const bool ta = opt.transpose_a, tb = opt.transpose_b;
     const shard_layout& sh = plan.layout;
     const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p), free = plan.rows ? plan.n : plan.m;
@@ -537,9 +515,9 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   /// rs_others_build's first term: this rank's own K_p from the caller's
   /// operands, its rows of op(A_p) and all of op(B_p), or all of op(A_p) and
   /// its columns of op(B_p); into c, or (bf16) into fp32 products.
-  static void others_own(context& ctx, const rs_plan<T>& plan, others_plan<T>& o, const rs_args<T>& x,
+  static void others_own(const build_site& site, const rs_plan<T>& plan, others_plan<T>& o, const rs_args<T>& x,
                          const rs_options& opt, int64_t kp, bool last) {
-    const int p = ctx.rank();
+    const int p = site.rank();
     const bool ta = opt.transpose_a, tb = opt.transpose_b, fp32_sum = o.out != dtype_of<T>();
     const int64_t own = plan.layout.size(p), at = plan.layout.offset(p);
     const int64_t m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
@@ -554,7 +532,7 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
                  .transposed(ta, tb)
                  .types(dtype_of<T>(), o.out);
     if (last) others_epilogue(g, opt);
-    g.kernel = ctx.make_kernel(g.desc);
+    g.kernel = site.kernel(g.desc);
     o.gemms.push_back(std::move(g));
   }
 
@@ -564,9 +542,9 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   /// is stored transposed, and across one of op(B) when B is. The assembled
   /// buffer: the exchanged operand (own x K, assembled before the first
   /// piece's GEMM), then each piece of the gathered one (len x K).
-  static void others_peers(context& ctx, const rs_plan<T>& plan, others_plan<T>& o, const rs_args<T>& x,
+  static void others_peers(const build_site& site, const rs_plan<T>& plan, others_plan<T>& o, const rs_args<T>& x,
                            const rs_options& opt, const std::vector<int64_t>& peers, int pieces) {
-    const int p = ctx.rank();
+    const int p = site.rank();
     const bool ta = opt.transpose_a, tb = opt.transpose_b, fp32_sum = o.out != dtype_of<T>();
     const int64_t own = plan.layout.size(p), free = plan.rows ? plan.n : plan.m, n = plan.rows ? plan.n : own;
     const int64_t k = std::accumulate(peers.begin(), peers.end(), int64_t{0});
@@ -599,7 +577,7 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
         g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
       }
       others_epilogue(g, opt);
-      g.kernel = ctx.make_kernel(g.desc);
+      g.kernel = site.kernel(g.desc);
       o.gemms.push_back(std::move(g));
     }
   }

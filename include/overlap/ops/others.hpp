@@ -28,6 +28,8 @@
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/run.hpp"
+#include "overlap/ops/site.hpp"
+#include "overlap/schedule/model.hpp"
 
 namespace overlap::detail {
 
@@ -192,6 +194,7 @@ struct others_plan {
   std::vector<others_block> place;   ///< owners: received blocks to c
   std::vector<others_block> own;     ///< owners: this rank's own blocks, from element `to` of products to c
   others_counts reduce_at;           ///< reduced: the sums each rank gets
+  int64_t result_elems = 0;          ///< reduced: elements of `result` (0: the sums land in c)
   engine::buffer<std::byte> result;  ///< reduced: when not straight into c
   bool finish = false;               ///< a pass over c for the epilogue (and the fp32 result)
   gemm_desc finish_desc;
@@ -241,6 +244,41 @@ void others_finish(others_plan<T>& plan, matrix_view<T> c, const epilogue& e, bo
                                      from_result, c.cols, acc);
   plan.finish = from_result || d.has_epilogue();
   plan.finish_desc = d;
+}
+
+/// An others plan as the cost model prices it (schedule/model.hpp, work's
+/// pipelined fields): its GEMMs (this rank's own first: their inputs are
+/// local), the input gathers' blocks, what this rank (`rank`) exchanges
+/// with its peers, and the output collective. One batch member.
+template <class T>
+work others_work(const others_plan<T>& o, int rank) {
+  const auto elem = static_cast<double>(sizeof(T));
+  auto most = [](const others_counts& c) {
+    return c.counts.empty() ? 0 : *std::max_element(c.counts.begin(), c.counts.end());
+  };
+  work w;
+  w.pipelined = true;
+  w.alltoall_out = o.output == others_output::owners;
+  w.own_gemms = 0;
+  for (const others_gemm& g : o.gemms) {
+    w.gemms.push_back({g.desc.m, g.desc.n, g.desc.k});
+    if (g.inputs < 0) ++w.own_gemms;
+  }
+  w.pieces = std::max<int>(1, static_cast<int>(o.gathers.size()));
+  for (const others_gather& g : o.gathers) w.allgather_block += double(most(g.at)) * elem;
+  double sent = 0, got = 0;
+  if (o.exchange) {
+    const auto p = static_cast<size_t>(rank);
+    sent += double(o.sent_at.total() - o.sent_at.counts[p]);
+    got += double(o.exchanged_at.total() - o.exchanged_at.counts[p]);
+  }
+  if (w.alltoall_out) {
+    for (const others_gemm& g : o.gemms) sent += g.send;
+    for (const others_recv& r : o.recvs) got += r.count;
+  }
+  w.alltoall_bytes = std::max(sent, got) * elem;
+  if (o.output == others_output::reduced) w.reduce_scatter_block = double(most(o.reduce_at)) * double(size_of(o.out));
+  return w;
 }
 
 /// Runs an others plan on the call's operands (collective). The input
@@ -431,19 +469,24 @@ class others_runner {
 
 /// Sets up the output collective MPI_Reduce_scatter of partial sums laid out
 /// as `sums` (elements per rank, in rank order) into c, or into a result
-/// buffer when c is not dense or the sums are not of T; and the pass after it.
+/// buffer (others_allocate makes it) when c is not dense or the sums are not
+/// of T; and the pass after it.
 template <class T>
 void others_reduce_into(others_plan<T>& plan, const std::vector<int64_t>& sums, matrix_view<T> c, const epilogue& e) {
   plan.output = others_output::reduced;
   plan.reduce_at = others_counts(sums);
   const bool via_result = c.ld != c.cols || plan.out != dtype_of<T>();
-  if (via_result) plan.result = engine::buffer<std::byte>(static_cast<size_t>(c.rows * c.cols) * size_of(plan.out));
+  plan.result_elems = via_result ? c.rows * c.cols : 0;
   others_finish(plan, c, e, via_result, plan.out);
 }
 
-/// Allocates the buffers of a plan whose blocks and counts are set.
+/// Allocates the buffers of a plan whose blocks and counts are set (none
+/// for a dry plan).
 template <class T>
-void others_allocate(others_plan<T>& plan, int64_t product_elems) {
+void others_allocate(const build_site& at, others_plan<T>& plan, int64_t product_elems) {
+  if (at.dry()) return;
+  if (plan.result_elems > 0)
+    plan.result = engine::buffer<std::byte>(static_cast<size_t>(plan.result_elems) * size_of(plan.out));
   int64_t gathered = 0;
   for (const others_gather& g : plan.gathers) gathered = std::max(gathered, g.base + g.at.total());
   if (!plan.gathers.empty()) plan.gathered = engine::buffer<T>(static_cast<size_t>(gathered));

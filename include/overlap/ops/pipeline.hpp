@@ -25,7 +25,9 @@
 #include "overlap/ops/others.hpp"
 #include "overlap/ops/pending.hpp"
 #include "overlap/ops/run.hpp"
+#include "overlap/ops/site.hpp"
 #include "overlap/ops/verbose.hpp"
+#include "overlap/schedule/model.hpp"
 #include "overlap/schedule/schedule.hpp"
 
 namespace overlap::detail {
@@ -73,6 +75,48 @@ void append_strides(plan_key& key, const Args& x, const Options& o) {
   if constexpr (has_out_view<Args>::value) key.insert(key.end(), {x.out.ld, o.batch.out});
 }
 
+/// A plan of schedule `sched` for the problem `g` describes, before it is
+/// built: what runs, the batch, and the op's geometry (Op::describe).
+template <class Op>
+std::unique_ptr<typename Op::plan> plan_of(const typename Op::options& opt, const typename Op::global& g,
+                                           const schedule& sched) {
+  auto plan = std::make_unique<typename Op::plan>();
+  plan->sched = sched;
+  plan->strategy = sched.strategy;
+  plan->algorithm = sched.algorithm;
+  plan->lanes = sched.lanes;
+  plan->batch = opt.batch;
+  Op::describe(*plan, opt, g);
+  return plan;
+}
+
+/// Builds a plan at `at` with the builder its schedule names: the other
+/// operands, bulk, hierarchical or a ring.
+template <class Op>
+void build(const build_site& at, typename Op::plan& plan, const typename Op::args& x, const typename Op::options& opt,
+           const typename Op::global& g) {
+  const schedule& sched = plan.sched;
+  if (sched.algorithm == algorithm::others)
+    Op::build_others(at, plan, x, opt, g, sched.chunks);
+  else if (sched.strategy == strategy::bulk)
+    Op::build_bulk(at, plan, x, opt);
+  else if (sched.strategy == strategy::hierarchical)
+    Op::build_hierarchical(at, plan, x, opt, sched.chunks);
+  else
+    Op::build_ring(at, plan, x, opt, sched.chunks);
+}
+
+/// What the cost model prices for a candidate schedule: the plan this rank
+/// would run, built dry at `at` (no kernels, buffers or datatypes), as
+/// the op lists its transfers and products (Op::work_of).
+template <class Op>
+work priced(const build_site& at, const typename Op::args& x, const typename Op::options& opt,
+            const typename Op::global& g, const schedule& sched) {
+  const std::unique_ptr<typename Op::plan> plan = plan_of<Op>(opt, g, sched);
+  build<Op>(at, *plan, x, opt, g);
+  return Op::work_of(*plan, at);
+}
+
 /// Step 5 of preparing a call: builds the plan of the schedule. Buffers,
 /// datatypes and primitives may fail on one rank only, so the outcome is
 /// agreed before any transfer (build_agreed).
@@ -81,28 +125,15 @@ std::unique_ptr<typename Op::plan> make_plan(context& ctx, const arg_checks& che
                                              const typename Op::options& opt, const typename Op::global& g,
                                              const schedule& sched, uint64_t fingerprint) {
   using T = typename Op::element;
-  auto plan = std::make_unique<typename Op::plan>();
-  plan->sched = sched;
-  plan->strategy = sched.strategy;
-  plan->algorithm = sched.algorithm;
-  plan->lanes = sched.lanes;
+  std::unique_ptr<typename Op::plan> plan = plan_of<Op>(opt, g, sched);
   plan->fingerprint = fingerprint;
-  Op::describe(*plan, opt, g);
   plan->summary = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) +
                   " ranks: " + to_string(sched.strategy) + Op::summary(*plan, g);
   plan->schedule_words = to_string(sched);
   plan->automatic = opt.strategy == strategy::automatic;
   build_agreed(ctx, checks.op(), [&] {
-    plan->batch = opt.batch;
     plan->saved.prepare(opt.accumulate, x.c, opt.batch.count, opt.batch.c);
-    if (sched.algorithm == algorithm::others)
-      Op::build_others(ctx, *plan, x, opt, g, sched.chunks);
-    else if (sched.strategy == strategy::bulk)
-      Op::build_bulk(ctx, *plan, x, opt);
-    else if (sched.strategy == strategy::hierarchical)
-      Op::build_hierarchical(ctx, *plan, x, opt, sched.chunks);
-    else
-      Op::build_ring(ctx, *plan, x, opt, sched.chunks);
+    build<Op>(build_site(ctx), *plan, x, opt, g);
     return 0;
   });
   if (ctx.config().verbose && ctx.rank() == 0) {
@@ -139,7 +170,7 @@ typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typen
 
   const plan_key stored = key;  // the scratch is the next call's
   const typename Op::global g = Op::global_checks(ctx, checks, opt, agreed_on.table);
-  const schedule sched = Op::choose(ctx, opt, g);
+  const schedule sched = Op::choose(ctx, x, opt, g);
   const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
   return static_cast<typename Op::plan&>(
       *ctx.store_plan(stored, make_plan<Op>(ctx, checks, x, opt, g, sched, fingerprint)));

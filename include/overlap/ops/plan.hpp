@@ -20,6 +20,8 @@
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/others.hpp"
 #include "overlap/ops/packing.hpp"
+#include "overlap/ops/site.hpp"
+#include "overlap/schedule/model.hpp"
 #include "overlap/schedule/schedule.hpp"
 
 namespace overlap::detail {
@@ -40,37 +42,6 @@ struct ring_step {
   std::shared_ptr<const gemm_kernel> kernel;
   [[nodiscard]] bool nonempty() const noexcept { return nr > 0 && nc > 0; }
 };
-
-/// The kernel of a ring step: under progress_policy::poll, config().
-/// poll_chunks row bands of C with an MPI_Testall of the context's
-/// outstanding requests between two bands (Open MPI moves data only inside
-/// MPI calls), but no band thinner than the GEMM path's rate knee
-/// (context::piece_knee: fewer bands rather than slower ones); otherwise
-/// the product's kernel.
-inline std::shared_ptr<const gemm_kernel> make_step_kernel(context& ctx, const gemm_desc& d) {
-  const int64_t knee = ctx.piece_knee(d.in, d.n);
-  const int64_t bands = std::min<int64_t>(ctx.config().poll_chunks, knee > 0 ? d.m / knee : d.m);
-  if (ctx.config().progress != progress_policy::poll || bands < 2 || d.n == 0) return ctx.make_kernel(d);
-  std::vector<banded_kernel::band> parts;
-  // Bands read the plan's packed B where their kernels agree on its layout
-  // (reading B as stored cost the AMX path about half its rate), else B as stored.
-  for (const bool packed : {d.pack_b, false}) {
-    parts.clear();
-    for (int64_t i = 0; i < bands; ++i) {
-      const int64_t r0 = d.m / bands * i + std::min(i, d.m % bands);
-      const int64_t r1 = d.m / bands * (i + 1) + std::min(i + 1, d.m % bands);
-      gemm_desc sub = d;
-      sub.m = r1 - r0;
-      sub.pack_b = packed;
-      parts.push_back({r0, ctx.make_kernel(sub)});
-    }
-    if (banded_kernel::shares_packed_b(parts)) break;
-  }
-  // The context keeps its request group on the heap: its address survives
-  // moves of the context.
-  auto poll = [](void* group) { static_cast<mpi::request_group*>(group)->test_all(); };
-  return std::make_shared<banded_kernel>(d, std::move(parts), poll, &ctx.requests());
-}
 
 /// Where an entry of a flat ring plan sits: round `round` of the ring,
 /// piece `chunk` of `chunks` of the shard a lane holds then, lane `lane` of
@@ -126,18 +97,44 @@ struct op_plan : plan_base {
 /// where the backend can, the slot indices scaled to offsets (`unit`
 /// elements of Slot per element of a piece), the pieces' datatypes (one
 /// message carries every batch member's piece, `member_stride(st)` elements
-/// apart), and the slots themselves. Step: in_slot() says whether its piece
-/// lives in a slot.
+/// apart), and the slots themselves (a dry plan: the offsets alone). Step:
+/// in_slot() says whether its piece lives in a slot.
 template <class Plan, class MemberStride>
-void finish_ring(context& ctx, Plan& plan, const engine::ring_slots& slots, int64_t unit,
+void finish_ring(const build_site& at, Plan& plan, const engine::ring_slots& slots, int64_t unit,
                  MemberStride&& member_stride) {
-  plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return make_step_kernel(ctx, d); });
+  if (!at.dry()) plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return at.step_kernel(d); });
   const int64_t members = plan.batch.count;
   for (auto& st : plan.steps) {
     if (st.in_slot()) st.slot_offset *= slots.elems * members * unit;
-    if (st.send || st.recv) st.wire = plan.types.get(st.nr, st.nc, st.ld, members, member_stride(st));
+    if ((st.send || st.recv) && !at.dry()) st.wire = plan.types.get(st.nr, st.nc, st.ld, members, member_stride(st));
   }
-  plan.slots = decltype(plan.slots)(static_cast<size_t>(slots.elems * members * slots.per_lane * slots.lanes * unit));
+  plan.slots = at.template buffer<typename decltype(plan.slots)::value_type>(
+      static_cast<size_t>(slots.elems * members * slots.per_lane * slots.lanes * unit));
+}
+
+/// A built ring plan as the cost model prices it (schedule/model.hpp),
+/// step by step: the products of the lanes that compute, and the bytes of
+/// the pieces that travel (`unit` bytes per element of a piece), for one
+/// batch member (the model prices one). output_moves: the ring moves the
+/// output (work::output_moves).
+template <class Plan>
+work ring_plan_work(const Plan& plan, int64_t unit, bool output_moves) {
+  work w;
+  w.ring = true;
+  w.lanes = plan.lanes;
+  w.output_moves = output_moves;
+  for (int t = 0; t < plan.n_steps; ++t) {
+    ring_step_work s;
+    for (int l = 0; l < plan.lanes; ++l) {
+      const auto& st = plan.step(t, l);
+      if (st.compute) s.products.push_back({st.desc.m, st.desc.n, st.desc.k});
+      const double bytes = double(st.nr * st.nc * unit);
+      if (st.recv) s.recv = std::max(s.recv, bytes), s.moved += bytes;
+      if (st.send) s.moved += bytes;
+    }
+    w.ring_steps.push_back(std::move(s));
+  }
+  return w;
 }
 
 /// What every op's ring pattern (engine/ring.hpp) shares: its steps and

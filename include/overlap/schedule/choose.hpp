@@ -10,6 +10,8 @@
 /// alike.
 
 #include <algorithm>
+#include <exception>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -68,18 +70,39 @@ inline std::vector<schedule> others_options(const schedule_request& req) {
   return out;
 }
 
+/// Collective: each option's predicted seconds (predicted_s), the slowest
+/// rank's: every rank prices the plan it would run (work_of(schedule):
+/// the plan built dry, listed for the model), and the ranks take the
+/// maximum of each, so that all choose alike. An option whose dry build
+/// fails on a rank is priced at infinity everywhere (never chosen; its real
+/// build would fail, agreed, too).
+template <class WorkOf>
+void predict_slowest(context& ctx, const link_rates& l, const gemm_rates& g, std::vector<schedule>& options,
+                     WorkOf&& work_of) {
+  std::vector<double> seconds;
+  seconds.reserve(options.size());
+  for (const schedule& s : options) {
+    double x = std::numeric_limits<double>::infinity();
+    try {
+      x = predict(l, g, ctx.size(), work_of(s));
+    } catch (const std::exception&) {
+    }
+    seconds.push_back(x);
+  }
+  slowest_everywhere(ctx, seconds, "choosing a schedule");
+  for (size_t i = 0; i < options.size(); ++i) options[i].predicted_s = seconds[i];
+}
+
 /// A forced algorithm::others: the piece count the model predicts fastest
 /// where the context holds a calibration of its links and element type
-/// (nothing is measured for it), else the rule's.
+/// (nothing is measured for it), else the rule's. Collective.
 template <class WorkOf>
-schedule forced_others(const context& ctx, const schedule_request& req, dtype t, WorkOf&& work_of) {
+schedule forced_others(context& ctx, const schedule_request& req, dtype t, WorkOf&& work_of) {
   std::vector<schedule> options = others_options(req);
   const std::optional<calibration>& cal = ctx.calibration();
   if (options.size() < 2 || ctx.size() < 2 || !cal || !cal->has(ctx.links()) || !cal->has(t))
     return others_schedule(req.others_rule);
-  for (schedule& s : options)
-    s.predicted_s = predict(cal->links.at(ctx.links()), cal->gemm.at(t), ctx.size(),
-                            work_of(candidate{s.strategy, s.algorithm, s.chunks}));
+  predict_slowest(ctx, cal->links.at(ctx.links()), cal->gemm.at(t), options, work_of);
   schedule best = *std::min_element(options.begin(), options.end(),
                                     [](const schedule& x, const schedule& y) { return x.predicted_s < y.predicted_s; });
   best.predicted_s = -1;  // not the model's choice of schedule, only of its pieces
@@ -118,10 +141,10 @@ inline overlap::strategy runnable(overlap::strategy asked, const allowed_strateg
 
 /// Collective on a plan miss (every rank runs it with the same inputs).
 /// chunks_for(lanes): the chunk count of a ring with that many lanes;
-/// work_of(candidate): the candidate's work on the busiest rank.
+/// work_of(schedule): the plan of a candidate on this rank, as the model
+/// prices it.
 template <class ChunksFor, class WorkOf>
 schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, ChunksFor&& chunks_for, WorkOf&& work_of) {
-  const int R = ctx.size();
   auto fixed = [&](overlap::strategy s, overlap::algorithm a) {
     schedule x;
     x.strategy = s, x.algorithm = a;
@@ -149,11 +172,10 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
   if (can.bidirectional) options.push_back(fixed(strategy::bidirectional, algorithm::named));
   if (req.algorithm == algorithm::automatic && req.others_allowed)
     for (const schedule& s : others_options(req)) options.push_back(s);
+  predict_slowest(ctx, l, g, options, work_of);
   std::vector<candidate> table;
-  for (schedule& s : options) {
-    s.predicted_s = predict(l, g, R, work_of(candidate{s.strategy, s.algorithm, s.chunks}));
-    table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
-  }
+  table.reserve(options.size());
+  for (const schedule& s : options) table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
   schedule chosen = options[simplest_within_margin(options)];
   chosen.by_model = true;
   chosen.candidates = std::move(table);

@@ -1,11 +1,13 @@
 #pragma once
 /// @file
-/// The cost model: what one candidate schedule does on the busiest rank
-/// (work), and its predicted time from a calibration. Ring: the pieces'
-/// GEMMs (slowed by the transfers running meanwhile) against the transfers,
-/// plus the piece that nothing overlaps; bulk: the collectives (at the rates
-/// measured for them) and the GEMMs one after the other. docs/design.md
-/// ("Choosing a schedule") derives it.
+/// The cost model: what one candidate schedule's plan does on one rank
+/// (work: its products and transfers, listed from the plan built dry,
+/// ops/pipeline.hpp `priced`), and its predicted time from a calibration.
+/// Ring: the steps' GEMMs (slowed by the transfers running meanwhile)
+/// against the transfers, plus the step that nothing overlaps; bulk: the
+/// collectives (at the rates measured for them) and the GEMMs one after the
+/// other. The ranks take the slowest rank's time (choose.hpp).
+/// docs/design.md ("Choosing a schedule") derives it.
 
 #include <algorithm>
 #include <cstdint>
@@ -16,11 +18,27 @@
 
 namespace overlap::detail {
 
+/// A product of the plan: `times` GEMMs of m x n x k (a batch's members).
 struct gemm_work {
   int64_t m = 0, n = 0, k = 0;
+  int64_t times = 1;
+  friend bool operator==(const gemm_work& x, const gemm_work& y) {
+    return x.m == y.m && x.n == y.n && x.k == y.k && x.times == y.times;
+  }
 };
 
-/// One candidate's work on the busiest rank.
+/// One step of a ring plan on this rank: the products it computes (every
+/// lane's) and its transfers' bytes.
+struct ring_step_work {
+  std::vector<gemm_work> products;
+  double recv = 0;   ///< bytes the busiest lane receives
+  double moved = 0;  ///< bytes sent and received, all lanes together
+  friend bool operator==(const ring_step_work& x, const ring_step_work& y) {
+    return x.products == y.products && x.recv == y.recv && x.moved == y.moved;
+  }
+};
+
+/// One candidate's plan on one rank, as the model prices it.
 struct work {
   // Bulk: collectives and local GEMMs, one after the other.
   std::vector<gemm_work> gemms;
@@ -38,14 +56,23 @@ struct work {
   int pieces = 1;
   // Ring.
   bool ring = false;
-  int steps = 0;           ///< ring steps (ranks x chunks)
-  int transfer_steps = 0;  ///< steps whose pieces arrive from a neighbour
   int lanes = 1;
-  double step_bytes = 0;  ///< per lane and step
-  gemm_work piece;        ///< per lane and step
+  std::vector<ring_step_work> ring_steps;
+  /// The ring moves the output (partial sums leave once computed: the first
+  /// step's products are not overlapped), else an input (pieces are
+  /// computed once arrived: the last step's are not).
+  bool output_moves = false;
   /// After the ring: an all-gather of blocks this large (bytes) that nothing
   /// overlaps (matmul_all_reduce's last group).
   double tail_allgather_block = 0;
+
+  friend bool operator==(const work& x, const work& y) {
+    return x.gemms == y.gemms && x.allgather_block == y.allgather_block &&
+           x.reduce_scatter_block == y.reduce_scatter_block && x.alltoall_bytes == y.alltoall_bytes &&
+           x.pipelined == y.pipelined && x.alltoall_out == y.alltoall_out && x.own_gemms == y.own_gemms &&
+           x.pieces == y.pieces && x.ring == y.ring && x.lanes == y.lanes && x.ring_steps == y.ring_steps &&
+           x.output_moves == y.output_moves && x.tail_allgather_block == y.tail_allgather_block;
+  }
 };
 
 /// The most elements one rank sends to or receives from the others when rank
@@ -65,22 +92,15 @@ double alltoall_max(int R, F&& elems) {
 /// ceil(a / b) for b > 0.
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// What every ring candidate does per rank: R rounds of `chunks` steps on
-/// one lane, or two (bidirectional); every round but the first receives its
-/// pieces from a neighbour. The op adds its piece's GEMM and bytes.
-inline work ring_work(const candidate& c, int R) {
-  work w;
-  w.ring = true;
-  w.lanes = c.strategy == strategy::bidirectional ? 2 : 1;
-  w.steps = R * c.chunks;
-  w.transfer_steps = (R - 1) * c.chunks;
-  return w;
-}
-
-/// Seconds of one GEMM at the calibrated rate of its shape.
+/// Seconds of a product (all its `times`) at the calibrated rate of its shape.
 inline double gemm_seconds(const gemm_rates& g, const gemm_work& w) {
   if (w.m <= 0 || w.n <= 0 || w.k <= 0) return 0;
-  return 2.0 * double(w.m) * double(w.n) * double(w.k) / g.at(w.m, w.n, w.k);
+  return double(w.times) * 2.0 * double(w.m) * double(w.n) * double(w.k) / g.at(w.m, w.n, w.k);
+}
+inline double gemm_seconds(const gemm_rates& g, const std::vector<gemm_work>& ws) {
+  double s = 0;
+  for (const gemm_work& w : ws) s += gemm_seconds(g, w);
+  return s;
 }
 
 /// The share of the links' both-ways capacity over a GEMM's time that the
@@ -104,18 +124,21 @@ inline double slowdown_from_seconds_per_byte(double per_byte, double bytes_per_s
 
 /// Predicted seconds of a ring `w` (w.ring) over links `l` with GEMM rates `g`.
 inline double predict_ring(const link_rates& l, const gemm_rates& g, const work& w) {
-  const double piece = w.lanes * gemm_seconds(g, w.piece);
   const double rate = w.lanes == 2 ? l.bytes_per_s_both : l.bytes_per_s;
-  const double compute = w.steps * piece;
-  if (w.transfer_steps == 0) return compute;
-  const double comm = w.transfer_steps * (l.latency_s + w.step_bytes / rate);
+  double compute = 0, comm = 0, moved = 0;
+  for (const ring_step_work& st : w.ring_steps) {
+    compute += gemm_seconds(g, st.products);
+    if (st.recv > 0) comm += l.latency_s + st.recv / rate;
+    moved += st.moved;
+  }
+  if (comm == 0 || w.ring_steps.empty()) return compute;
   // GEMMs lose time for every byte the rank sends and receives meanwhile,
   // at most the transfers' own time (the cores cannot spend longer moving
-  // the bytes than the transfers last). One piece's product is never
-  // overlapped (all-gather: the last one after its transfer;
-  // reduce-scatter: the first one before any).
-  const double moved = 2.0 * w.transfer_steps * w.lanes * w.step_bytes;
-  return std::max(compute + std::min(moved * seconds_per_byte(l), comm), comm + piece);
+  // the bytes than the transfers last). One step's products are never
+  // overlapped (an input's ring: the last, after its transfer; the
+  // output's: the first, before any).
+  const double exposed = gemm_seconds(g, (w.output_moves ? w.ring_steps.front() : w.ring_steps.back()).products);
+  return std::max(compute + std::min(moved * seconds_per_byte(l), comm), comm + exposed);
 }
 
 /// The parts of a non-ring schedule, in seconds at the calibrated rates:
