@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "overlap/calibrate/measure.hpp"
 #include "overlap/overlap.hpp"
-#include "overlap/schedule/measure.hpp"
 
 #include "common/cli.hpp"
 #include "common/provenance.hpp"

@@ -43,7 +43,7 @@ SIMPLEST_FIRST = ["bulk", "ring", "bidirectional", "others"]
 
 
 def chosen_name(c):
-    """automatic's rule (schedule/choose.hpp): the simplest candidate within 3% of the fastest."""
+    """automatic's rule (ops/choose.hpp): the simplest candidate within 3% of the fastest."""
     fastest = min(c.values())
     return next(n for n in SIMPLEST_FIRST if n in c and c[n] <= fastest * 1.03)
 

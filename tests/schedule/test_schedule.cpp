@@ -9,8 +9,8 @@
 #include <fstream>
 
 #include "ag_cases.hpp"
-#include "overlap/schedule/choose.hpp"
-#include "overlap/schedule/measure.hpp"
+#include "overlap/calibrate/measure.hpp"
+#include "overlap/ops/choose.hpp"
 #include "rs_cases.hpp"
 
 using namespace testing_support;

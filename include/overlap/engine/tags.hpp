@@ -13,7 +13,7 @@ enum class message_tag : int {
   /// three after it (op_tags::owned_by), up to op_tags_last.
   op_tags_first = 4,
   op_tags_last = 899,
-  // the calibration's probes of the ring links (schedule/measure.hpp)
+  // the calibration's probes of the ring links (calibrate/measure.hpp)
   exchange_forward = 901,   ///< a ring exchange: to the previous rank
   exchange_backward = 902,  ///< and, both ways, to the next one
   slowdown_forward = 903,   ///< traffic beside a GEMM: to the previous rank

@@ -19,6 +19,7 @@
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/block_types.hpp"
 #include "overlap/ops/checks.hpp"
+#include "overlap/ops/choose.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/op_id.hpp"
 #include "overlap/ops/options.hpp"
@@ -29,7 +30,6 @@
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/site.hpp"
 #include "overlap/ops/verbose.hpp"
-#include "overlap/schedule/choose.hpp"
 #include "overlap/schedule/chunks.hpp"
 
 namespace overlap {

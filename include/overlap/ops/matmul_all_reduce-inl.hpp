@@ -21,6 +21,7 @@
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/agreement.hpp"
 #include "overlap/ops/checks.hpp"
+#include "overlap/ops/choose.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/matmul_all_reduce.hpp"
 #include "overlap/ops/matmul_reduce_scatter-inl.hpp"
@@ -30,7 +31,6 @@
 #include "overlap/ops/plan.hpp"
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/site.hpp"
-#include "overlap/schedule/choose.hpp"
 #include "overlap/schedule/chunks.hpp"
 #include "overlap/watchdog.hpp"
 

@@ -20,6 +20,7 @@
 #include "overlap/ops/agreement.hpp"
 #include "overlap/ops/block_types.hpp"
 #include "overlap/ops/checks.hpp"
+#include "overlap/ops/choose.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/matmul_reduce_scatter.hpp"
 #include "overlap/ops/op_id.hpp"
@@ -31,7 +32,6 @@
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/site.hpp"
 #include "overlap/ops/verbose.hpp"
-#include "overlap/schedule/choose.hpp"
 #include "overlap/schedule/chunks.hpp"
 
 namespace overlap {
