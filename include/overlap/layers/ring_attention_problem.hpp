@@ -34,17 +34,15 @@ namespace overlap::detail {
 /// Ring attention's names and message tags (ops/op_id.hpp): each pass runs
 /// one ring lane; messages name the call by its strategy.
 template <>
-struct op_info<op_id::ring_attention> {
+struct op_info<op_id::ring_attention> : owns_tags<op_id::ring_attention> {
   static constexpr entry_names names{"overlap::ring_attention",    "", "", "attention_options", "strategy",
                                      "attention_options.strategy", ""};
-  static constexpr op_tags tags = op_tags::owned_by(op_id::ring_attention);
 };
 /// The backward pass's.
 template <>
-struct op_info<op_id::ring_attention_backward> {
+struct op_info<op_id::ring_attention_backward> : owns_tags<op_id::ring_attention_backward> {
   static constexpr entry_names names{"overlap::ring_attention_backward", "", "", "attention_options", "strategy",
                                      "attention_options.strategy",       ""};
-  static constexpr op_tags tags = op_tags::owned_by(op_id::ring_attention_backward);
 };
 }  // namespace overlap::detail
 

@@ -174,9 +174,8 @@ class ag_ring_pattern;
 
 /// all_gather_matmul's names and message tags (ops/op_id.hpp).
 template <>
-struct op_info<op_id::all_gather_matmul> {
+struct op_info<op_id::all_gather_matmul> : owns_tags<op_id::all_gather_matmul> {
   static constexpr entry_names names = OVERLAP_ENTRY_NAMES("all_gather_matmul", "ag_options", "gathered", "ag_chunks");
-  static constexpr op_tags tags = op_tags::owned_by(op_id::all_gather_matmul);
 };
 
 /// all_gather_matmul as an op of the shared pipeline (ops/pipeline.hpp):

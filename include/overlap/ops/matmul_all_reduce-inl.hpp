@@ -99,9 +99,8 @@ struct ar_plan final : op_plan<T, rs_step, std::byte> {
 /// all-gathers are collectives: the tags it owns stay unused. Its chunks
 /// are its rings' (config.rs_chunks).
 template <>
-struct op_info<op_id::matmul_all_reduce> {
+struct op_info<op_id::matmul_all_reduce> : owns_tags<op_id::matmul_all_reduce> {
   static constexpr entry_names names = OVERLAP_ENTRY_NAMES("matmul_all_reduce", "ar_options", "reduced", "rs_chunks");
-  static constexpr op_tags tags = op_tags::owned_by(op_id::matmul_all_reduce);
 };
 
 /// matmul_all_reduce as an op of the shared pipeline (ops/pipeline.hpp).

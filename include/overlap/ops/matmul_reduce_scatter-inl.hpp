@@ -116,10 +116,9 @@ class rs_ring_pattern;
 
 /// matmul_reduce_scatter's names and message tags (ops/op_id.hpp).
 template <>
-struct op_info<op_id::matmul_reduce_scatter> {
+struct op_info<op_id::matmul_reduce_scatter> : owns_tags<op_id::matmul_reduce_scatter> {
   static constexpr entry_names names =
       OVERLAP_ENTRY_NAMES("matmul_reduce_scatter", "rs_options", "scattered", "rs_chunks");
-  static constexpr op_tags tags = op_tags::owned_by(op_id::matmul_reduce_scatter);
 };
 
 /// matmul_reduce_scatter as an op of the shared pipeline

@@ -22,7 +22,12 @@ enum class op_id : int64_t {
   matmul_reduce_scatter = 2,
   matmul_all_reduce = 3,
   ring_attention = 4,
-  ring_attention_backward = 5
+  ring_attention_backward = 5,
+  /// Ops defined outside this list (a program's or a test's own op, in one
+  /// file: docs/design.md, "Adding an op") take ids from here to
+  /// extension_last, one each; the library's own never do.
+  extension_first = 128,
+  extension_last = 224
 };
 
 /// The message tags of one op's point-to-point transfers (engine/tags.hpp):
@@ -37,6 +42,13 @@ struct op_tags {
     const int first = engine::tag_value(engine::message_tag::op_tags_first) + 4 * (static_cast<int>(id) - 1);
     return {{first, first + 1}, first + 2};
   }
+};
+
+/// What an op's op_info derives from: the tags its id owns
+/// (op_tags::owned_by), so that no op states another's.
+template <op_id Id>
+struct owns_tags {
+  static constexpr op_tags tags = op_tags::owned_by(Id);
 };
 
 /// The names messages give an op's entry points and options.
@@ -60,9 +72,9 @@ struct entry_names {
   }
 
 /// What the shared code knows of op `Id`, declared by the op's own file:
-/// `tags` (an op_tags) and `names` (its entry_names). No
-/// default: an op that declares nothing fails to compile rather than take
-/// another op's tags or names.
+/// `tags` (an op_tags: the specialisation derives from owns_tags<Id>) and
+/// `names` (its entry_names). No default: an op that declares nothing
+/// fails to compile rather than take another op's tags or names.
 template <op_id Id>
 struct op_info;
 
@@ -81,7 +93,10 @@ struct enum_names<detail::op_id> {
        {detail::op_id::ring_attention_backward, "ring_attention_backward"}}};
 };
 // Every op's tags stay below the calibration's (the last id owns the highest).
-static_assert(detail::op_tags::owned_by(enum_names<detail::op_id>::entries.back().value).blocks <=
+static_assert(detail::op_tags::owned_by(detail::op_id::extension_last).blocks <=
                   engine::tag_value(engine::message_tag::op_tags_last),
               "the ops' message tags must stay below engine::message_tag::op_tags_last");
+static_assert(static_cast<int64_t>(enum_names<detail::op_id>::entries.back().value) <
+                  static_cast<int64_t>(detail::op_id::extension_first),
+              "the library's ops take ids below the extensions'");
 }  // namespace overlap
