@@ -8,8 +8,8 @@
 #
 #   bench/old_vs_new.sh OLD BUILD_DIR [ROUNDS]      (ROUNDS default: 3)
 #
-# Cases: all_gather_matmul lhs_rows and matmul_reduce_scatter rows, f32,
-# 2048^3, bulk and ring, 5 measured iterations each (overlap-bench reports
+# Cases: all_gather_matmul lhs_rows, matmul_reduce_scatter rows and
+# matmul_all_reduce rows, f32, 2048^3, bulk and ring, 5 measured iterations each (overlap-bench reports
 # the median of the slowest rank). Prints, per case, the median over rounds
 # of each build and new / old. Nothing else should load the machine.
 set -euo pipefail
@@ -52,7 +52,7 @@ else
   launch=(mpi_run 2)
 fi
 
-cases=("--op ag --variant lhs_rows" "--op rs --variant rows")
+cases=("--op ag --variant lhs_rows" "--op rs --variant rows" "--op ar --variant rows")
 for ((r = 1; r <= rounds; ++r)); do
   for which in old new; do
     bin=$old_bin
