@@ -7,6 +7,8 @@
 // - over all ranks, the products add up to the call's whole work, counted
 //   from the sweep's sizes alone: all_gather_matmul, every rank's c with
 //   all of K; matmul_reduce_scatter, all of C with every rank's K shard.
+// matmul_all_reduce, which the sweep leaves out, is checked the same way
+// over its layouts, strategies, element types and uneven K shards.
 //   (The other-operands algorithm computes other blocks on other ranks, but
 //   the same total.) So neither list can be empty, or short of a piece.
 #include <gtest/gtest.h>
@@ -18,6 +20,7 @@
 
 #include "identical_sweep.hpp"
 #include "overlap/ops/all_gather_matmul-inl.hpp"
+#include "overlap/ops/matmul_all_reduce-inl.hpp"
 #include "overlap/ops/matmul_reduce_scatter-inl.hpp"
 #include "overlap/overlap.hpp"
 
@@ -106,6 +109,50 @@ TEST(priced_plan, the_model_lists_what_the_built_plan_runs_for_every_case_of_the
     EXPECT_GT(t.ring, 0);
   }
   EXPECT_GT(t.others, 0);
+}
+
+/// matmul_all_reduce: every rank's C over its K shard (K_p of an uneven split).
+template <class T>
+void check_all_reduce(overlap::context& ctx, const sweep_case& sc, overlap::reduced layout, tally& t) {
+  const int r = ctx.rank(), R = ctx.size();
+  const int64_t kp = shard_of(sc.k, sc.shards, r, R);
+  std::vector<T> a(static_cast<size_t>(sc.m * kp), T(1.0F)), b(static_cast<size_t>(kp * sc.n), T(1.0F));
+  std::vector<T> c(static_cast<size_t>(sc.m * sc.n));
+  overlap::ar_options opt;
+  opt.reduced = layout, opt.strategy = sc.strategy;
+  const overlap::detail::ar_args<T> args{{a.data(), sc.m, kp}, {b.data(), kp, sc.n}, {c.data(), sc.m, sc.n}};
+  check<overlap::detail::ar_op<T>>(ctx, sc, args, opt, double(sc.m) * double(sc.n) * double(kp), t);
+}
+
+TEST(priced_plan, the_model_lists_what_matmul_all_reduces_built_plan_runs) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  overlap::context plain(MPI_COMM_WORLD);
+  overlap::config cfg = plain.config();
+  cfg.rs_chunks = 3;
+  cfg.ar_groups = 3;  // groups whose all-gathers ride on the next group's ring
+  overlap::context chunked(MPI_COMM_WORLD, cfg);
+  tally t;
+  int cases = 0;
+  for (const overlap::strategy st : {overlap::strategy::bulk, overlap::strategy::ring, overlap::strategy::bidirectional,
+                                     overlap::strategy::hierarchical, overlap::strategy::automatic})
+    for (const overlap::reduced layout : {overlap::reduced::rows, overlap::reduced::cols})
+      for (int shape = 0; shape < 2; ++shape) {
+        sweep_case sc;
+        sc.strategy = st, sc.shards = (cases % 3), sc.dtype = cases % 3;
+        if (shape == 1) sc.m = 130, sc.n = 96, sc.k = 150, sc.chunked = true;
+        overlap::context& ctx = sc.chunked ? chunked : plain;
+        const int slots = size % 2 == 0 && size >= 4 ? 2 : size;
+        overlap::detail::set_nodes_for_testing(ctx, st == overlap::strategy::hierarchical ? slots : size);
+        if (sc.dtype == 0) check_all_reduce<float>(ctx, sc, layout, t);
+        if (sc.dtype == 1) check_all_reduce<overlap::bfloat16>(ctx, sc, layout, t);
+        if (sc.dtype == 2) check_all_reduce<double>(ctx, sc, layout, t);
+        ++cases;
+      }
+  EXPECT_EQ(t.checked, cases);  // none refused
+  if (size > 1) {
+    EXPECT_GT(t.ring, 0);
+  }
 }
 
 }  // namespace
