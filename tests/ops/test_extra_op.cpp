@@ -22,6 +22,7 @@
 
 #include "overlap/ops/all_gather_matmul-inl.hpp"
 #include "overlap/overlap.hpp"
+#include "reference.hpp"
 
 // ---- the op: everything gather_rows declares ----
 
@@ -65,16 +66,8 @@ void gather_rows(overlap::context& ctx, overlap::matrix_view<const T> shard, ove
 
 namespace {
 
-int rank_of() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int size_of_world() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using testing_support::world_rank;
+using testing_support::world_size;
 
 /// Rank q's rows: uneven (q + 1 parts of 3, rank 0 empty when `empty_first`).
 int64_t rows_of(int q, bool empty_first) { return empty_first && q == 0 ? 0 : 3 * (q + 1) - 1; }
@@ -84,7 +77,7 @@ float value(int q, int64_t i, int64_t j) { return float(16 * q + (i * 7 + j) % 1
 
 template <class T>
 void gathers_every_rank_rows(overlap::strategy s, bool empty_first) {
-  const int p = rank_of(), R = size_of_world();
+  const int p = world_rank(), R = world_size();
   const int64_t cols = 5;
   int64_t total = 0;
   for (int q = 0; q < R; ++q) total += rows_of(q, empty_first);
@@ -115,7 +108,7 @@ TEST(extra_op, gather_rows_gathers_every_ranks_rows_in_rank_order_at_every_strat
 }
 
 TEST(extra_op, its_plans_are_its_own_and_a_second_call_reuses_them) {
-  const int R = size_of_world();
+  const int R = world_size();
   const int64_t cols = 4, total = 2 * R;
   std::vector<float> shard(static_cast<size_t>(2 * cols), 1.0F), full(static_cast<size_t>(total * cols));
   std::vector<float> b(static_cast<size_t>(cols * 3), 1.0F), c(static_cast<size_t>(total * 3));
@@ -133,7 +126,7 @@ TEST(extra_op, its_plans_are_its_own_and_a_second_call_reuses_them) {
 }
 
 TEST(extra_op, a_call_that_is_wrong_on_one_rank_fails_on_every_rank_under_its_own_name) {
-  const int p = rank_of(), R = size_of_world();
+  const int p = world_rank(), R = world_size();
   const int64_t cols = 4;
   std::vector<float> shard(static_cast<size_t>(2 * cols), 1.0F), full(static_cast<size_t>(2 * R * cols));
   overlap::context ctx(MPI_COMM_WORLD);
