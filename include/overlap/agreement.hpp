@@ -11,7 +11,7 @@
 ///   shape and mode).
 /// - call_vote: what each rank contributes when an op is called (did its
 ///   checks fail, does it hold a plan, which one, for which op and element
-///   type), in one all-reduce (ops/agreement.hpp).
+///   type), in one all-reduce (ops/call_agreement.hpp).
 ///
 /// The functions take the context as `Ctx` (a template, so that context.hpp
 /// can own the scratch without including this protocol's users): it gives

@@ -33,7 +33,7 @@ struct plan_base {
 using plan_key = std::vector<int64_t>;
 
 /// Plans by key, most recently used first, at most `bound` of them. Local:
-/// each rank keeps its own, and the ranks' agreement (ops/agreement.hpp)
+/// each rank keeps its own, and the ranks' agreement (ops/call_agreement.hpp)
 /// notices when one rank's plan is missing.
 class plan_cache {
  public:

@@ -24,7 +24,7 @@
 #include "overlap/layers/attention_tiles.hpp"
 #include "overlap/layers/causal_split.hpp"
 #include "overlap/mpi/datatype.hpp"
-#include "overlap/ops/agreement.hpp"
+#include "overlap/ops/call_agreement.hpp"
 #include "overlap/ops/checks.hpp"
 #include "overlap/ops/op_id.hpp"
 #include "overlap/ops/run.hpp"
@@ -184,7 +184,7 @@ class byte_buffer {
 };
 
 /// What one rank states about its call, exchanged on a plan miss (the
-/// common agreement, ops/agreement.hpp); every rank checks every rank's.
+/// common agreement, ops/call_agreement.hpp); every rank checks every rank's.
 struct call_row {
   ///@{
   /// This rank's tokens and width, and the options that must agree.

@@ -19,7 +19,7 @@
 #include "overlap/engine/buffer.hpp"
 #include "overlap/matrix.hpp"
 #include "overlap/mpi/datatype.hpp"
-#include "overlap/ops/agreement.hpp"
+#include "overlap/ops/call_agreement.hpp"
 #include "overlap/ops/checks.hpp"
 #include "overlap/ops/choose.hpp"
 #include "overlap/ops/geometry.hpp"

@@ -82,7 +82,7 @@ struct op_info;
 
 namespace overlap {
 /// The ops' names beside their ids: messages about another rank's call name
-/// its op from the id it sent (ops/agreement.hpp).
+/// its op from the id it sent (ops/call_agreement.hpp).
 template <>
 struct enum_names<detail::op_id> {
   static constexpr std::array<enum_entry<detail::op_id>, 5> entries{

@@ -18,7 +18,7 @@
 
 #include "overlap/context.hpp"
 #include "overlap/ops/accumulate.hpp"
-#include "overlap/ops/agreement.hpp"
+#include "overlap/ops/call_agreement.hpp"
 #include "overlap/ops/checks.hpp"
 #include "overlap/ops/entry_points.hpp"
 #include "overlap/ops/op_id.hpp"
