@@ -8,14 +8,12 @@
 /// prices the plan") at no cost in memory, primitives or MPI calls.
 
 #include <algorithm>
-#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "overlap/backend/gemm.hpp"
-#include "overlap/config.hpp"
 #include "overlap/context.hpp"
 #include "overlap/engine/buffer.hpp"
 
@@ -52,6 +50,8 @@ inline std::shared_ptr<const gemm_kernel> make_step_kernel(context& ctx, const g
   return std::make_shared<banded_kernel>(d, std::move(parts), poll, &ctx.requests());
 }
 
+/// Where a plan is built: the ranks' arrangement its builders read, and
+/// what building makes (everything to run, or nothing: dry).
 class build_site {
  public:
   /// To run, on the context's ranks.
@@ -64,8 +64,7 @@ class build_site {
     return s;
   }
   /// Dry, as rank p of R ranks without a context (projections to clusters
-  /// that are not there): a ring in rank order, one rank per node, the
-  /// default configuration.
+  /// that are not there): a ring in rank order, one rank per node.
   static build_site projected(int R, int p) {
     build_site s;
     s.size_ = R, s.rank_ = p, s.slots_ = 1, s.dry_ = true;
@@ -85,7 +84,6 @@ class build_site {
   [[nodiscard]] int node_peer(int nodes, int locals) const noexcept {
     return ctx_ != nullptr ? ctx_->node_peer(nodes, locals) : ring_at(nodes + locals);
   }
-  [[nodiscard]] const overlap::config& config() const { return ctx_ != nullptr ? ctx_->config() : defaults_; }
 
   /// The kernel of a GEMM (none when dry).
   [[nodiscard]] std::shared_ptr<const gemm_kernel> kernel(const gemm_desc& d) const {
@@ -100,18 +98,12 @@ class build_site {
   [[nodiscard]] engine::buffer<T> buffer(size_t elements) const {
     return dry_ ? engine::buffer<T>() : engine::buffer<T>(elements);
   }
-  /// The context a plan built to run is built on.
-  [[nodiscard]] context& ctx() const {
-    assert(ctx_ != nullptr && !dry_);
-    return *ctx_;
-  }
 
  private:
   build_site() = default;
   context* ctx_ = nullptr;
   int size_ = 1, rank_ = 0, slots_ = 1;
   bool dry_ = false;
-  overlap::config defaults_;
 };
 
 }  // namespace overlap::detail
