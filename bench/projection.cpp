@@ -43,8 +43,8 @@ nlohmann::json candidates(const overlap::link_rates& l, const overlap::gemm_rate
     overlap::schedule sched;
     sched.strategy = s, sched.algorithm = a;
     sched.lanes = s == overlap::strategy::bidirectional ? 2 : 1;
-    sched.chunks = s == overlap::strategy::bulk ? 0 : chunks_for(sched.lanes);
-    if (a == overlap::algorithm::others) sched.chunks = 1;
+    // The other operands in one piece; bulk in none.
+    sched.chunks = a == overlap::algorithm::others ? 1 : s == overlap::strategy::bulk ? 0 : chunks_for(sched.lanes);
     const std::string name = a == overlap::algorithm::others ? "others" : overlap::to_string(s);
     const overlap::detail::build_site site = overlap::detail::build_site::projected(R, 0);
     out[name] = overlap::detail::predict(l, g, R, overlap::detail::priced<Op>(site, x, opt, whole, sched));

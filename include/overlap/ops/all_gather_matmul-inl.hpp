@@ -94,7 +94,8 @@ struct ag_global {
 template <class T>
 struct ag_plan final : op_plan<T, ag_step, T> {
   ag_global whole;  ///< the problem, as the exchanged table gives it
-  ag_geometry geo;
+  /// Where X sits, with the global extents and the shards' layout.
+  [[nodiscard]] const ag_geometry& geo() const noexcept { return whole.full; }
   /// bf16 with a contracting shard: partial sums stay in fp32 (c-shaped) and
   /// reach c, rounded once, with the last contribution.
   engine::buffer<float> acc;
@@ -183,10 +184,7 @@ struct op_info<op_id::all_gather_matmul> : owns_tags<op_id::all_gather_matmul> {
 template <class T>
 struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config::ag_chunks>,
                op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_global, ag_ring_pattern<T>> {
-  static void describe(ag_plan<T>& p, const ag_options& /*o*/, const ag_global& g) {
-    p.whole = g;
-    p.geo = g.full;
-  }
+  static void describe(ag_plan<T>& p, const ag_options& /*o*/, const ag_global& g) { p.whole = g; }
   static std::string summary(const ag_plan<T>& p, const ag_global& g) {
     return (p.algorithm == algorithm::others ? std::string(" moving the other operands") : std::string()) +
            ", sharded sizes [" + list(g.full.layout.sizes()) + "], op(X) " + std::to_string(g.full.x_rows) + " x " +
@@ -314,7 +312,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
 
   /// The bulk plan: one MPI_Allgatherv and one GEMM on the gathered operand.
   static void build_bulk(const build_site& at, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt) {
-    const ag_geometry& geo = plan.geo;
+    const ag_geometry& geo = plan.geo();
     const int R = at.size();
     const int64_t srows = geo.stored_rows(), scols = geo.stored_cols();
     const bool sr = geo.stored_shard_rows();
@@ -385,7 +383,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
     plan.window = {chunks, chunks - 1};
     plan.n_steps = R * chunks;
     engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, plan.lanes, 0};
-    if (uses_fp32_acc(plan.geo, R))
+    if (uses_fp32_acc(plan.geo(), R))
       plan.acc = at.buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
     for_each_ring_position(plan, chunks, [&](const ring_position& pos) {
       const int shard = at.ring_at(pos.lane == 0 ? pos.round : -pos.round);
@@ -414,7 +412,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
     plan.n_steps = R;
     // Whole shards (the ring's lanes halve them; here both lanes move one piece).
     engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, 1, 0};
-    if (uses_fp32_acc(plan.geo, R))
+    if (uses_fp32_acc(plan.geo(), R))
       plan.acc = at.buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
     for (int t = 0; t < R; ++t) {
       const int r = t / S, k = t % S;
@@ -436,7 +434,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
   /// at that round (docs in build_ring, build_hierarchical).
   static ag_step ring_step(const build_site& site, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
                            int shard, const ring_position& at, engine::ring_slots& slots) {
-    const ag_geometry& geo = plan.geo;
+    const ag_geometry& geo = plan.geo();
     const int R = site.size(), i = at.round;
     range rows{0, geo.stored_rows()}, cols{0, geo.stored_cols()};
     (geo.stored_shard_rows() ? rows : cols) = range{geo.layout.offset(shard), geo.layout.size(shard)};
@@ -485,7 +483,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
   /// contiguous block).
   static int64_t member_stride(const ag_plan<T>& plan, const ag_step& st) {
     switch (st.home) {
-      case piece_home::local: return plan.geo.lhs ? plan.batch.a : plan.batch.b;
+      case piece_home::local: return plan.geo().lhs ? plan.batch.a : plan.batch.b;
       case piece_home::gathered_out: return plan.batch.out;
       case piece_home::slot: return st.nr * st.nc;
     }
@@ -506,7 +504,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
                            const ag_global& g, int pieces) {
     const std::vector<int64_t>& other = g.other;
     pieces = std::max(pieces, 1);
-    const ag_geometry& geo = plan.geo;
+    const ag_geometry& geo = plan.geo();
     others_plan<T>& o = plan.others;
     const ag_others_ctx c{at.size(),
                           at.rank(),
@@ -686,7 +684,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
 
   /// The bulk run: the all-gather, then one GEMM.
   static void bulk(context& ctx, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& /*opt*/, const T* bias) {
-    const ag_geometry& geo = plan.geo;
+    const ag_geometry& geo = plan.geo();
     const bool sr = geo.stored_shard_rows();
     const int64_t srows = geo.stored_rows(), scols = geo.stored_cols();
     const matrix_view<const T>& local = local_view(x, geo);
@@ -727,7 +725,7 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
   static void before_ring(const context& ctx, const ag_plan<T>& plan, const ag_args<T>& x) {
     for (int64_t m = 0; m < plan.batch.count && x.has_out; ++m) {
       const ag_args<T> y = member(x, plan.batch, m);
-      const ag_geometry& geo = plan.geo;
+      const ag_geometry& geo = plan.geo();
       const int64_t off = geo.layout.offset(ctx.rank());
       const auto& l = local_view(y, geo);
       copy_block<T>(
@@ -745,8 +743,8 @@ class ag_ring_pattern : public ring_pattern<ag_ring_pattern<T>, ag_plan<T>> {
 
  public:
   ag_ring_pattern(ag_plan<T>& plan, const ag_args<T>& x, const ag_options& /*opt*/, const T* bias, int rank)
-      : base(plan), x_(x), local_(local_view(x, plan.geo)), bias_(bias) {
-    (plan.geo.stored_shard_rows() ? local_r0_ : local_c0_) = plan.geo.layout.offset(rank);
+      : base(plan), x_(x), local_(local_view(x, plan.geo())), bias_(bias) {
+    (plan.geo().stored_shard_rows() ? local_r0_ : local_c0_) = plan.geo().layout.offset(rank);
   }
   [[nodiscard]] engine::transfer send(int t, int lane) const {
     const auto& st = plan_.step(t, lane);
@@ -773,7 +771,7 @@ class ag_ring_pattern : public ring_pattern<ag_ring_pattern<T>, ag_plan<T>> {
  private:
   /// Batch member m's product of the step's piece.
   void compute(const ag_step& st, int64_t m) {
-    const ag_geometry& g = plan_.geo;
+    const ag_geometry& g = plan_.geo();
     const overlap::batch& nb = plan_.batch;
     // The output block starts at row lr0 (lhs) or column lc0 (rhs) of c, or
     // of the dense fp32 accumulator.

@@ -323,7 +323,7 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
         gr.displs.push_back(
             mpi::detail::to_count((gr.span.begin + gr.layout.offset(q)) * width, "all-gather displacement"));
       }
-      auto same = [&](const std::unique_ptr<rs_plan<T>>& r) { return r->layout.sizes() == gr.layout.sizes(); };
+      auto same = [&](const std::unique_ptr<rs_plan<T>>& r) { return r->whole.layout.sizes() == gr.layout.sizes(); };
       gr.ring = static_cast<size_t>(std::find_if(plan.rings.begin(), plan.rings.end(), same) - plan.rings.begin());
       if (gr.ring == plan.rings.size()) plan.rings.push_back(build_group_ring(at, plan, gr, x, opt, chunks));
       plan.groups.push_back(std::move(gr));

@@ -63,10 +63,7 @@ struct rs_global {
 /// schedule adds.
 template <class T>
 struct rs_plan final : op_plan<T, rs_step, std::byte> {
-  rs_global whole;   ///< the problem, as the exchanged table gives it
-  bool rows = true;  ///< scattered by rows (else columns)
-  int64_t m = 0, n = 0;
-  shard_layout layout;     ///< the scattered dimension over the ranks
+  rs_global whole;         ///< the problem: C's m x n, scattered by rows or columns over `layout`
   dtype acc = dtype::f32;  ///< what accumulators are summed and sent in
   // bulk
   engine::buffer<std::byte> product_ws, result_ws;
@@ -129,13 +126,12 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
                op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_global, rs_ring_pattern<T>> {
   static void describe(rs_plan<T>& p, const rs_options& o, const rs_global& g) {
     p.whole = g;
-    p.rows = g.rows, p.m = g.m, p.n = g.n, p.layout = g.layout;
     p.acc = acc_type(dtype_of<T>(), o, p.strategy);
   }
   static std::string summary(const rs_plan<T>& p, const rs_global& g) {
     return (p.algorithm == algorithm::others ? std::string(" moving the inputs") : std::string()) +
-           ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(p.m) + " x " +
-           std::to_string(p.n) + ", accumulators " + to_string(p.acc);
+           ", scattered sizes [" + list(g.layout.sizes()) + "], C " + std::to_string(p.whole.m) + " x " +
+           std::to_string(p.whole.n) + ", accumulators " + to_string(p.acc);
   }
   static std::string plan_notes(const rs_plan<T>& /*p*/) { return ""; }
 
@@ -251,13 +247,13 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   static void build_bulk(const build_site& at, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt) {
     const int R = at.size();
     const dtype t = dtype_of<T>(), acc = plan.acc;
-    plan.product_ws = at.buffer<std::byte>(static_cast<size_t>(plan.m * plan.n) * size_of(acc));
+    plan.product_ws = at.buffer<std::byte>(static_cast<size_t>(plan.whole.m * plan.whole.n) * size_of(acc));
     plan.counts.resize(static_cast<size_t>(R));
     for (int r = 0; r < R; ++r) {
       const auto [rows, cols] = block_of(plan, r);
       plan.counts[static_cast<size_t>(r)] = mpi::detail::to_count(rows.len * cols.len, "reduce-scatter count");
-      if (!plan.rows || r == 0) {
-        const int64_t nr = plan.rows ? plan.m : rows.len, nc = plan.rows ? plan.n : cols.len;
+      if (!plan.whole.rows || r == 0) {
+        const int64_t nr = plan.whole.rows ? plan.whole.m : rows.len, nc = plan.whole.rows ? plan.whole.n : cols.len;
         plan.bulk_descs.push_back(gemm(x, opt, acc, {nr, nc}, nc, {}));
         plan.bulk_kernels.push_back(at.kernel(plan.bulk_descs.back()));
       }
@@ -288,8 +284,8 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
 
   /// Output shard `shard` as row and column ranges of C.
   static std::pair<range, range> block_of(const rs_plan<T>& plan, int shard) {
-    range rows{0, plan.m}, cols{0, plan.n};
-    (plan.rows ? rows : cols) = range{plan.layout.offset(shard), plan.layout.size(shard)};
+    range rows{0, plan.whole.m}, cols{0, plan.whole.n};
+    (plan.whole.rows ? rows : cols) = range{plan.whole.layout.offset(shard), plan.whole.layout.size(shard)};
     return {rows, cols};
   }
 
@@ -387,7 +383,7 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   static rs_step piece_step(const build_site& site, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
                             const rs_piece& at, engine::ring_slots& slots) {
     auto [rows, cols] = block_of(plan, at.shard);
-    range& chunked = plan.rows ? rows : cols;
+    range& chunked = plan.whole.rows ? rows : cols;
     chunked = chunked.chunk(at.parts, at.part).chunk(at.chunks, at.chunk);
     rs_step st;
     st.r0 = rows.begin, st.nr = rows.len, st.c0 = cols.begin, st.nc = cols.len;
@@ -418,7 +414,7 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
     st.desc = gemm(x, opt, plan.acc, {st.nr, st.nc}, into_c ? x.c.ld : st.ld,
                    {!at.first && !st.add_slot, into_c, st.add_slot});
     // Pieces of a row-scattered output read all of b (a batch's members read different b's).
-    st.desc.pack_b = plan.rows && plan.batch.count == 1;
+    st.desc.pack_b = plan.whole.rows && plan.batch.count == 1;
     st.kernel = site.step_kernel(st.desc);
     return st;
   }
@@ -454,9 +450,9 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
     std::vector<int64_t> peers(static_cast<size_t>(R - 1));  // the peers' K_q in the order their blocks lie
     for (int i = 1; i < R; ++i) peers[static_cast<size_t>(i - 1)] = ks[static_cast<size_t>((p + i) % R)];
     if (R > 1) others_peers(at, plan, o, x, opt, peers, pieces);
-    const int64_t own = plan.layout.size(p);
+    const int64_t own = plan.whole.layout.size(p);
     o.output = others_output::local;
-    others_allocate(at, o, fp32_sum ? (plan.rows ? own * plan.n : plan.m * own) : 0);
+    others_allocate(at, o, fp32_sum ? (plan.whole.rows ? own * plan.whole.n : plan.whole.m * own) : 0);
   }
 
   /// The inputs of rs_others_build. Rows: the rows of every peer's A that meet
@@ -469,14 +465,15 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
                             const std::vector<int64_t>& ks, int pieces) {
     const int R = at.size(), p = at.rank(), next = (p + 1) % R;
     const bool ta = opt.transpose_a, tb = opt.transpose_b;
-    const shard_layout& sh = plan.layout;
-    const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p), free = plan.rows ? plan.n : plan.m;
+    const shard_layout& sh = plan.whole.layout;
+    const int64_t kp = ks[static_cast<size_t>(p)], own = sh.size(p),
+                  free = plan.whole.rows ? plan.whole.n : plan.whole.m;
     others_traffic t;
     for (int q = 0; q < R; ++q) t.sent.push_back(sh.size(q) * kp), t.got.push_back(own * ks[static_cast<size_t>(q)]);
     others_exchange(o, t, next, [&](int q, int64_t to) {
       const range block{sh.offset(q), sh.size(q)};
-      return plan.rows ? stored_block(others_src::caller_a, ta, block, {0, kp}, to)
-                       : stored_block(others_src::caller_b, tb, {0, kp}, block, to);
+      return plan.whole.rows ? stored_block(others_src::caller_a, ta, block, {0, kp}, to)
+                             : stored_block(others_src::caller_b, tb, {0, kp}, block, to);
     });
     others_gathers(
         o, pieces,
@@ -488,8 +485,8 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
         [&](int j, const others_gather& ga) {
           const int64_t to = ga.base + ga.at.displs[static_cast<size_t>(p)];
           const range pc = others_piece(free, j, pieces);
-          return plan.rows ? stored_block(others_src::caller_b, tb, {0, kp}, pc, to)
-                           : stored_block(others_src::caller_a, ta, pc, {0, kp}, to);
+          return plan.whole.rows ? stored_block(others_src::caller_b, tb, {0, kp}, pc, to)
+                                 : stored_block(others_src::caller_a, ta, pc, {0, kp}, to);
         });
   }
 
@@ -518,13 +515,13 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
                          const rs_options& opt, int64_t kp, bool last) {
     const int p = site.rank();
     const bool ta = opt.transpose_a, tb = opt.transpose_b, fp32_sum = o.out != dtype_of<T>();
-    const int64_t own = plan.layout.size(p), at = plan.layout.offset(p);
-    const int64_t m = plan.rows ? own : plan.m, n = plan.rows ? plan.n : own;
+    const int64_t own = plan.whole.layout.size(p), at = plan.whole.layout.offset(p);
+    const int64_t m = plan.whole.rows ? own : plan.whole.m, n = plan.whole.rows ? plan.whole.n : own;
     others_gemm g;
     g.peer = p;
     g.a = others_src::caller_a, g.b = others_src::caller_b;
-    if (plan.rows) g.a_off = ta ? at : at * x.a.ld;
-    if (!plan.rows) g.b_off = tb ? at * x.b.ld : at;
+    if (plan.whole.rows) g.a_off = ta ? at : at * x.a.ld;
+    if (!plan.whole.rows) g.b_off = tb ? at * x.b.ld : at;
     g.to_c = !fp32_sum;
     g.desc = gemm_desc::shape(m, n, kp)
                  .strides(x.a.ld, x.b.ld, fp32_sum ? n : x.c.ld)
@@ -545,9 +542,10 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
                            const rs_options& opt, const std::vector<int64_t>& peers, int pieces) {
     const int p = site.rank();
     const bool ta = opt.transpose_a, tb = opt.transpose_b, fp32_sum = o.out != dtype_of<T>();
-    const int64_t own = plan.layout.size(p), free = plan.rows ? plan.n : plan.m, n = plan.rows ? plan.n : own;
+    const int64_t own = plan.whole.layout.size(p), free = plan.whole.rows ? plan.whole.n : plan.whole.m,
+                  n = plan.whole.rows ? plan.whole.n : own;
     const int64_t k = std::accumulate(peers.begin(), peers.end(), int64_t{0});
-    const bool ex_across = plan.rows ? !ta : tb, ga_across = plan.rows ? tb : !ta;
+    const bool ex_across = plan.whole.rows ? !ta : tb, ga_across = plan.whole.rows ? tb : !ta;
     std::vector<others_concat> exchanged;
     const rs_operand ex = assemble(exchanged, others_src::exchanged, 0, peers, own, ex_across, 0);
     int64_t to = ex_across ? own * k : 0;
@@ -561,18 +559,18 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
       const rs_operand ga = assemble(g.assemble, others_src::gathered, o.gathers[static_cast<size_t>(j)].base, peers,
                                      pc.len, ga_across, to);
       if (ga_across) to += pc.len * k;
-      const rs_operand& a = plan.rows ? ex : ga;
-      const rs_operand& b = plan.rows ? ga : ex;
+      const rs_operand& a = plan.whole.rows ? ex : ga;
+      const rs_operand& b = plan.whole.rows ? ga : ex;
       g.a = a.src, g.a_off = a.off, g.b = b.src, g.b_off = b.off;
-      g.out = plan.rows ? pc.begin : pc.begin * x.c.ld;
-      g.bias_off = plan.rows ? pc.begin : 0;
-      g.desc = gemm_desc::shape(plan.rows ? own : pc.len, plan.rows ? pc.len : own, k)
+      g.out = plan.whole.rows ? pc.begin : pc.begin * x.c.ld;
+      g.bias_off = plan.whole.rows ? pc.begin : 0;
+      g.desc = gemm_desc::shape(plan.whole.rows ? own : pc.len, plan.whole.rows ? pc.len : own, k)
                    .strides(a.ld, b.ld, x.c.ld)
                    .transposed(ta, tb)
                    .types(dtype_of<T>(), dtype_of<T>())
                    .accumulating(!fp32_sum);
       if (fp32_sum) {
-        g.addend = true, g.addend_off = plan.rows ? pc.begin : pc.begin * n;
+        g.addend = true, g.addend_off = plan.whole.rows ? pc.begin : pc.begin * n;
         g.desc.addend = true, g.desc.ld_addend = n, g.desc.addend_type = dtype::f32;
       }
       others_epilogue(g, opt);
@@ -593,14 +591,14 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
     std::byte* ws = plan.product_ws.data();
     const auto acc_size = static_cast<int64_t>(size_of(plan.acc));
     run_local_step(ctx, plan, [&] {
-      if (plan.rows) {
+      if (plan.whole.rows) {
         plan.bulk_kernels[0]->run(gemm_operands().a(x.a.data).b(x.b.data).c(ws));
       } else {
         for (int r = 0; r < ctx.size(); ++r) {
-          const int64_t off = plan.layout.offset(r);
+          const int64_t off = plan.whole.layout.offset(r);
           const T* b = x.b.data + (opt.transpose_b ? off * x.b.ld : off);
           plan.bulk_kernels[static_cast<size_t>(r)]->run(
-              gemm_operands().a(x.a.data).b(b).c(ws + plan.m * off * acc_size));
+              gemm_operands().a(x.a.data).b(b).c(ws + plan.whole.m * off * acc_size));
         }
       }
     });
@@ -650,7 +648,7 @@ class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
         x_(x),
         opt_(opt),
         bias_(bias),
-        own_(plan.layout.offset(rank)),
+        own_(plan.whole.layout.offset(rank)),
         two_levels_(plan.strategy == strategy::hierarchical) {}
   [[nodiscard]] engine::transfer send(int t, int lane) const {
     if (t == 0) return {};
@@ -684,7 +682,7 @@ class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
     // Rows r0.. of op(a) and columns c0.. of op(b), wherever transposes put them.
     const T* a = x_.a.data + m * plan_.batch.a + (opt_.transpose_a ? st.r0 : st.r0 * x_.a.ld);
     const T* b = x_.b.data + m * plan_.batch.b + (opt_.transpose_b ? st.c0 * x_.b.ld : st.c0);
-    const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.rows ? st.c0 : st.c0 - own_);
+    const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.whole.rows ? st.c0 : st.c0 - own_);
     void* dst = st.dst_c && !st.finish ? static_cast<void*>(in_c(st, m)) : piece(st, m);
     gemm_operands io;
     io.a(a).b(st.desc.pack_b ? plan_.pack.b(b) : b).c(dst).bias(bias);
@@ -699,7 +697,7 @@ class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
 
   [[nodiscard]] T* in_c(const rs_step& st, int64_t m) const {
     T* c = x_.c.data + m * plan_.batch.c;
-    return plan_.rows ? c + (st.r0 - own_) * x_.c.ld + st.c0 : c + st.r0 * x_.c.ld + (st.c0 - own_);
+    return plan_.whole.rows ? c + (st.r0 - own_) * x_.c.ld + st.c0 : c + st.r0 * x_.c.ld + (st.c0 - own_);
   }
   const rs_args<T>& x_;
   const rs_options& opt_;

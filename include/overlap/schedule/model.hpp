@@ -75,20 +75,6 @@ struct work {
   }
 };
 
-/// The most elements one rank sends to or receives from the others when rank
-/// p sends elems(p, q) to rank q.
-template <class F>
-double alltoall_max(int R, F&& elems) {
-  double most = 0;
-  for (int p = 0; p < R; ++p) {
-    double out = 0, in = 0;
-    for (int q = 0; q < R; ++q)
-      if (q != p) out += double(elems(p, q)), in += double(elems(q, p));
-    most = std::max({most, out, in});
-  }
-  return most;
-}
-
 /// ceil(a / b) for b > 0.
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
