@@ -6,14 +6,17 @@
 // no token); blocks of scores smaller than a chunk; strided views; a
 // permuted ring. The ring's forward output equals the baseline's bit for
 // bit (both fold the blocks in the same order). Bad input is refused on
-// every rank, outputs that overlap each other or an input included.
+// every rank, outputs that overlap each other or an input included. What
+// the cost model prices is what the passes run, and automatic is its choice.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -21,6 +24,8 @@
 #include <overlap/context.hpp>
 #include <overlap/layers/example_values.hpp>
 #include <overlap/layers/ring_attention.hpp>
+#include <overlap/layers/ring_attention_backward.hpp>  // the passes as the cost model prices them
+#include <overlap/layers/ring_attention_forward.hpp>
 
 #include "attention_reference.hpp"
 #include "reference.hpp"
@@ -358,6 +363,125 @@ TEST(RingAttention, BadInputRefusedOnEveryRank) {
         overlap::ring_attention<float>(ctx, d.inputs(), {d.o.view(), lse}, {2, true, strategy::ring, 256});
       },
       valid);
+}
+
+}  // namespace
+
+namespace {
+
+namespace attn = overlap::layers::attention;
+
+// The agreed problem of every rank of a `ranks`-rank call, as prepare() makes it.
+attn::detail::problem problem_of(int64_t seq, int ranks, int rank, int64_t heads, int64_t dh, bool causal) {
+  attn::detail::problem pb;
+  pb.split = causal_split(seq, ranks);
+  pb.d = attn::dims{heads, dh, 4};
+  pb.causal = causal, pb.ranks = ranks, pb.rank = rank, pb.pos = rank;
+  pb.order.resize(size_t(ranks));
+  std::iota(pb.order.begin(), pb.order.end(), 0);
+  return pb;
+}
+
+double flops(const std::vector<overlap::detail::gemm_work>& gs) {
+  double f = 0;
+  for (const auto& g : gs) f += 2.0 * double(g.m * g.n * g.k * g.times);
+  return f;
+}
+
+// What the cost model prices for a pass is what the pass runs: without the
+// mask, every rank's products over every step add up to the whole
+// attention's GEMMs (forward: S = Q K^T and O = P V; backward five of that
+// size), counted here from the sequence alone; the ring's steps and the
+// baseline list the same products; every K/V block is received by every
+// other rank once (forward), and with its gradients on the way back
+// (backward). With the mask, the priced products lie between the visible
+// half and the whole.
+TEST(RingAttention, PricedPassesAreThePassesThatRun) {
+  for (int ranks = 1; ranks <= 5; ++ranks)
+    for (bool causal : {false, true}) {
+      const int64_t seq = 37, heads = 2, dh = 3, w = heads * dh;
+      double fwd = 0, bwd = 0, recv_fwd = 0, recv_bwd = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const attn::detail::problem pb = problem_of(seq, ranks, r, heads, dh, causal);
+        const overlap::detail::work ring = attn::detail::forward_work<float>(pb, true);
+        const overlap::detail::work bulk = attn::detail::forward_work<float>(pb, false);
+        ASSERT_EQ(ring.ring_steps.size(), size_t(ranks));
+        std::vector<overlap::detail::gemm_work> listed;
+        for (const auto& st : ring.ring_steps) {
+          listed.insert(listed.end(), st.products.begin(), st.products.end());
+          recv_fwd += st.recv;
+        }
+        EXPECT_EQ(listed, bulk.gemms);
+        EXPECT_EQ(bulk.allgather_block, double(attn::detail::kv_bytes<float>(pb.max_rows(), w)));
+        fwd += flops(bulk.gemms);
+        const overlap::detail::work back = attn::detail::backward_work<float>(pb, true);
+        for (const auto& st : back.ring_steps) bwd += flops(st.products), recv_bwd += st.recv;
+        EXPECT_EQ(flops(attn::detail::backward_work<float>(pb, false).gemms), flops([&] {
+                    std::vector<overlap::detail::gemm_work> all;
+                    for (const auto& st : back.ring_steps) all.insert(all.end(), st.products.begin(), st.products.end());
+                    return all;
+                  }()));
+      }
+      const double whole = 2.0 * 2.0 * double(seq * seq * w);  // two GEMMs of seq x seq x dh per head
+      if (causal) {
+        EXPECT_GT(fwd, whole / 2) << ranks << " ranks";
+        EXPECT_LT(fwd, whole) << ranks << " ranks";
+      } else {
+        EXPECT_EQ(fwd, whole) << ranks << " ranks";
+        EXPECT_EQ(bwd, whole * 5 / 2) << ranks << " ranks";
+      }
+      double blocks = 0, grads = 0;
+      for (int r = 0; r < ranks; ++r) {
+        blocks += double(attn::detail::kv_bytes<float>(causal_split(seq, ranks).rows(r), w));
+        grads += double(attn::detail::dkv_bytes<float>(causal_split(seq, ranks).rows(r), w));
+      }
+      EXPECT_EQ(recv_fwd, (ranks - 1) * blocks) << ranks << " ranks";
+      EXPECT_EQ(recv_bwd, ranks == 1 ? 0 : (ranks - 1) * blocks + ranks * grads) << ranks << " ranks";
+    }
+}
+
+// strategy::automatic is the ops' chooser's: bulk where nothing can be
+// hidden (one rank, or one node without a calibration), else the cost
+// model's choice between bulk and ring, both priced, recorded with their
+// predictions; either way the pass computes what a forced one does.
+TEST(RingAttention, AutomaticIsTheCostModelsChoice) {
+  const int P = testing_support::world_size(), rank = testing_support::world_rank();
+  const causal_split split(40, P);
+  attention_options opt{2, true, strategy::automatic, 4};
+  auto forward = [&](overlap::context& ctx, rank_data<float>& d) {
+    overlap::ring_attention<float>(ctx, d.inputs(), {d.o.view(), d.lse.view()}, opt);
+    return ctx.plan_reports().front().schedule;
+  };
+  rank_data<float> forced(split, rank, 2, 8), uncalibrated(split, rank, 2, 8), modelled(split, rank, 2, 8);
+  {
+    overlap::context ctx(MPI_COMM_WORLD);
+    opt.strategy = strategy::ring;
+    (void)forward(ctx, forced);
+    opt.strategy = strategy::automatic;
+    if (ctx.one_node() || P == 1) {
+      EXPECT_EQ(forward(ctx, uncalibrated), "bulk");
+    }
+  }
+  if (P < 2) return;
+  // A calibration of a slow network (1 Gbit/s) and a flat 50 GFLOP/s.
+  overlap::calibration c;
+  const overlap::link_rates l{50e-6, 125e6, 125e6, 1.2, {}};
+  c.links[overlap::link_class::network] = c.links[overlap::link_class::shared] = l;
+  c.gemm[overlap::dtype::f32] = overlap::gemm_rates{{128, 2048}, std::vector<double>(8, 50e9)};
+  const std::string path = "overlap-attention-calibration-" + std::to_string(P) + ".json";
+  if (rank == 0) std::ofstream(path) << c.to_json();
+  MPI_Barrier(MPI_COMM_WORLD);
+  overlap::config cfg;
+  cfg.calibration = path;
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  const std::string words = forward(ctx, modelled);
+  EXPECT_NE(words.find("cost model's choice"), std::string::npos) << words;
+  EXPECT_NE(words.find("| bulk: "), std::string::npos) << words;
+  EXPECT_NE(words.find("| ring"), std::string::npos) << words;
+  for (int64_t i = 0; i < forced.o.rows; ++i)
+    ASSERT_EQ(0, std::memcmp(&forced.o(i, 0), &modelled.o(i, 0), sizeof(float) * size_t(forced.o.cols)));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::remove(path.c_str());
 }
 
 }  // namespace

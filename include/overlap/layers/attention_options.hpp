@@ -27,8 +27,11 @@ struct attention_options {
   /// attends to every token. Either way the tokens are placed by causal_split.
   bool causal = true;
   /// ring (K and V travel while each step computes), bulk (gather K and V
-  /// first: the baseline) or automatic (ring on 2 or more ranks). The other
-  /// strategies are refused.
+  /// first: the baseline) or automatic: bulk on one rank and on one node
+  /// without a calibration, else the cost model's choice between the two,
+  /// made on the first call of a shape (which measures the links if the
+  /// context has no calibration, as the ops do). The other strategies are
+  /// refused.
   overlap::strategy strategy = overlap::strategy::automatic;
   /// Query rows per block of scores (scratch of block x the longest chunk).
   /// Local; must be positive.

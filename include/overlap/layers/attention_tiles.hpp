@@ -16,6 +16,7 @@
 
 #include "overlap/layers/local_exp.hpp"
 #include "overlap/layers/local_gemm.hpp"
+#include "overlap/schedule/model.hpp"
 
 namespace overlap::layers::attention {
 
@@ -133,83 +134,97 @@ class tile_math {
   void forward(const dims& d, query_rows<A> q, kv_block<A> kv, const tile& t, online_softmax<A> st) {
     const int64_t w = d.width();
     const A scale = A(d.scale());
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const int64_t c = h * d.dh;
-      for (int64_t i0 = 0; i0 < t.q_rows; i0 += d.block) {
-        const int64_t mb = std::min(d.block, t.q_rows - i0), kn = keys(t, i0, mb), row0 = t.q_begin + i0;
-        if (kn == 0) continue;
-        A* p = scratch(p_, mb * kn);
-        gemm_.run(product::abt, mb, kn, d.dh,
-                  {q.q + row0 * q.ld + c, q.ld, kv.k + t.k_begin * kv.ld + c, kv.ld, p, kn});
-        alpha_.resize(size_t(mb));
-        for (int64_t i = 0; i < mb; ++i) {
-          A* row = p + i * kn;
-          const int64_t lim = visible(t, i0 + i, kn);
-          const A mx = row_max(row, lim);
-          A& m = st.max[h * st.rows + row0 + i];
-          const A m_new = std::max(m, mx * scale);
-          alpha_[size_t(i)] = std::isinf(m) ? A(0) : std::exp(m - m_new);
-          m = m_new;
-          for (int64_t j = 0; j < lim; ++j) row[j] = row[j] * scale - m_new;
-          std::fill(row + lim, row + kn, A(0));
-        }
-        exp_(p, mb * kn);
-        for (int64_t i = 0; i < mb; ++i) {
-          A* row = p + i * kn;
-          const int64_t lim = visible(t, i0 + i, kn);
-          std::fill(row + lim, row + kn, A(0));
-          const A s = row_sum(row, lim);
-          A& l = st.sum[h * st.rows + row0 + i];
-          const A a = alpha_[size_t(i)];
-          l = l * a + s;
-          A* o = st.o + (row0 + i) * w + c;
-          for (int64_t j = 0; j < d.dh; ++j) o[j] *= a;
-        }
-        gemm_.run(product::ab, mb, d.dh, kn, {p, kn, kv.v + t.k_begin * kv.ld + c, kv.ld, st.o + row0 * w + c, w},
-                  into::add);
-        if (poll_) poll_();
+    each_block(d, t, [&](int64_t c, int64_t i0, int64_t mb, int64_t kn) {
+      const int64_t h = c / d.dh, row0 = t.q_begin + i0;
+      A* p = scratch(p_, mb * kn);
+      gemm_.run(product::abt, mb, kn, d.dh, {q.q + row0 * q.ld + c, q.ld, kv.k + t.k_begin * kv.ld + c, kv.ld, p, kn});
+      alpha_.resize(size_t(mb));
+      for (int64_t i = 0; i < mb; ++i) {
+        A* row = p + i * kn;
+        const int64_t lim = visible(t, i0 + i, kn);
+        const A mx = row_max(row, lim);
+        A& m = st.max[h * st.rows + row0 + i];
+        const A m_new = std::max(m, mx * scale);
+        alpha_[size_t(i)] = std::isinf(m) ? A(0) : std::exp(m - m_new);
+        m = m_new;
+        for (int64_t j = 0; j < lim; ++j) row[j] = row[j] * scale - m_new;
+        std::fill(row + lim, row + kn, A(0));
       }
-    }
+      exp_(p, mb * kn);
+      for (int64_t i = 0; i < mb; ++i) {
+        A* row = p + i * kn;
+        const int64_t lim = visible(t, i0 + i, kn);
+        std::fill(row + lim, row + kn, A(0));
+        const A s = row_sum(row, lim);
+        A& l = st.sum[h * st.rows + row0 + i];
+        const A a = alpha_[size_t(i)];
+        l = l * a + s;
+        A* o = st.o + (row0 + i) * w + c;
+        for (int64_t j = 0; j < d.dh; ++j) o[j] *= a;
+      }
+      gemm_.run(product::ab, mb, d.dh, kn, {p, kn, kv.v + t.k_begin * kv.ld + c, kv.ld, st.o + row0 * w + c, w},
+                into::add);
+      if (poll_) poll_();
+    });
   }
 
   /// Adds tile t's share of the gradients: dq of its queries, dk and dv of its keys.
   void backward(const dims& d, const backward_rows<A>& in, kv_block<A> kv, const tile& t, tile_grads<A> g) {
     const int64_t w = d.width();
     const A scale = A(d.scale());
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const int64_t c = h * d.dh;
+    each_block(d, t, [&](int64_t c, int64_t i0, int64_t mb, int64_t kn) {
+      const int64_t h = c / d.dh, row0 = t.q_begin + i0;
       const A *k = kv.k + t.k_begin * kv.ld + c, *v = kv.v + t.k_begin * kv.ld + c;
       A *dk = g.dk + t.k_begin * g.ld + c, *dv = g.dv + t.k_begin * g.ld + c;
-      for (int64_t i0 = 0; i0 < t.q_rows; i0 += d.block) {
-        const int64_t mb = std::min(d.block, t.q_rows - i0), kn = keys(t, i0, mb), row0 = t.q_begin + i0;
-        if (kn == 0) continue;
-        const A *q = in.q.q + row0 * in.q.ld + c, *d_o = in.d_o + row0 * w + c;
-        A *p = scratch(p_, mb * kn), *dp = scratch(dp_, mb * kn);
-        gemm_.run(product::abt, mb, kn, d.dh, {q, in.q.ld, k, kv.ld, p, kn});  // S = Q K^T
-        for (int64_t i = 0; i < mb; ++i) {                                     // P = exp(scale S - lse)
-          A* row = p + i * kn;
-          const int64_t lim = visible(t, i0 + i, kn);
-          const A lse = in.lse[h * in.rows + row0 + i];
-          for (int64_t j = 0; j < lim; ++j) row[j] = row[j] * scale - lse;
-          std::fill(row + lim, row + kn, A(0));
-        }
-        exp_(p, mb * kn);
-        for (int64_t i = 0; i < mb; ++i) std::fill(p + i * kn + visible(t, i0 + i, kn), p + (i + 1) * kn, A(0));
-        gemm_.run(product::atb, kn, d.dh, mb, {p, kn, d_o, w, dv, g.ld}, into::add);  // dV += P^T dO
-        gemm_.run(product::abt, mb, kn, d.dh, {d_o, w, v, kv.ld, dp, kn});            // dP = dO V^T
-        for (int64_t i = 0; i < mb; ++i) {                                            // dS = P (dP - delta) scale
-          const A delta = in.delta[h * in.rows + row0 + i];
-          for (int64_t j = 0; j < kn; ++j) dp[i * kn + j] = p[i * kn + j] * (dp[i * kn + j] - delta) * scale;
-        }
-        gemm_.run(product::ab, mb, d.dh, kn, {dp, kn, k, kv.ld, g.dq + row0 * g.dq_ld + c, g.dq_ld},
-                  into::add);                                                              // dQ += dS K
-        gemm_.run(product::atb, kn, d.dh, mb, {dp, kn, q, in.q.ld, dk, g.ld}, into::add);  // dK += dS^T Q
-        if (poll_) poll_();
+      const A *q = in.q.q + row0 * in.q.ld + c, *d_o = in.d_o + row0 * w + c;
+      A *p = scratch(p_, mb * kn), *dp = scratch(dp_, mb * kn);
+      gemm_.run(product::abt, mb, kn, d.dh, {q, in.q.ld, k, kv.ld, p, kn});  // S = Q K^T
+      for (int64_t i = 0; i < mb; ++i) {                                     // P = exp(scale S - lse)
+        A* row = p + i * kn;
+        const int64_t lim = visible(t, i0 + i, kn);
+        const A lse = in.lse[h * in.rows + row0 + i];
+        for (int64_t j = 0; j < lim; ++j) row[j] = row[j] * scale - lse;
+        std::fill(row + lim, row + kn, A(0));
       }
-    }
+      exp_(p, mb * kn);
+      for (int64_t i = 0; i < mb; ++i) std::fill(p + i * kn + visible(t, i0 + i, kn), p + (i + 1) * kn, A(0));
+      gemm_.run(product::atb, kn, d.dh, mb, {p, kn, d_o, w, dv, g.ld}, into::add);  // dV += P^T dO
+      gemm_.run(product::abt, mb, kn, d.dh, {d_o, w, v, kv.ld, dp, kn});            // dP = dO V^T
+      for (int64_t i = 0; i < mb; ++i) {                                            // dS = P (dP - delta) scale
+        const A delta = in.delta[h * in.rows + row0 + i];
+        for (int64_t j = 0; j < kn; ++j) dp[i * kn + j] = p[i * kn + j] * (dp[i * kn + j] - delta) * scale;
+      }
+      gemm_.run(product::ab, mb, d.dh, kn, {dp, kn, k, kv.ld, g.dq + row0 * g.dq_ld + c, g.dq_ld},
+                into::add);                                                              // dQ += dS K
+      gemm_.run(product::atb, kn, d.dh, mb, {dp, kn, q, in.q.ld, dk, g.ld}, into::add);  // dK += dS^T Q
+      if (poll_) poll_();
+    });
+  }
+
+  /// The GEMMs (m x n x k) that forward() (or backward()) runs for tile t,
+  /// in its order: what the cost model prices (attention_work).
+  static void products(const dims& d, const tile& t, bool backward, std::vector<overlap::detail::gemm_work>& out) {
+    each_block(d, t, [&](int64_t, int64_t, int64_t mb, int64_t kn) {
+      if (!backward) {
+        out.push_back({mb, kn, d.dh}), out.push_back({mb, d.dh, kn});  // S = Q K^T; O += P V
+        return;
+      }
+      // S = Q K^T; dV += P^T dO; dP = dO V^T; dQ += dS K; dK += dS^T Q.
+      out.insert(out.end(), {{mb, kn, d.dh}, {kn, d.dh, mb}, {mb, kn, d.dh}, {mb, d.dh, kn}, {kn, d.dh, mb}});
+    });
   }
 
  private:
+  // Calls f(c, i0, mb, kn) for every head (first column c) and block of
+  // tile t's queries [i0, i0 + mb) that sees any key (kn of them).
+  template <class F>
+  static void each_block(const dims& d, const tile& t, F&& f) {
+    for (int64_t h = 0; h < d.heads; ++h)
+      for (int64_t i0 = 0; i0 < t.q_rows; i0 += d.block) {
+        const int64_t mb = std::min(d.block, t.q_rows - i0), kn = keys(t, i0, mb);
+        if (kn > 0) f(h * d.dh, i0, mb, kn);
+      }
+  }
   // The keys any query of rows [i0, i0 + mb) of tile t sees.
   static int64_t keys(const tile& t, int64_t i0, int64_t mb) {
     return t.diagonal ? std::min(t.k_rows, i0 + mb) : t.k_rows;

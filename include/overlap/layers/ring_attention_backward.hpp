@@ -98,32 +98,42 @@ struct backward_pattern {
   /// The slot step t receives into and computes on.
   [[nodiscard]] char* slot(int t) const { return s.slots.at((t % 2) * s.slot_bytes); }
   /// Bytes of the gradients of block src(t) as they travel.
-  [[nodiscard]] int64_t grads_of(int t) const { return dkv_bytes<A>(pb.rows(pb.src(t)), pb.d.width()); }
-  /// The message of step t: the gradients of block src(t - 1) and the K/V
-  /// block src(t), where present.
-  [[nodiscard]] engine::transfer message(int t, bool grads, bool kv) const {
-    if (!grads && !kv) return {};
-    const int64_t begin = s.grad_bytes - (grads ? grads_of(t - 1) : 0);
-    const int64_t end = s.grad_bytes + (kv ? kv_bytes<T>(pb.rows(pb.src(t)), pb.d.width()) : 0);
-    return {slot(t) + begin, u.type, u.count(end - begin)};
-  }
+  static int64_t grads_of(const problem& pb, int t) { return dkv_bytes<A>(pb.rows(pb.src(t)), pb.d.width()); }
+  /// Which parts a message of step t carries: the gradients of block
+  /// src(t - 1), the K/V block src(t).
+  struct parts {
+    bool grads = false, kv = false;
+  };
   /// Received for step t: sent by the next rank at its step t - 1.
-  [[nodiscard]] engine::transfer recv(int t, int /*lane*/) const {
-    return message(t, t >= 2, t >= 1 && t <= pb.ranks - 1);
+  static parts received(const problem& pb, int t) { return {t >= 2, t >= 1 && t <= pb.ranks - 1}; }
+  /// Sent at step t.
+  static parts sent(const problem& pb, int t) { return {t >= 1 && t <= pb.ranks, t <= pb.ranks - 2}; }
+  /// Bytes of step t's message of parts `m`.
+  static int64_t message_bytes(const problem& pb, int t, parts m) {
+    return (m.grads ? grads_of(pb, t - 1) : 0) + (m.kv ? kv_bytes<T>(pb.rows(pb.src(t)), pb.d.width()) : 0);
   }
-  /// Sent at step t, after adding this rank's share to the gradients of
-  /// block src(t - 1) (the first holder after the block's rank copies it).
+  /// The message of step t of parts `m`, in its slot.
+  [[nodiscard]] engine::transfer message(int t, parts m) const {
+    if (!m.grads && !m.kv) return {};
+    const int64_t begin = s.grad_bytes - (m.grads ? grads_of(pb, t - 1) : 0);
+    return {slot(t) + begin, u.type, u.count(message_bytes(pb, t, m))};
+  }
+  /// Received for step t (received()).
+  [[nodiscard]] engine::transfer recv(int t, int /*lane*/) const { return message(t, received(pb, t)); }
+  /// Sent at step t (sent()), after adding this rank's share to the
+  /// gradients of block src(t - 1) (the first holder after the block's rank
+  /// copies it).
   [[nodiscard]] engine::transfer send(int t, int /*lane*/) {
-    const bool grads = t >= 1 && t <= pb.ranks;
-    if (grads) {
-      A* to = reinterpret_cast<A*>(slot(t) + s.grad_bytes - grads_of(t - 1));
+    const parts m = sent(pb, t);
+    if (m.grads) {
+      A* to = reinterpret_cast<A*>(slot(t) + s.grad_bytes - grads_of(pb, t - 1));
       const size_t n = size_t(2 * pb.rows(pb.src(t - 1)) * pb.d.width());
       if (t == 1)
         std::copy(s.partial.begin(), s.partial.begin() + long(n), to);
       else
         for (size_t i = 0; i < n; ++i) to[i] += s.partial[i];
     }
-    return message(t, grads, t <= pb.ranks - 2);
+    return message(t, m);
   }
   /// Steps 0 .. ranks - 1: this rank's share of block src(t)'s gradients.
   void compute(int t) {
@@ -135,7 +145,7 @@ struct backward_pattern {
   /// This rank's own block's gradients, complete, after the ring.
   [[nodiscard]] const A* own_grads() const {
     if (pb.ranks == 1) return s.partial.data();
-    return reinterpret_cast<const A*>(slot(pb.ranks + 1) + s.grad_bytes - grads_of(pb.ranks));
+    return reinterpret_cast<const A*>(slot(pb.ranks + 1) + s.grad_bytes - grads_of(pb, pb.ranks));
   }
 };
 
@@ -150,6 +160,34 @@ void finish_backward(const problem& pb, const backward_state<T>& s, const attent
       g.dk(i, j) = narrow<T>(dkv[i * w + j]);
       g.dv(i, j) = narrow<T>(dkv[(n + i) * w + j]);
     }
+}
+
+/// The backward pass on this rank as the cost model prices it: the ring's
+/// steps (backward_pattern's messages, each_tile's products) or the
+/// baseline's gather, products and reduce-scatter.
+template <class T>
+overlap::detail::work backward_work(const problem& pb, bool ring) {
+  using pattern = backward_pattern<T>;
+  overlap::detail::work w;
+  w.ring = ring;
+  const int steps = pb.ranks == 1 ? 1 : pb.ranks + 2;
+  for (int t = 0; t < steps; ++t) {
+    overlap::detail::ring_step_work st;
+    if (t < pb.ranks) step_products<attention_acc_t<T>>(pb, t, true, st.products);
+    if (pb.ranks > 1) {
+      st.recv = double(pattern::message_bytes(pb, t, pattern::received(pb, t)));
+      st.moved = st.recv + double(pattern::message_bytes(pb, t, pattern::sent(pb, t)));
+    }
+    if (ring)
+      w.ring_steps.push_back(std::move(st));
+    else
+      w.gemms.insert(w.gemms.end(), st.products.begin(), st.products.end());
+  }
+  if (!ring) {
+    w.allgather_block = double(kv_bytes<T>(pb.max_rows(), pb.d.width()));
+    w.reduce_scatter_block = double(2 * pb.max_rows() * pb.d.width() * int64_t(sizeof(attention_acc_t<T>)));
+  }
+  return w;
 }
 
 /// The baseline's backward pass: gather every K/V block, compute this
@@ -211,6 +249,7 @@ void ring_attention_backward(context& ctx, const attention_inputs<T>& in, const 
   using od_id = overlap::detail::op_id;
   const prepared<backward_state<T>> p = prepare<od_id::ring_attention_backward, T, backward_state<T>>(
       ctx, "backward", row_of(in, opt), opt, local,
+      [](const problem& pb, bool ring) { return backward_work<T>(pb, ring); },
       [&](const problem& pb, backward_state<T>& s) { s.allocate(pb, in, fwd, d_o); });
   const problem& pb = p.plan.pb;
   backward_state<T>& s = p.plan.s;

@@ -56,17 +56,23 @@ struct forward_pattern {
   [[nodiscard]] int steps() const { return pb.ranks; }
   /// A block is received one step ahead; a send completes before the next step's.
   [[nodiscard]] engine::ring_window window() const { return {1, 0}; }
+  /// Bytes of the block of step t.
+  static int64_t block_bytes(const problem& pb, int t) { return kv_bytes<T>(pb.rows(pb.src(t)), pb.d.width()); }
+  /// Steps 1 .. ranks - 1 receive their block.
+  static bool receives(const problem& pb, int t) { return t >= 1 && t < pb.ranks; }
+  /// Every block but the last goes on to the previous rank.
+  static bool sends(const problem& pb, int t) { return t < pb.ranks - 1; }
   /// The block of step t, in its slot.
   [[nodiscard]] engine::transfer block(int t) const {
-    return {s.slots.at((t % 2) * s.slot_bytes), u.type, u.count(kv_bytes<T>(pb.rows(pb.src(t)), pb.d.width()))};
+    return {s.slots.at((t % 2) * s.slot_bytes), u.type, u.count(block_bytes(pb, t))};
   }
-  /// Steps 1 .. ranks - 1 receive their block.
+  /// The block step t receives (receives()).
   [[nodiscard]] engine::transfer recv(int t, int /*lane*/) const {
-    return t >= 1 && t < pb.ranks ? block(t) : engine::transfer{};
+    return receives(pb, t) ? block(t) : engine::transfer{};
   }
-  /// Every block but the last goes on to the previous rank.
+  /// The block step t sends (sends()).
   [[nodiscard]] engine::transfer send(int t, int /*lane*/) const {
-    return t < pb.ranks - 1 ? block(t) : engine::transfer{};
+    return sends(pb, t) ? block(t) : engine::transfer{};
   }
   /// Folds step t's block into the online softmax.
   void compute(int t) { fold(pb, s, math, pb.src(t), s.slots.at((t % 2) * s.slot_bytes)); }
@@ -78,6 +84,28 @@ struct forward_pattern {
     each_tile(pb, src, [&](const tile& x) { math.forward(pb.d, {s.q.data(), pb.d.width()}, kv, x, st); });
   }
 };
+
+/// The forward pass on this rank as the cost model prices it: the ring's
+/// steps (forward_pattern's transfers, each_tile's products) or the
+/// baseline's gather and products.
+template <class T>
+overlap::detail::work forward_work(const problem& pb, bool ring) {
+  using pattern = forward_pattern<T>;
+  overlap::detail::work w;
+  w.ring = ring;
+  for (int t = 0; t < pb.ranks; ++t) {
+    overlap::detail::ring_step_work st;
+    step_products<attention_acc_t<T>>(pb, t, false, st.products);
+    if (pattern::receives(pb, t)) st.recv = double(pattern::block_bytes(pb, t));
+    st.moved = st.recv + (pattern::sends(pb, t) ? double(pattern::block_bytes(pb, t)) : 0);
+    if (ring)
+      w.ring_steps.push_back(std::move(st));
+    else
+      w.gemms.insert(w.gemms.end(), st.products.begin(), st.products.end());
+  }
+  if (!ring) w.allgather_block = double(kv_bytes<T>(pb.max_rows(), pb.d.width()));
+  return w;
+}
 
 /// out = the normalised output and the log-sum-exp of the online softmax.
 template <class T>
@@ -111,7 +139,9 @@ void ring_attention(context& ctx, const attention_inputs<T>& in, const attention
   };
   using od_id = overlap::detail::op_id;
   const prepared<forward_state<T>> p = prepare<od_id::ring_attention, T, forward_state<T>>(
-      ctx, "forward", row_of(in, opt), opt, local, [&](const problem& pb, forward_state<T>& s) { s.allocate(pb, in); });
+      ctx, "forward", row_of(in, opt), opt, local,
+      [](const problem& pb, bool ring) { return forward_work<T>(pb, ring); },
+      [&](const problem& pb, forward_state<T>& s) { s.allocate(pb, in); });
   const problem& pb = p.plan.pb;
   forward_state<T>& s = p.plan.s;
   if (!p.built) s.allocate(pb, in);  // this call's inputs, in the cached buffers (sized alike: nothing allocated)

@@ -26,6 +26,7 @@
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/call_agreement.hpp"
 #include "overlap/ops/checks.hpp"
+#include "overlap/ops/choose.hpp"
 #include "overlap/ops/op_id.hpp"
 #include "overlap/ops/run.hpp"
 #include "overlap/watchdog.hpp"
@@ -110,6 +111,12 @@ void each_tile(const problem& pb, int src, F&& f) {
              pb.causal && ki == qi});
     }
   }
+}
+
+/// The GEMMs of step t (on the block of src(t)): every tile's (tile_math::products).
+template <class A>
+void step_products(const problem& pb, int t, bool backward, std::vector<overlap::detail::gemm_work>& out) {
+  each_tile(pb, pb.src(t), [&](const tile& x) { tile_math<A>::products(pb.d, x, backward, out); });
 }
 
 /// The unit blocks travel in: bytes, or 64-byte runs when the largest
@@ -314,17 +321,35 @@ std::string summary(const char* pass, const problem& pb) {
          " ranks";
 }
 
+/// Collective on a plan miss: the schedule of a pass, bulk or ring. A forced
+/// strategy is taken; automatic asks the ops' chooser (ops/choose.hpp): bulk
+/// on one rank and on one node without a calibration, else the simplest of
+/// bulk and ring that the cost model predicts within its margin of the
+/// faster, both priced from the pass as it would run (`price(ring)`: the
+/// tiles' GEMMs and the blocks' bytes). The online softmax between the GEMMs
+/// is not calibrated and not priced: docs/design.md ("Ring attention's
+/// choice") says what that leaves out.
+template <class Price>
+schedule choose_pass(context& ctx, overlap::strategy asked, dtype t, Price&& price) {
+  overlap::detail::schedule_request req;
+  req.strategy = asked;
+  req.others_allowed = false, req.bidirectional = false;
+  return overlap::detail::choose_schedule(
+      ctx, req, t, [](int) { return 1; }, [&](const schedule& s) { return price(s.strategy == strategy::ring); });
+}
+
 /// Collective: prepares a pass of op `Id` (forward or backward) through the
 /// ops' common path: this rank's checks (`local` returns a complaint or
 /// ""), the agreement on the cached plan (a bad call on any rank throws
 /// std::invalid_argument on every rank, with the lowest failing rank's
 /// message, before any transfer; so do calls that differ across ranks), and
 /// on a miss anywhere the exchange of every rank's row, the rules across
-/// ranks, and the plan's buffers (`allocate(pb, state)`, whose failure on
-/// any rank is agreed too). Returns the plan, cached in the context.
-template <overlap::detail::op_id Id, class T, class State, class Local, class Allocate>
+/// ranks, the schedule (choose_pass, pricing with `price(pb, ring)`), and
+/// the plan's buffers (`allocate(pb, state)`, whose failure on any rank is
+/// agreed too). Returns the plan, cached in the context.
+template <overlap::detail::op_id Id, class T, class State, class Local, class Price, class Allocate>
 prepared<State> prepare(context& ctx, const char* pass, const call_row& mine, const attention_options& opt,
-                        Local&& local, Allocate&& allocate) {
+                        Local&& local, Price&& price, Allocate&& allocate) {
   namespace od = overlap::detail;
   using info = od::op_info<Id>;
   ctx.check_usable(info::names.call);
@@ -350,12 +375,14 @@ prepared<State> prepare(context& ctx, const char* pass, const call_row& mine, co
   pb.split = causal_split(seq, P);
   pb.d = dims{opt.heads, mine.width / opt.heads, opt.block};
   pb.causal = opt.causal;
-  pb.ring = opt.strategy == strategy::ring || (opt.strategy == strategy::automatic && P >= 2);
   pb.ranks = P, pb.rank = ctx.rank(), pb.order = ctx.ring();
   pb.pos = int(std::find(pb.order.begin(), pb.order.end(), pb.rank) - pb.order.begin());
+  const schedule sched =
+      choose_pass(ctx, opt.strategy, dtype_of<attention_acc_t<T>>(), [&](bool ring) { return price(pb, ring); });
+  pb.ring = sched.strategy == strategy::ring;
   plan->fingerprint = agreed_on.fingerprint(Id);
   plan->summary = summary<T>(pass, pb);
-  plan->schedule_words = pb.ring ? "ring" : "bulk";
+  plan->schedule_words = to_string(sched);
   plan->automatic = opt.strategy == strategy::automatic;
   od::build_agreed(ctx, checks.op(), [&] {
     allocate(plan->pb, plan->s);

@@ -29,6 +29,7 @@ struct schedule_request {
   overlap::algorithm algorithm = overlap::algorithm::automatic;
   bool others_allowed = true;   ///< false: the call wants the gathered operand (gathered_out)
   bool hierarchical = false;    ///< the op has a hierarchical schedule (else it runs ring)
+  bool bidirectional = true;    ///< the op has a two-lane ring (else it runs ring)
   int hierarchical_chunks = 1;  ///< pieces per shard of the hierarchical schedule
   /// Pieces the other-operands algorithm may gather its operand in, thinnest
   /// last (empty: it gathers none); with more than one the cost model picks,
@@ -112,7 +113,8 @@ schedule forced_others(context& ctx, const schedule_request& req, dtype t, WorkO
 /// What the context's shape allows, decided here once for every op.
 struct allowed_strategies {
   /// Two lanes need two distinct neighbours: 3 or more ranks (at 2 the
-  /// one-way ring already carries data both ways on the only link).
+  /// one-way ring already carries data both ways on the only link), and an
+  /// op that has a two-lane ring.
   bool bidirectional = false;
   /// Two or more nodes of two or more ranks each (context::two_levels), and
   /// an op that has a hierarchical schedule.
@@ -124,7 +126,7 @@ struct allowed_strategies {
 };
 inline allowed_strategies allowed(const context& ctx, const schedule_request& req) {
   allowed_strategies a;
-  a.bidirectional = ctx.size() >= 3;
+  a.bidirectional = req.bidirectional && ctx.size() >= 3;
   a.hierarchical = req.hierarchical && ctx.two_levels();
   a.automatic_is_bulk = ctx.size() == 1 || (ctx.one_node() && !ctx.calibration());
   return a;
