@@ -19,10 +19,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <overlap/context.hpp>
+#include <overlap/attention/ring_attention.hpp>
 #include <overlap/layers/example_values.hpp>
-#include <overlap/layers/ring_attention.hpp>
 #include <overlap/mpi/environment.hpp>
+#include <overlap/runtime/context.hpp>
 
 #include "common/cli.hpp"
 #include "common/measure.hpp"

@@ -18,8 +18,8 @@
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
+#include <overlap/attention/ring_attention.hpp>
 #include <overlap/layers/example_values.hpp>
-#include <overlap/layers/ring_attention.hpp>
 #include <overlap/layers/transformer.hpp>
 #include <overlap/overlap.hpp>
 

@@ -18,7 +18,7 @@
 #include "../apps/common/cli.hpp"
 #include "../apps/common/measure.hpp"
 #include "../apps/common/provenance.hpp"
-#include "overlap/error.hpp"
+#include "overlap/core/error.hpp"
 #include "overlap/mpi/environment.hpp"
 #include "overlap/mpi/request.hpp"
 

@@ -1,4 +1,4 @@
-// The transformer block's local phases (layers/local_math.hpp's plain loops,
+// The transformer block's local phases (kernels/local_math.hpp's plain loops,
 // which the block ran in float before, against what it runs now), side by
 // side in one run of one process, one thread, on the block's shapes at 2
 // ranks (seq 1024, hidden 1024, 16 heads of 64: each rank holds 512 tokens,
@@ -21,11 +21,11 @@
 #include <limits>
 #include <vector>
 
-#include <overlap/layers/attention_tiles.hpp>
+#include <overlap/attention/attention_tiles.hpp>
+#include <overlap/kernels/local_exp.hpp>
+#include <overlap/kernels/local_math.hpp>
+#include <overlap/kernels/local_primitives.hpp>
 #include <overlap/layers/example_values.hpp>
-#include <overlap/layers/local_exp.hpp>
-#include <overlap/layers/local_math.hpp>
-#include <overlap/layers/local_primitives.hpp>
 
 namespace {
 
@@ -113,7 +113,7 @@ void each_row(std::vector<float>& p, F&& f) {
 }
 
 // The block's softmax before: per row, max, exp, sum and scale with scalar
-// loops (the loop of layers/local_math.hpp's causal_softmax_row at 1596d59).
+// loops (the loop of kernels/local_math.hpp's causal_softmax_row at 1596d59).
 void softmax_loops(benchmark::State& st) {
   const std::vector<float> s0 = scores();
   std::vector<float> p = s0;
@@ -159,7 +159,7 @@ void softmax_online(benchmark::State& st) {
   }
 }
 
-// The block's attention now (layers/softmax_attention.hpp): scale and mask
+// The block's attention now (attention/softmax_attention.hpp): scale and mask
 // the whole rows, then oneDNN's softmax primitive.
 void softmax_primitive(benchmark::State& st) {
   const std::vector<float> s0 = scores();

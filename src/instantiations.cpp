@@ -3,11 +3,11 @@
 // functions and instantiates every op for every element type of
 // OVERLAP_FOR_EACH_ELEMENT. Code that links the library parses declarations
 // only (flavour.hpp).
-#include "overlap/context-inl.hpp"
 #include "overlap/ops/all_gather_matmul-inl.hpp"
 #include "overlap/ops/matmul_all_reduce-inl.hpp"
 #include "overlap/ops/matmul_reduce_scatter-inl.hpp"
 #include "overlap/overlap.hpp"
+#include "overlap/runtime/context-inl.hpp"
 #include "overlap/schedule/calibration-inl.hpp"
 
 namespace overlap::detail {

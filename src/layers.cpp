@@ -6,9 +6,9 @@
 // of its own, beside src/instantiations.cpp, so that a parallel build
 // compiles the two at once.
 // The declarations (with their default arguments) before the definitions.
-#include "overlap/layers/ring_attention.hpp"
-#include "overlap/layers/ring_attention_backward.hpp"
-#include "overlap/layers/ring_attention_forward.hpp"
+#include "overlap/attention/ring_attention.hpp"
+#include "overlap/attention/ring_attention_backward.hpp"
+#include "overlap/attention/ring_attention_forward.hpp"
 #include "overlap/layers/transformer-inl.hpp"
 
 namespace overlap {

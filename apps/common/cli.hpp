@@ -7,8 +7,8 @@
 #include <string>
 
 #include <overlap/config.hpp>
+#include <overlap/core/version.hpp>
 #include <overlap/mpi/simulator.hpp>
-#include <overlap/version.hpp>
 
 #include "cli11.hpp"
 

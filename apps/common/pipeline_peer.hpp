@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "overlap/backend/onednn.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/matrix.hpp"
 
 namespace overlap::apps {
 

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <overlap/backend/onednn.hpp>
-#include <overlap/version.hpp>
+#include <overlap/core/version.hpp>
 
 namespace overlap::apps {
 

@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "overlap/enum_names.hpp"
+#include "overlap/core/enum_names.hpp"
 #include "overlap/mpi/simulator.hpp"
 
 namespace overlap {

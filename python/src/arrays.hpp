@@ -15,9 +15,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "overlap/bfloat16.hpp"
-#include "overlap/dtype.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/bfloat16.hpp"
+#include "overlap/core/dtype.hpp"
+#include "overlap/core/matrix.hpp"
 
 namespace overlap::python {
 

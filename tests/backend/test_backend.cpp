@@ -5,7 +5,7 @@
 #include "overlap/backend/eigen.hpp"
 #include "overlap/backend/onednn.hpp"
 #include "overlap/backend/simulated.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/matrix.hpp"
 #include "reference.hpp"
 
 using namespace testing_support;

@@ -20,7 +20,7 @@
 
 #include <overlap/layers/example_values.hpp>
 #include <overlap/layers/transformer.hpp>
-#include <overlap/mesh.hpp>
+#include <overlap/runtime/mesh.hpp>
 
 #include "transformer_reference.hpp"
 

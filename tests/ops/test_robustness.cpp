@@ -15,7 +15,7 @@
 #include "overlap/backend/onednn.hpp"
 #include "overlap/mpi/simulator.hpp"
 #include "overlap/ops/checks.hpp"
-#include "overlap/plan_cache.hpp"
+#include "overlap/runtime/plan_cache.hpp"
 #include "rs_cases.hpp"
 
 using namespace testing_support;

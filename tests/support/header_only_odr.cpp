@@ -2,6 +2,6 @@
 // every public header again, beside the unity-built suites that instantiate
 // the ops, so that a function defined in a header without `inline`
 // (OVERLAP_FUNC) is defined twice and fails to link.
-#include "overlap/layers/ring_attention.hpp"
+#include "overlap/attention/ring_attention.hpp"
 #include "overlap/layers/transformer.hpp"
 #include "overlap/overlap.hpp"

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "overlap/backend/gemm.hpp"
-#include "overlap/bfloat16.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/bfloat16.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/ops/options.hpp"
 
 namespace testing_support {

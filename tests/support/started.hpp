@@ -2,7 +2,7 @@
 // What a test caller does between starting an op and waiting for it.
 #include <gtest/gtest.h>
 
-#include "overlap/context.hpp"
+#include "overlap/runtime/context.hpp"
 #include "reference.hpp"
 
 namespace testing_support {

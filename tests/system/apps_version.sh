@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every app's --version prints the package's version (CMake's, read from
-# include/overlap/version.hpp) and exits 0; --help shows defaults and, for
+# include/overlap/core/version.hpp) and exits 0; --help shows defaults and, for
 # overlap-bench, what -m/-n/-k mean for each variant. One process each, no
 # launcher: MPI starts as a singleton.
 set -euo pipefail

@@ -2,8 +2,8 @@
 // public header that file does not reach (the layers), with the layer's
 // templates instantiated so that their bodies are checked too. Never built
 // by default (CMake target overlap_lint_headers).
+#include "overlap/attention/ring_attention.hpp"
 #include "overlap/layers/example_values.hpp"
-#include "overlap/layers/ring_attention.hpp"
 #include "overlap/layers/transformer.hpp"
 #include "overlap/overlap.hpp"
 

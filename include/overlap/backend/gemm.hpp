@@ -16,8 +16,8 @@
 #include <tuple>
 #include <vector>
 
-#include "overlap/dtype.hpp"
-#include "overlap/epilogue.hpp"
+#include "overlap/core/dtype.hpp"
+#include "overlap/core/epilogue.hpp"
 
 namespace overlap {
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "overlap/backend/gemm.hpp"
-#include "overlap/error.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/error.hpp"
+#include "overlap/core/matrix.hpp"
 
 namespace overlap::backend {
 

@@ -12,14 +12,14 @@
 #include <cstring>
 #include <vector>
 
-#include "overlap/agreement.hpp"
-#include "overlap/context.hpp"
+#include "overlap/core/error.hpp"
 #include "overlap/engine/buffer.hpp"
 #include "overlap/engine/progress.hpp"
 #include "overlap/engine/tags.hpp"
-#include "overlap/error.hpp"
-#include "overlap/failure.hpp"
 #include "overlap/mpi/simulator.hpp"
+#include "overlap/runtime/agreement.hpp"
+#include "overlap/runtime/context.hpp"
+#include "overlap/runtime/failure.hpp"
 #include "overlap/schedule/calibration.hpp"
 #include "overlap/schedule/model.hpp"
 

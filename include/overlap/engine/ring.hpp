@@ -18,9 +18,9 @@
 #include <exception>
 
 #include "overlap/config.hpp"
+#include "overlap/core/error.hpp"
 #include "overlap/engine/progress.hpp"
 #include "overlap/engine/trace.hpp"
-#include "overlap/error.hpp"
 #include "overlap/mpi/request.hpp"
 
 namespace overlap::engine {

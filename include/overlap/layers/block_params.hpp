@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "overlap/layers/causal_split.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/attention/causal_split.hpp"
+#include "overlap/core/matrix.hpp"
 
 namespace overlap::layers {
 

@@ -1,25 +1,6 @@
 #pragma once
 /// @file
-/// Conversions between the element types (float, double, bfloat16) that the
-/// layers, their apps and their tests share.
+/// overlap: forwarding header. The old path of overlap/kernels/element_cast.hpp (moved in 0.3.0: kernels/ holds the
+/// local primitives (no communication) that ring attention and the transformer block share). Include the new path.
 
-#include <type_traits>
-
-#include "overlap/bfloat16.hpp"
-
-namespace overlap::layers::detail {
-
-/// v as To; bfloat16 converts through float.
-template <class To, class From>
-To cast(From v) {
-  if constexpr (std::is_same_v<To, From>)
-    return v;
-  else if constexpr (std::is_same_v<To, bfloat16>)
-    return bfloat16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<From, bfloat16>)
-    return static_cast<To>(static_cast<float>(v));
-  else
-    return static_cast<To>(v);
-}
-
-}  // namespace overlap::layers::detail
+#include "overlap/kernels/element_cast.hpp"

@@ -8,8 +8,8 @@
 #include <new>
 #include <utility>
 
-#include "overlap/agreement.hpp"
 #include "overlap/layers/transformer.hpp"
+#include "overlap/runtime/agreement.hpp"
 
 namespace overlap::layers {
 namespace detail {

@@ -38,23 +38,23 @@
 #include <type_traits>
 #include <vector>
 
-#include "overlap/bfloat16.hpp"
-#include "overlap/context.hpp"
+#include "overlap/attention/attention_tiles.hpp"
+#include "overlap/attention/ring_attention.hpp"
+#include "overlap/attention/softmax_attention.hpp"
+#include "overlap/core/bfloat16.hpp"
+#include "overlap/core/flavour.hpp"
 #include "overlap/engine/trace.hpp"
-#include "overlap/flavour.hpp"
-#include "overlap/layers/attention_tiles.hpp"
+#include "overlap/kernels/element_cast.hpp"
+#include "overlap/kernels/local_gemm.hpp"
+#include "overlap/kernels/local_math.hpp"
+#include "overlap/kernels/local_primitives.hpp"
 #include "overlap/layers/block_params.hpp"
-#include "overlap/layers/element_cast.hpp"
-#include "overlap/layers/local_gemm.hpp"
-#include "overlap/layers/local_math.hpp"
-#include "overlap/layers/local_primitives.hpp"
 #include "overlap/layers/phase_span.hpp"
-#include "overlap/layers/ring_attention.hpp"
-#include "overlap/layers/softmax_attention.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/matmul_all_reduce.hpp"
 #include "overlap/ops/matmul_reduce_scatter.hpp"
+#include "overlap/runtime/context.hpp"
 
 namespace overlap::layers {
 

@@ -6,7 +6,7 @@
 
 #include <utility>
 
-#include "overlap/error.hpp"
+#include "overlap/core/error.hpp"
 
 namespace overlap::mpi {
 

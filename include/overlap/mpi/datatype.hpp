@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "overlap/error.hpp"
+#include "overlap/core/error.hpp"
 
 namespace overlap::mpi {
 

@@ -5,7 +5,7 @@
 
 #include <mpi.h>
 
-#include "overlap/error.hpp"
+#include "overlap/core/error.hpp"
 
 namespace overlap::mpi {
 

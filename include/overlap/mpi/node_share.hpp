@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "overlap/error.hpp"
+#include "overlap/core/error.hpp"
 
 #if defined(__linux__)
 #include <sched.h>

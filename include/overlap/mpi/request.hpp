@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "overlap/error.hpp"
+#include "overlap/core/error.hpp"
 #include "overlap/mpi/topology.hpp"
 #include "overlap/mpi/wait.hpp"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "overlap/error.hpp"
+#include "overlap/core/error.hpp"
 
 namespace overlap::mpi {
 

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "overlap/core/matrix.hpp"
 #include "overlap/engine/buffer.hpp"
-#include "overlap/matrix.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/run.hpp"
 

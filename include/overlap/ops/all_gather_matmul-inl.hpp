@@ -10,10 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "overlap/context.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/engine/buffer.hpp"
 #include "overlap/engine/ring.hpp"
-#include "overlap/matrix.hpp"
 #include "overlap/ops/accumulate.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/block_types.hpp"
@@ -30,6 +29,7 @@
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/site.hpp"
 #include "overlap/ops/verbose.hpp"
+#include "overlap/runtime/context.hpp"
 #include "overlap/schedule/chunks.hpp"
 
 namespace overlap {

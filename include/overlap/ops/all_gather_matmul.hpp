@@ -4,12 +4,12 @@
 /// first, decomposed into ring steps that overlap each shard's transfer with
 /// the partial product of the shard before it.
 
-#include "overlap/context.hpp"
-#include "overlap/flavour.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/flavour.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/ops/entry_points.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/pending.hpp"
+#include "overlap/runtime/context.hpp"
 #include "overlap/schedule/schedule.hpp"
 
 namespace overlap {

@@ -7,7 +7,7 @@
 #include <map>
 #include <tuple>
 
-#include "overlap/dtype.hpp"
+#include "overlap/core/dtype.hpp"
 #include "overlap/mpi/datatype.hpp"
 
 namespace overlap::detail {

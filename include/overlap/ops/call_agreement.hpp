@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The agreement on an op call (built on overlap/agreement.hpp's collective
+/// The agreement on an op call (built on overlap/runtime/agreement.hpp's collective
 /// agreement): argument checks that end the same way on every rank.
 ///
 /// A local check that fails on one rank must not leave the other ranks in a
@@ -23,14 +23,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "overlap/agreement.hpp"
-#include "overlap/context.hpp"
-#include "overlap/failure.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/checks.hpp"
 #include "overlap/ops/op_id.hpp"
-#include "overlap/watchdog.hpp"
+#include "overlap/runtime/agreement.hpp"
+#include "overlap/runtime/context.hpp"
+#include "overlap/runtime/failure.hpp"
+#include "overlap/runtime/watchdog.hpp"
 
 namespace overlap::detail {
 

@@ -11,13 +11,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "overlap/context.hpp"
-#include "overlap/dtype.hpp"
-#include "overlap/epilogue.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/dtype.hpp"
+#include "overlap/core/epilogue.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/op_id.hpp"
 #include "overlap/ops/options.hpp"
+#include "overlap/runtime/context.hpp"
 
 namespace overlap::detail {
 

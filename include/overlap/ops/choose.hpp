@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "overlap/calibrate/measure.hpp"
-#include "overlap/context.hpp"
+#include "overlap/runtime/context.hpp"
 #include "overlap/schedule/chunks.hpp"
 #include "overlap/schedule/model.hpp"
 #include "overlap/schedule/schedule.hpp"

@@ -7,8 +7,8 @@
 #include <string>
 #include <thread>
 
+#include "overlap/core/error.hpp"
 #include "overlap/engine/ring.hpp"
-#include "overlap/error.hpp"
 
 namespace overlap::detail {
 

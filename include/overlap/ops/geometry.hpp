@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "overlap/matrix.hpp"
+#include "overlap/core/matrix.hpp"
 
 namespace overlap::detail {
 

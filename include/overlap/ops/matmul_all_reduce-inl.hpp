@@ -15,9 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "overlap/context.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/engine/buffer.hpp"
-#include "overlap/matrix.hpp"
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/call_agreement.hpp"
 #include "overlap/ops/checks.hpp"
@@ -31,8 +30,9 @@
 #include "overlap/ops/plan.hpp"
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/site.hpp"
+#include "overlap/runtime/context.hpp"
+#include "overlap/runtime/watchdog.hpp"
 #include "overlap/schedule/chunks.hpp"
-#include "overlap/watchdog.hpp"
 
 namespace overlap::detail {
 

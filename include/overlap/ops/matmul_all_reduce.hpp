@@ -5,12 +5,12 @@
 /// group is reduce-scattered on a ring while its pieces are computed, then
 /// all-gathered while the next group's ring runs.
 
-#include "overlap/context.hpp"
-#include "overlap/flavour.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/flavour.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/ops/entry_points.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/pending.hpp"
+#include "overlap/runtime/context.hpp"
 #include "overlap/schedule/schedule.hpp"
 
 namespace overlap {

@@ -3,12 +3,12 @@
 /// matmul_reduce_scatter: partial products summed over the ranks and
 /// scattered, decomposed into ring steps in which the accumulator travels.
 
-#include "overlap/context.hpp"
-#include "overlap/flavour.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/flavour.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/ops/entry_points.hpp"
 #include "overlap/ops/options.hpp"
 #include "overlap/ops/pending.hpp"
+#include "overlap/runtime/context.hpp"
 #include "overlap/schedule/schedule.hpp"
 
 namespace overlap {

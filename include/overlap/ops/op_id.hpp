@@ -6,8 +6,8 @@
 #include <array>
 #include <cstdint>
 
+#include "overlap/core/enum_names.hpp"
 #include "overlap/engine/tags.hpp"
-#include "overlap/enum_names.hpp"
 
 namespace overlap::detail {
 

@@ -5,9 +5,9 @@
 
 #include <array>
 
-#include "overlap/enum_names.hpp"
-#include "overlap/epilogue.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/enum_names.hpp"
+#include "overlap/core/epilogue.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/schedule/strategy.hpp"
 
 namespace overlap {

@@ -22,13 +22,13 @@
 #include <memory>
 #include <vector>
 
-#include "overlap/context.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/engine/buffer.hpp"
-#include "overlap/matrix.hpp"
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/ops/geometry.hpp"
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/site.hpp"
+#include "overlap/runtime/context.hpp"
 #include "overlap/schedule/model.hpp"
 
 namespace overlap::detail {

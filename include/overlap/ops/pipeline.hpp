@@ -16,7 +16,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "overlap/context.hpp"
 #include "overlap/ops/accumulate.hpp"
 #include "overlap/ops/call_agreement.hpp"
 #include "overlap/ops/checks.hpp"
@@ -27,6 +26,7 @@
 #include "overlap/ops/run.hpp"
 #include "overlap/ops/site.hpp"
 #include "overlap/ops/verbose.hpp"
+#include "overlap/runtime/context.hpp"
 #include "overlap/schedule/model.hpp"
 #include "overlap/schedule/schedule.hpp"
 

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "overlap/backend/gemm.hpp"
-#include "overlap/context.hpp"
 #include "overlap/engine/buffer.hpp"
 #include "overlap/engine/ring.hpp"
 #include "overlap/mpi/datatype.hpp"
@@ -21,6 +20,7 @@
 #include "overlap/ops/others.hpp"
 #include "overlap/ops/packing.hpp"
 #include "overlap/ops/site.hpp"
+#include "overlap/runtime/context.hpp"
 #include "overlap/schedule/model.hpp"
 #include "overlap/schedule/schedule.hpp"
 

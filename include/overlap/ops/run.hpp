@@ -6,11 +6,11 @@
 
 #include <string>
 
-#include "overlap/context.hpp"
 #include "overlap/engine/ring.hpp"
 #include "overlap/ops/faults.hpp"
 #include "overlap/ops/op_id.hpp"
-#include "overlap/watchdog.hpp"
+#include "overlap/runtime/context.hpp"
+#include "overlap/runtime/watchdog.hpp"
 
 namespace overlap::detail {
 

@@ -11,11 +11,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "overlap/context.hpp"
-#include "overlap/failure.hpp"
-#include "overlap/matrix.hpp"
+#include "overlap/core/matrix.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/options.hpp"
+#include "overlap/runtime/context.hpp"
+#include "overlap/runtime/failure.hpp"
 
 namespace overlap {
 namespace detail {

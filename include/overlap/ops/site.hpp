@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "overlap/backend/gemm.hpp"
-#include "overlap/context.hpp"
 #include "overlap/engine/buffer.hpp"
+#include "overlap/runtime/context.hpp"
 
 namespace overlap::detail {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "overlap/context.hpp"
 #include "overlap/ops/options.hpp"
+#include "overlap/runtime/context.hpp"
 
 namespace overlap::detail {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "overlap/error.hpp"
+#include "overlap/core/error.hpp"
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/schedule/calibration.hpp"
 

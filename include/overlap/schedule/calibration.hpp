@@ -19,8 +19,8 @@
 
 #include <mpi.h>
 
-#include "overlap/dtype.hpp"
-#include "overlap/flavour.hpp"
+#include "overlap/core/dtype.hpp"
+#include "overlap/core/flavour.hpp"
 
 namespace overlap {
 

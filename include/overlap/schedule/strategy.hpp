@@ -6,7 +6,7 @@
 
 #include <array>
 
-#include "overlap/enum_names.hpp"
+#include "overlap/core/enum_names.hpp"
 
 namespace overlap {
 

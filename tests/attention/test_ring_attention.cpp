@@ -1,4 +1,4 @@
-// Ring attention (overlap/layers/ring_attention.hpp), forward and backward,
+// Ring attention (overlap/attention/ring_attention.hpp), forward and backward,
 // against single-rank attention of the whole sequence in double with plain
 // loops (attention_reference.hpp): f32, bf16 and f64; causal and not; the
 // ring and the gather-first baseline; one or several heads; uneven
@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include <overlap/context.hpp>
+#include <overlap/attention/ring_attention.hpp>
+#include <overlap/attention/ring_attention_backward.hpp>  // the passes as the cost model prices them
+#include <overlap/attention/ring_attention_forward.hpp>
 #include <overlap/layers/example_values.hpp>
-#include <overlap/layers/ring_attention.hpp>
-#include <overlap/layers/ring_attention_backward.hpp>  // the passes as the cost model prices them
-#include <overlap/layers/ring_attention_forward.hpp>
+#include <overlap/runtime/context.hpp>
 
 #include "attention_reference.hpp"
 #include "reference.hpp"
@@ -418,7 +418,8 @@ TEST(RingAttention, PricedPassesAreThePassesThatRun) {
         for (const auto& st : back.ring_steps) bwd += flops(st.products), recv_bwd += st.recv;
         EXPECT_EQ(flops(attn::detail::backward_work<float>(pb, false).gemms), flops([&] {
                     std::vector<overlap::detail::gemm_work> all;
-                    for (const auto& st : back.ring_steps) all.insert(all.end(), st.products.begin(), st.products.end());
+                    for (const auto& st : back.ring_steps)
+                      all.insert(all.end(), st.products.begin(), st.products.end());
                     return all;
                   }()));
       }

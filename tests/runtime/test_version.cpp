@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include <overlap/version.hpp>
+#include <overlap/core/version.hpp>
 
 TEST(version, the_string_is_the_macros) {
   const std::string want = std::to_string(OVERLAP_VERSION_MAJOR) + "." + std::to_string(OVERLAP_VERSION_MINOR) + "." +

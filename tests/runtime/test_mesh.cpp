@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ag_cases.hpp"
-#include "overlap/mesh.hpp"
+#include "overlap/runtime/mesh.hpp"
 #include "rs_cases.hpp"
 
 using namespace testing_support;
