@@ -182,8 +182,17 @@ struct op_info<op_id::all_gather_matmul> : owns_tags<op_id::all_gather_matmul> {
 /// all_gather_matmul as an op of the shared pipeline (ops/pipeline.hpp):
 /// what is its own, from the checks of one rank to the bulk run.
 template <class T>
-struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config::ag_chunks>,
+struct ag_op : op_defaults,
+               op_names<op_id::all_gather_matmul, &ag_options::gathered, &config::ag_chunks>,
                op_types<T, ag_args<T>, ag_options, ag_plan<T>, ag_exchanged, ag_global, ag_ring_pattern<T>> {
+  /// Every plan applies: bulk, the rings, the two-level ring, the other operands.
+  static constexpr op_builders<ag_plan<T>, ag_args<T>, ag_options, ag_global> builders() {
+    return {&ag_op::build_bulk, &ag_op::build_ring, &ag_op::build_hierarchical, &ag_op::build_others};
+  }
+  /// gathered_out's leading dimension and batch stride decide the plan too.
+  static void append_own_views(plan_key& key, const ag_args<T>& x, const ag_options& o) {
+    key.insert(key.end(), {x.out.ld, o.batch.out});
+  }
   static void describe(ag_plan<T>& p, const ag_options& /*o*/, const ag_global& g) { p.whole = g; }
   static std::string summary(const ag_plan<T>& p, const ag_global& g) {
     return (p.algorithm == algorithm::others ? std::string(" moving the other operands") : std::string()) +
@@ -379,16 +388,11 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
   /// more: 2 * chunks slots per lane are never rewritten while in use.
   static void build_ring(const build_site& at, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
                          int chunks) {
-    const int R = at.size();
-    plan.window = {chunks, chunks - 1};
-    plan.n_steps = R * chunks;
-    engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, plan.lanes, 0};
-    if (uses_fp32_acc(plan.geo(), R))
+    if (uses_fp32_acc(plan.geo(), at.size()))
       plan.acc = at.buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
-    for_each_ring_position(plan, chunks, [&](const ring_position& pos) {
-      const int shard = at.ring_at(pos.lane == 0 ? pos.round : -pos.round);
-      plan.steps.push_back(ring_step(at, plan, x, opt, shard, pos, slots));
-    });
+    const engine::ring_slots slots = build_flat_ring(
+        at, plan, travels::input, chunks,
+        [&](const ring_visit& v, engine::ring_slots& s) { return ring_step(at, plan, x, opt, v.shard, v.pos, s); });
     finish_ring(at, plan, slots);
   }
 
@@ -407,26 +411,24 @@ struct ag_op : op_names<op_id::all_gather_matmul, &ag_options::gathered, &config
   static void build_hierarchical(const build_site& at, ag_plan<T>& plan, const ag_args<T>& x, const ag_options& opt,
                                  int /*chunks*/) {
     const int R = at.size(), S = at.node_slots(), N = R / S;
-    plan.lanes = 2;
-    plan.window = {S, S - 1};
-    plan.n_steps = R;
-    // Whole shards (the ring's lanes halve them; here both lanes move one piece).
-    engine::ring_slots slots{plan.window.lead + 1 + plan.window.send_slack, 1, 0};
     if (uses_fp32_acc(plan.geo(), R))
       plan.acc = at.buffer<float>(static_cast<size_t>(x.c.rows * x.c.cols * plan.batch.count));
-    for (int t = 0; t < R; ++t) {
-      const int r = t / S, k = t % S;
-      ag_step st = ring_step(at, plan, x, opt, at.node_peer(r, k), ring_position{t}, slots);
-      ag_step inside = st;
-      const bool moves = st.nonempty();
-      st.recv = moves && k == 0 && r > 0;      // from the next node
-      st.send = moves && k == 0 && r < N - 1;  // to the previous node
-      inside.recv = moves && k > 0;            // from the next rank of this node
-      inside.send = moves && k < S - 1;        // to the previous rank of this node
-      inside.compute = false;
-      plan.steps.push_back(std::move(st));
-      plan.steps.push_back(std::move(inside));
-    }
+    // Whole shards (the ring's lanes halve them; here both lanes move one
+    // piece, in one lane of slots).
+    const engine::ring_slots slots = build_two_level_ring(
+        at, plan, travels::input, 1, lane_slots::shared, [&](const node_visit& v, engine::ring_slots& s) {
+          const int r = v.node, k = v.local;
+          ag_step st = ring_step(at, plan, x, opt, v.shard, ring_position{v.step}, s);
+          ag_step inside = st;
+          const bool moves = st.nonempty();
+          st.recv = moves && k == 0 && r > 0;      // from the next node
+          st.send = moves && k == 0 && r < N - 1;  // to the previous node
+          inside.recv = moves && k > 0;            // from the next rank of this node
+          inside.send = moves && k < S - 1;        // to the previous rank of this node
+          inside.compute = false;
+          plan.steps.push_back(std::move(st));
+          plan.steps.push_back(std::move(inside));
+        });
     finish_ring(at, plan, slots);
   }
 

@@ -105,8 +105,18 @@ struct op_info<op_id::matmul_all_reduce> : owns_tags<op_id::matmul_all_reduce> {
 
 /// matmul_all_reduce as an op of the shared pipeline (ops/pipeline.hpp).
 template <class T>
-struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config::rs_chunks>,
+struct ar_op : op_defaults,
+               op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config::rs_chunks>,
                op_types<T, ar_args<T>, ar_options, ar_plan<T>, ar_exchanged, ar_global, void> {
+  /// Bulk, and groups of matmul_reduce_scatter's rings (flat or two-level)
+  /// each followed by its all-gather; no other-operands algorithm
+  /// (local_checks refuse it).
+  static constexpr op_builders<ar_plan<T>, ar_args<T>, ar_options, ar_global> builders() {
+    return {&ar_op::build_bulk, &ar_op::build_groups, &ar_op::build_groups, nullptr};
+  }
+  /// It runs each batch member's plan itself (run_member): its rings are
+  /// matmul_reduce_scatter's, its pattern theirs.
+  static constexpr bool runs_itself = true;
   static void describe(ar_plan<T>& p, const ar_options& o, const ar_global& g) {
     p.whole = g;
     p.acc = rs_op<T>::acc_type(dtype_of<T>(), ring_options(o), p.strategy);
@@ -286,20 +296,6 @@ struct ar_op : op_names<op_id::matmul_all_reduce, &ar_options::reduced, &config:
     plan.bulk_kernel = at.kernel(plan.bulk_desc);
     plan.finish = finishing_pass(plan.whole.m, plan.whole.n, x.c.ld, t, static_cast<bool>(opt.epilogue.bias),
                                  opt.epilogue.activation, via_ws, plan.whole.n, plan.acc);
-  }
-
-  static void build_ring(const build_site& at, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt,
-                         int chunks) {
-    build_groups(at, plan, x, opt, chunks);
-  }
-  static void build_hierarchical(const build_site& at, ar_plan<T>& plan, const ar_args<T>& x, const ar_options& opt,
-                                 int chunks) {
-    build_groups(at, plan, x, opt, chunks);
-  }
-  /// Never chosen: local_checks refuse algorithm::others.
-  static void build_others(const build_site& /*at*/, ar_plan<T>& /*plan*/, const ar_args<T>& /*x*/,
-                           const ar_options& /*opt*/, const ar_global& /*g*/, int /*pieces*/) {
-    throw std::logic_error("matmul_all_reduce has no other-operands algorithm");
   }
 
   /// The ring plans: C split into groups, each with its ring (a plan of

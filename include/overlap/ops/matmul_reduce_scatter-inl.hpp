@@ -122,8 +122,13 @@ struct op_info<op_id::matmul_reduce_scatter> : owns_tags<op_id::matmul_reduce_sc
 /// (ops/pipeline.hpp): what is its own, from the checks of one rank to the
 /// bulk run.
 template <class T>
-struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &config::rs_chunks>,
+struct rs_op : op_defaults,
+               op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &config::rs_chunks>,
                op_types<T, rs_args<T>, rs_options, rs_plan<T>, rs_exchanged, rs_global, rs_ring_pattern<T>> {
+  /// Every plan applies: bulk, the rings, the two-level ring, the inputs travelling.
+  static constexpr op_builders<rs_plan<T>, rs_args<T>, rs_options, rs_global> builders() {
+    return {&rs_op::build_bulk, &rs_op::build_ring, &rs_op::build_hierarchical, &rs_op::build_others};
+  }
   static void describe(rs_plan<T>& p, const rs_options& o, const rs_global& g) {
     p.whole = g;
     p.acc = acc_type(dtype_of<T>(), o, p.strategy);
@@ -303,13 +308,10 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   /// rewritten while in use.
   static void build_ring(const build_site& at, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
                          int chunks) {
-    const int R = at.size();
     plan.types = block_types(plan.acc);
-    plan.window = {chunks - 1, chunks - 2};
-    plan.n_steps = R * chunks;
-    engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, plan.lanes, 0};
-    for_each_ring_position(
-        plan, chunks, [&](const ring_position& pos) { plan.steps.push_back(ring_step(at, plan, x, opt, pos, slots)); });
+    const engine::ring_slots slots =
+        build_flat_ring(at, plan, travels::output, chunks,
+                        [&](const ring_visit& v, engine::ring_slots& s) { return ring_step(at, plan, x, opt, v, s); });
     finish_ring(at, plan, slots);
   }
 
@@ -333,47 +335,48 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   /// node's sum (added before the product) and forwards lane 1's accumulator.
   static void build_hierarchical(const build_site& site, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
                                  int chunks) {
-    const int R = site.size(), S = site.node_slots(), N = R / S, C = chunks;
     plan.types = block_types(plan.acc);
-    plan.lanes = 2;
-    plan.window = {S * C - 1, S * C - 2};
-    plan.n_steps = R * C;
-    engine::ring_slots slots{plan.window.lead + 2 + plan.window.send_slack, 2, 0};
-    for (int t = 0; t < plan.n_steps; ++t) {
-      const int r = t / (S * C), k = t / C % S;
-      rs_piece at;
-      at.shard = site.node_peer(r + 1, k + 1);
-      at.chunk = t % C, at.chunks = C;
-      at.first = k == 0, at.last = t / C == R - 1;
-      at.slot = t % slots.per_lane * 2 + 1;
-      rs_step inside = piece_step(site, plan, x, opt, at, slots);
-      inside.send = inside.send && k < S - 1;
-      rs_step between;
-      between.r0 = inside.r0, between.nr = inside.nr, between.c0 = inside.c0, between.nc = inside.nc;
-      between.compute = false;
-      between.ld = inside.nc;
-      between.slot_offset = int64_t{t % slots.per_lane} * 2;
-      slots.elems = std::max(slots.elems, between.nr * between.nc);  // lane 1's may be in c, this one's never
-      between.recv = inside.nonempty() && k == S - 1 && r > 0;
-      between.send = inside.nonempty() && k == S - 1 && r < N - 1;
-      // The other node's sum into this node's: accumulator += slot (no product).
-      between.merge = gemm_desc::shape(inside.nr, inside.nc, 0).strides(0, 0, inside.ld).types(plan.acc, plan.acc);
-      between.merge.accumulate = true, between.merge.addend = true;
-      between.merge.ld_addend = between.ld, between.merge.addend_type = plan.acc;
-      plan.steps.push_back(std::move(between));
-      plan.steps.push_back(std::move(inside));
-    }
+    const engine::ring_slots slots = build_two_level_ring(
+        site, plan, travels::output, chunks, lane_slots::own,
+        [&](const node_visit& v, engine::ring_slots& s) { two_level_step(site, plan, x, opt, v, s); });
     finish_ring(site, plan, slots);
   }
 
-  /// The ring step at `at` (docs in build_ring).
+  /// Both lanes' entries of step v of the two-level ring (build_hierarchical).
+  static void two_level_step(const build_site& site, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
+                             const node_visit& v, engine::ring_slots& slots) {
+    const int S = site.node_slots(), N = site.size() / S, t = v.step, r = v.node, k = v.local;
+    rs_piece at;
+    at.shard = v.shard;
+    at.chunk = v.chunk, at.chunks = v.chunks;
+    at.first = v.first, at.last = v.last;
+    at.slot = t % slots.per_lane * 2 + 1;
+    rs_step inside = piece_step(site, plan, x, opt, at, slots);
+    inside.send = inside.send && k < S - 1;
+    rs_step between;
+    between.r0 = inside.r0, between.nr = inside.nr, between.c0 = inside.c0, between.nc = inside.nc;
+    between.compute = false;
+    between.ld = inside.nc;
+    between.slot_offset = int64_t{t % slots.per_lane} * 2;
+    slots.elems = std::max(slots.elems, between.nr * between.nc);  // lane 1's may be in c, this one's never
+    between.recv = inside.nonempty() && k == S - 1 && r > 0;
+    between.send = inside.nonempty() && k == S - 1 && r < N - 1;
+    // The other node's sum into this node's: accumulator += slot (no product).
+    between.merge = gemm_desc::shape(inside.nr, inside.nc, 0).strides(0, 0, inside.ld).types(plan.acc, plan.acc);
+    between.merge.accumulate = true, between.merge.addend = true;
+    between.merge.ld_addend = between.ld, between.merge.addend_type = plan.acc;
+    plan.steps.push_back(std::move(between));
+    plan.steps.push_back(std::move(inside));
+  }
+
+  /// The ring step of visit `v` (docs in build_ring).
   static rs_step ring_step(const build_site& site, rs_plan<T>& plan, const rs_args<T>& x, const rs_options& opt,
-                           const ring_position& at, engine::ring_slots& slots) {
-    const int i = at.round;
+                           const ring_visit& v, engine::ring_slots& slots) {
+    const ring_position& at = v.pos;
     rs_piece piece;
-    piece.shard = site.ring_at(at.lane == 0 ? i + 1 : -i - 1);
+    piece.shard = v.shard;
     piece.part = at.lane, piece.parts = at.lanes, piece.chunk = at.chunk, piece.chunks = at.chunks;
-    piece.first = i == 0, piece.last = i == site.size() - 1;
+    piece.first = v.first, piece.last = v.last;
     piece.slot = static_cast<int>(at.slot(slots));
     return piece_step(site, plan, x, opt, piece, slots);
   }
@@ -618,7 +621,6 @@ struct rs_op : op_names<op_id::matmul_reduce_scatter, &rs_options::scattered, &c
   static rs_args<T> member(const rs_args<T>& x, const overlap::batch& b, int64_t m) {
     return {detail::member(x.a, b.a, m), detail::member(x.b, b.b, m), detail::member(x.c, b.c, m)};
   }
-  static void before_ring(const context& /*ctx*/, const rs_plan<T>& /*p*/, const rs_args<T>& /*x*/) {}
 };
 
 /// c (nr x nc, ldc) = act(s + bias): the sums s (dense, the accumulators'

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -60,19 +61,41 @@ struct op_names {
   static constexpr auto configured_chunks = ConfiguredChunks;
 };
 
-/// Whether an op's operands include a second output view, `out` (the
-/// all-gather's gathered operand).
-template <class Args, class = void>
-struct has_out_view : std::false_type {};
-template <class Args>
-struct has_out_view<Args, std::void_t<decltype(std::declval<Args>().out)>> : std::true_type {};
+/// Which builders apply to an op's problem, as the op declares them
+/// (`static constexpr op_builders<...> builders()`): each names one of the
+/// op's static functions, or is null where the op has no such plan (its
+/// choose never asks for one: matmul_all_reduce has no other-operands
+/// algorithm). `ring` builds the one- and two-lane rings; `hierarchical`
+/// the two-level ring.
+template <class Plan, class Args, class Options, class Global>
+struct op_builders {
+  using simple = void (*)(const build_site&, Plan&, const Args&, const Options&);
+  using pieces = void (*)(const build_site&, Plan&, const Args&, const Options&, int);
+  using whole = void (*)(const build_site&, Plan&, const Args&, const Options&, const Global&, int);
+  simple bulk = nullptr;          ///< gather-then-compute or compute-then-reduce, in collectives
+  pieces ring = nullptr;          ///< a ring of `chunks` pieces per shard
+  pieces hierarchical = nullptr;  ///< a ring between nodes and one inside them
+  whole others = nullptr;         ///< the other operands travel, in `pieces`
+};
+
+/// What an op's traits type inherits unless it says otherwise: nothing to
+/// do before its ring runs, no view beyond a, b and c in its plan key, and
+/// the pipeline runs its plans (runs_itself: the op runs a batch member's
+/// plan itself, Op::run_member, as matmul_all_reduce runs its groups' rings).
+struct op_defaults {
+  static constexpr bool runs_itself = false;
+  template <class Context, class Plan, class Args>
+  static void before_ring(Context& /*ctx*/, const Plan& /*plan*/, const Args& /*x*/) {}
+  template <class Args, class Options>
+  static void append_own_views(plan_key& /*key*/, const Args& /*x*/, const Options& /*o*/) {}
+};
 
 /// The plan key's part that only this rank's views decide: their leading
-/// dimensions and batch strides.
-template <class Args, class Options>
-void append_strides(plan_key& key, const Args& x, const Options& o) {
+/// dimensions and batch strides (the op's own views' too).
+template <class Op>
+void append_strides(plan_key& key, const typename Op::args& x, const typename Op::options& o) {
   key.insert(key.end(), {x.a.ld, x.b.ld, x.c.ld, o.batch.a, o.batch.b, o.batch.c});
-  if constexpr (has_out_view<Args>::value) key.insert(key.end(), {x.out.ld, o.batch.out});
+  Op::append_own_views(key, x, o);
 }
 
 /// A plan of schedule `sched` for the problem `g` describes, before it is
@@ -90,20 +113,27 @@ std::unique_ptr<typename Op::plan> plan_of(const typename Op::options& opt, cons
   return plan;
 }
 
-/// Builds a plan at `at` with the builder its schedule names: the other
-/// operands, bulk, hierarchical or a ring.
+/// Builds a plan at `at` with the op's builder for its schedule
+/// (Op::builders(): the other operands, bulk, hierarchical or a ring).
 template <class Op>
 void build(const build_site& at, typename Op::plan& plan, const typename Op::args& x, const typename Op::options& opt,
            const typename Op::global& g) {
+  constexpr auto builders = Op::builders();
   const schedule& sched = plan.sched;
-  if (sched.algorithm == algorithm::others)
-    Op::build_others(at, plan, x, opt, g, sched.chunks);
-  else if (sched.strategy == strategy::bulk)
-    Op::build_bulk(at, plan, x, opt);
-  else if (sched.strategy == strategy::hierarchical)
-    Op::build_hierarchical(at, plan, x, opt, sched.chunks);
-  else
-    Op::build_ring(at, plan, x, opt, sched.chunks);
+  auto missing = [&](const char* what) {
+    throw std::logic_error(std::string(Op::names.call) + " has no " + what + " plan");
+  };
+  if (sched.algorithm == algorithm::others) {
+    if (builders.others == nullptr) missing("other-operands");
+    builders.others(at, plan, x, opt, g, sched.chunks);
+  } else if (sched.strategy == strategy::bulk) {
+    builders.bulk(at, plan, x, opt);
+  } else if (sched.strategy == strategy::hierarchical) {
+    if (builders.hierarchical == nullptr) missing("hierarchical");
+    builders.hierarchical(at, plan, x, opt, sched.chunks);
+  } else {
+    builders.ring(at, plan, x, opt, sched.chunks);
+  }
 }
 
 /// What the cost model prices for a candidate schedule: the plan this rank
@@ -164,7 +194,7 @@ typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typen
   // The bias is this rank's own business (it touches only this rank's c).
   key.insert(key.end(), {static_cast<bool>(opt.epilogue.bias), static_cast<int64_t>(checks.id()), backend,
                          static_cast<int64_t>(checks.type())});
-  append_strides(key, x, opt);
+  append_strides<Op>(key, x, opt);
   const agreement<typename Op::row> agreed_on = agree_or_exchange(ctx, checks, key, mine);
   if (agreed_on.cached != nullptr) return static_cast<typename Op::plan&>(*agreed_on.cached);
 
@@ -191,14 +221,6 @@ void run_ring(context& ctx, typename Op::plan& plan, const typename Op::args& x,
   run_on_ring(ctx, plan, pattern, Op::tags, plan.lanes, plan.strategy == strategy::hierarchical);
 }
 
-/// Whether an op runs its plans itself, member by member (Op::run_member):
-/// an op made of other ops' plans, with no ring pattern of its own
-/// (matmul_all_reduce, of matmul_reduce_scatter's rings).
-template <class Op, class = void>
-struct runs_itself : std::false_type {};
-template <class Op>
-struct runs_itself<Op, std::void_t<decltype(&Op::run_member)>> : std::true_type {};
-
 /// Runs a prepared plan: C = the op's result. Bulk and the other-operands
 /// algorithm run a batch's members one after the other on the same plan;
 /// a ring moves every member's piece in one message per step.
@@ -206,7 +228,7 @@ template <class Op>
 void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, const typename Op::options& opt) {
   using T = typename Op::element;
   const T* bias = opt.epilogue.bias.template get<T>();
-  if constexpr (runs_itself<Op>::value) {
+  if constexpr (Op::runs_itself) {  // an op made of other ops' plans (op_defaults)
     for (int64_t m = 0; m < plan.batch.count; ++m) Op::run_member(ctx, plan, Op::member(x, plan.batch, m), opt, bias);
   } else {
     if (plan.algorithm == algorithm::others || plan.strategy == strategy::bulk) {

@@ -67,6 +67,101 @@ void for_each_ring_position(const Plan& plan, int chunks, F&& f) {
       for (int l = 0; l < plan.lanes; ++l) f(ring_position{i, j, chunks, l, plan.lanes});
 }
 
+/// What travels round a ring, the one thing that tells the two families of
+/// ring plans apart. An input's shards (the all-gather family): a piece is
+/// computed once it arrived, and round i works on the shard i ranks ahead,
+/// its own first. The output's partial sums (the reduce-scatter family): a
+/// piece's accumulator is sent on once this rank's product is added, and
+/// round i works on the shard i + 1 ranks ahead, so that the last round's
+/// is this rank's own.
+enum class travels { input, output };
+
+/// The window of a ring whose pieces have `ahead` steps to arrive: an
+/// input's piece is received that many steps before its own step and its
+/// send stays in flight one step less; an output's accumulator was
+/// computed by the neighbour that many steps earlier and sent a step later,
+/// so it is received a step less ahead. Slots per lane that are never
+/// rewritten while in use: the lead, the step itself, the sends in flight,
+/// and an output's slot that is still being sent.
+struct ring_layout {
+  engine::ring_window window;
+  int slots_per_lane = 0;
+  ring_layout(travels what, int ahead)
+      : window(what == travels::input ? engine::ring_window{ahead, ahead - 1}
+                                      : engine::ring_window{ahead - 1, ahead - 2}),
+        slots_per_lane(window.lead + (what == travels::input ? 1 : 2) + window.send_slack) {}
+  /// The rounds ahead of this rank whose shard round `round` works on.
+  static int shard_ahead(travels what, int round) { return what == travels::input ? round : round + 1; }
+};
+
+/// One entry of a flat ring: where it sits, the shard its lane holds (an
+/// input) or adds to (the output) at that round, and whether that is the
+/// shard's first or last visit of the ring.
+struct ring_visit {
+  ring_position pos;
+  int shard = 0;
+  bool first = false, last = false;
+};
+
+/// The flat ring builder: `chunks` pieces per shard on the plan's lanes
+/// (lane 0 from the next rank to the previous, lane 1 the other way, each
+/// carrying its half of every shard), for what travels. Sets the plan's
+/// steps, window and step count; `step(visit, slots)` makes each entry (the
+/// op's piece of the shard). Returns the slots the entries use.
+template <class Plan, class Step>
+engine::ring_slots build_flat_ring(const build_site& at, Plan& plan, travels what, int chunks, Step&& step) {
+  const int R = at.size();
+  const ring_layout layout(what, chunks);
+  plan.window = layout.window;
+  plan.n_steps = R * chunks;
+  engine::ring_slots slots{layout.slots_per_lane, plan.lanes, 0};
+  for_each_ring_position(plan, chunks, [&](const ring_position& pos) {
+    const int ahead = ring_layout::shard_ahead(what, pos.round);
+    const ring_visit v{pos, at.ring_at(pos.lane == 0 ? ahead : -ahead), pos.round == 0, pos.round == R - 1};
+    plan.steps.push_back(step(v, slots));
+  });
+  return slots;
+}
+
+/// One step of a two-level ring (S ranks on each of N nodes; this rank is
+/// local rank j of node a, in the order by node): step t = (r * S + k) * C +
+/// h works on piece h of C of the shard of local rank j + k (+ 1 for the
+/// output) of node a + r (+ 1 for the output). `first`: the shard's first
+/// step inside a node (k = 0); `last`: the ring's last visit of it.
+struct node_visit {
+  int step = 0, node = 0, local = 0;
+  int chunk = 0, chunks = 1;
+  int shard = 0;
+  bool first = false, last = false;
+};
+
+/// The two-level ring builder: lane 0 runs between nodes, lane 1 inside
+/// them, C pieces per shard, for what travels; a piece has a round of the
+/// node (S * C steps) to arrive. Sets the plan's two lanes, window and step
+/// count; `steps(visit, slots)` appends both lanes' entries of each step.
+/// `slots_of`: whether the two lanes' entries of a step share their piece's
+/// slot (one piece moves on either lane) or each has its own.
+enum class lane_slots { shared, own };
+template <class Plan, class Steps>
+engine::ring_slots build_two_level_ring(const build_site& at, Plan& plan, travels what, int chunks, lane_slots slots_of,
+                                        Steps&& steps) {
+  const int R = at.size(), S = at.node_slots(), C = chunks;
+  const ring_layout layout(what, S * C);
+  plan.lanes = 2;
+  plan.window = layout.window;
+  plan.n_steps = R * C;
+  engine::ring_slots slots{layout.slots_per_lane, slots_of == lane_slots::shared ? 1 : 2, 0};
+  const int over = what == travels::input ? 0 : 1;
+  for (int t = 0; t < plan.n_steps; ++t) {
+    node_visit v;
+    v.step = t, v.node = t / (S * C), v.local = t / C % S, v.chunk = t % C, v.chunks = C;
+    v.shard = at.node_peer(v.node + over, v.local + over);
+    v.first = v.local == 0, v.last = t / C == R - 1;
+    steps(v, slots);
+  }
+  return slots;
+}
+
 /// A plan of an op with element type T: the schedule that runs and, for each
 /// kind of schedule, what running it takes. Step: the op's ring step (a
 /// ring_step); Slot: what its ring slots hold.
