@@ -90,7 +90,7 @@ struct ring_layout {
       : window(what == travels::input ? engine::ring_window{ahead, ahead - 1}
                                       : engine::ring_window{ahead - 1, ahead - 2}),
         slots_per_lane(window.lead + (what == travels::input ? 1 : 2) + window.send_slack) {}
-  /// The rounds ahead of this rank whose shard round `round` works on.
+  /// How many ranks ahead on the ring lies the shard that round `round` works on.
   static int shard_ahead(travels what, int round) { return what == travels::input ? round : round + 1; }
 };
 
@@ -135,13 +135,16 @@ struct node_visit {
   bool first = false, last = false;
 };
 
+/// Whether the two lanes' entries of a two-level ring's step share their
+/// piece's slot (one piece moves on either lane: an input's) or each has
+/// its own (an accumulator arriving from the other node beside this node's).
+enum class lane_slots { shared, own };
+
 /// The two-level ring builder: lane 0 runs between nodes, lane 1 inside
 /// them, C pieces per shard, for what travels; a piece has a round of the
 /// node (S * C steps) to arrive. Sets the plan's two lanes, window and step
-/// count; `steps(visit, slots)` appends both lanes' entries of each step.
-/// `slots_of`: whether the two lanes' entries of a step share their piece's
-/// slot (one piece moves on either lane) or each has its own.
-enum class lane_slots { shared, own };
+/// count; `steps(visit, slots)` appends both lanes' entries of each step,
+/// in slots laid out as `slots_of` says.
 template <class Plan, class Steps>
 engine::ring_slots build_two_level_ring(const build_site& at, Plan& plan, travels what, int chunks, lane_slots slots_of,
                                         Steps&& steps) {
