@@ -1,7 +1,7 @@
 // The compiled flavour's layers (overlap::compiled): ring attention and the
 // transformer block for every element type of OVERLAP_FOR_EACH_ELEMENT,
 // compiled once here instead of in every program that includes
-// layers/transformer.hpp or layers/ring_attention.hpp (those headers declare
+// layers/transformer.hpp or attention/ring_attention.hpp (those headers declare
 // these instantiations extern in the compiled flavour). A translation unit
 // of its own, beside src/instantiations.cpp, so that a parallel build
 // compiles the two at once.

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// Ring attention's options and the views it reads and writes
-/// (layers/ring_attention.hpp).
+/// (attention/ring_attention.hpp).
 
 #include <cstdint>
 #include <type_traits>

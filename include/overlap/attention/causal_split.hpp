@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// Which tokens a rank holds under context parallelism: the causal load
-/// balance of ring attention (layers/ring_attention.hpp).
+/// balance of ring attention (attention/ring_attention.hpp).
 
 #include <array>
 #include <cstdint>

@@ -4,7 +4,7 @@
 /// ranks of a context (context parallelism), forward and backward.
 ///
 /// Every rank holds the queries, keys and values of its tokens (the causal
-/// split: an early and a late chunk of the sequence, layers/causal_split.hpp).
+/// split: an early and a late chunk of the sequence, attention/causal_split.hpp).
 /// K and V travel round the ring, one rank's block per step, while each
 /// rank computes its queries against the block it holds, with an online
 /// softmax (a running maximum and sum per query row and head), so the

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// Ring attention's backward pass (layers/ring_attention.hpp). K and V
+/// Ring attention's backward pass (attention/ring_attention.hpp). K and V
 /// travel as in the forward pass; the gradients of each block's keys and
 /// values travel one step behind them: a rank adds its share of a block's
 /// gradients to what the previous holders collected just before passing

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// Ring attention's forward pass (layers/ring_attention.hpp): every step
+/// Ring attention's forward pass (attention/ring_attention.hpp): every step
 /// folds one rank's K/V block into the online softmax of this rank's
 /// queries while the next block arrives.
 

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// What ring attention's passes share (layers/ring_attention.hpp): the
+/// What ring attention's passes share (attention/ring_attention.hpp): the
 /// problem the ranks agreed on, the checks and the agreement, the tiles of
 /// a step, and how blocks are laid out as they travel.
 

@@ -6,7 +6,7 @@
 /// rows is scored against every key its rows see, so each score row is
 /// whole and the primitive normalises it directly (no running maximum and
 /// sum, which ring attention needs because its keys arrive in pieces: see
-/// layers/attention_tiles.hpp). The backward pass recomputes the
+/// attention/attention_tiles.hpp). The backward pass recomputes the
 /// probabilities with the same primitive instead of keeping them. Local: no
 /// communication.
 

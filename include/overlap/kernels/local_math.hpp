@@ -3,8 +3,8 @@
 /// The local (per-rank, communication-free) pieces of the transformer block
 /// and their backward passes as plain loops: layer norm over rows and GELU.
 /// Row-major, in float or double. The block runs them in double; in float
-/// it runs oneDNN's primitives (layers/local_primitives.hpp), measured
-/// against these. Attention is ring attention's tiles (layers/attention_tiles.hpp).
+/// it runs oneDNN's primitives (kernels/local_primitives.hpp), measured
+/// against these. Attention is ring attention's tiles (attention/attention_tiles.hpp).
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 /// GELU (`eltwise`, gelu_erf), forward and backward, the softmax of whole
 /// rows of attention scores (`softmax`), forward and backward, and the exp
 /// of ring attention's online softmax (`eltwise`, exp). The block's double
-/// path keeps the plain loops of layers/local_math.hpp (oneDNN has no f64
+/// path keeps the plain loops of kernels/local_math.hpp (oneDNN has no f64
 /// primitives), which are also the reference these are measured against.
 
 #include <oneapi/dnnl/dnnl.hpp>

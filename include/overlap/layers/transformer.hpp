@@ -99,7 +99,7 @@ class transformer_block {
   /// Collective over tp and cp: the block with a context-parallel axis. The
   /// sequence is split into cp.size() shares (causal_split); the ranks of tp
   /// hold share cp.rank() and run the tensor-parallel products, and
-  /// attention is ring attention between the shares (layers/ring_attention.hpp),
+  /// attention is ring attention between the shares (attention/ring_attention.hpp),
   /// over cp, for this rank's heads. tp and cp must be orthogonal axes of one
   /// mesh (mesh.context("tp"), mesh.context("cp")): every rank of cp has the
   /// same tp rank and size. grads() are then this share's: sum them over
