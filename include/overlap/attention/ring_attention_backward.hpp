@@ -92,7 +92,8 @@ struct backward_pattern {
   const unit& u;                 ///< what messages count
 
   /// A step per block, one to pass the last gradients on, one to receive this rank's.
-  [[nodiscard]] int steps() const { return pb.ranks == 1 ? 1 : pb.ranks + 2; }
+  static int step_count(const problem& pb) { return pb.ranks == 1 ? 1 : pb.ranks + 2; }
+  [[nodiscard]] int steps() const { return step_count(pb); }
   /// As the forward pass's.
   [[nodiscard]] engine::ring_window window() const { return {1, 0}; }
   /// The slot step t receives into and computes on.
@@ -112,6 +113,9 @@ struct backward_pattern {
   static int64_t message_bytes(const problem& pb, int t, parts m) {
     return (m.grads ? grads_of(pb, t - 1) : 0) + (m.kv ? kv_bytes<T>(pb.rows(pb.src(t)), pb.d.width()) : 0);
   }
+  /// Bytes step t receives and sends (the cost model's, pass_work).
+  static int64_t received_bytes(const problem& pb, int t) { return message_bytes(pb, t, received(pb, t)); }
+  static int64_t sent_bytes(const problem& pb, int t) { return message_bytes(pb, t, sent(pb, t)); }
   /// The message of step t of parts `m`, in its slot.
   [[nodiscard]] engine::transfer message(int t, parts m) const {
     if (!m.grads && !m.kv) return {};
@@ -163,26 +167,10 @@ void finish_backward(const problem& pb, const backward_state<T>& s, const attent
 }
 
 /// The backward pass on this rank as the cost model prices it: the ring's
-/// steps (backward_pattern's messages, each_tile's products) or the
-/// baseline's gather, products and reduce-scatter.
+/// steps, or the baseline's gather, products and reduce-scatter (pass_work).
 template <class T>
 overlap::detail::work backward_work(const problem& pb, bool ring) {
-  using pattern = backward_pattern<T>;
-  overlap::detail::work w;
-  w.ring = ring;
-  const int steps = pb.ranks == 1 ? 1 : pb.ranks + 2;
-  for (int t = 0; t < steps; ++t) {
-    overlap::detail::ring_step_work st;
-    if (t < pb.ranks) step_products<attention_acc_t<T>>(pb, t, true, st.products);
-    if (pb.ranks > 1) {
-      st.recv = double(pattern::message_bytes(pb, t, pattern::received(pb, t)));
-      st.moved = st.recv + double(pattern::message_bytes(pb, t, pattern::sent(pb, t)));
-    }
-    if (ring)
-      w.ring_steps.push_back(std::move(st));
-    else
-      w.gemms.insert(w.gemms.end(), st.products.begin(), st.products.end());
-  }
+  overlap::detail::work w = pass_work<backward_pattern<T>>(pb, true, ring);
   if (!ring) {
     w.allgather_block = double(kv_bytes<T>(pb.max_rows(), pb.d.width()));
     w.reduce_scatter_block = double(2 * pb.max_rows() * pb.d.width() * int64_t(sizeof(attention_acc_t<T>)));

@@ -53,7 +53,8 @@ struct forward_pattern {
   const unit& u;                 ///< what messages count
 
   /// One step per rank's block.
-  [[nodiscard]] int steps() const { return pb.ranks; }
+  static int step_count(const problem& pb) { return pb.ranks; }
+  [[nodiscard]] int steps() const { return step_count(pb); }
   /// A block is received one step ahead; a send completes before the next step's.
   [[nodiscard]] engine::ring_window window() const { return {1, 0}; }
   /// Bytes of the block of step t.
@@ -62,6 +63,9 @@ struct forward_pattern {
   static bool receives(const problem& pb, int t) { return t >= 1 && t < pb.ranks; }
   /// Every block but the last goes on to the previous rank.
   static bool sends(const problem& pb, int t) { return t < pb.ranks - 1; }
+  /// Bytes step t receives and sends (the cost model's, pass_work).
+  static int64_t received_bytes(const problem& pb, int t) { return receives(pb, t) ? block_bytes(pb, t) : 0; }
+  static int64_t sent_bytes(const problem& pb, int t) { return sends(pb, t) ? block_bytes(pb, t) : 0; }
   /// The block of step t, in its slot.
   [[nodiscard]] engine::transfer block(int t) const {
     return {s.slots.at((t % 2) * s.slot_bytes), u.type, u.count(block_bytes(pb, t))};
@@ -86,23 +90,10 @@ struct forward_pattern {
 };
 
 /// The forward pass on this rank as the cost model prices it: the ring's
-/// steps (forward_pattern's transfers, each_tile's products) or the
-/// baseline's gather and products.
+/// steps, or the baseline's gather and products (pass_work).
 template <class T>
 overlap::detail::work forward_work(const problem& pb, bool ring) {
-  using pattern = forward_pattern<T>;
-  overlap::detail::work w;
-  w.ring = ring;
-  for (int t = 0; t < pb.ranks; ++t) {
-    overlap::detail::ring_step_work st;
-    step_products<attention_acc_t<T>>(pb, t, false, st.products);
-    if (pattern::receives(pb, t)) st.recv = double(pattern::block_bytes(pb, t));
-    st.moved = st.recv + (pattern::sends(pb, t) ? double(pattern::block_bytes(pb, t)) : 0);
-    if (ring)
-      w.ring_steps.push_back(std::move(st));
-    else
-      w.gemms.insert(w.gemms.end(), st.products.begin(), st.products.end());
-  }
+  overlap::detail::work w = pass_work<forward_pattern<T>>(pb, false, ring);
   if (!ring) w.allgather_block = double(kv_bytes<T>(pb.max_rows(), pb.d.width()));
   return w;
 }

@@ -119,6 +119,29 @@ void step_products(const problem& pb, int t, bool backward, std::vector<overlap:
   each_tile(pb, pb.src(t), [&](const tile& x) { tile_math<A>::products(pb.d, x, backward, out); });
 }
 
+/// A pass on this rank as the cost model prices it. Pattern: the pass's
+/// ring pattern, whose static step_count(pb), received_bytes(pb, t) and
+/// sent_bytes(pb, t) its transfers use too; the products are each_tile's,
+/// at the steps that compute (the first pb.ranks). A ring lists both step
+/// by step; the baseline (ring false) its products one after the other,
+/// its collectives left to the caller.
+template <class Pattern>
+overlap::detail::work pass_work(const problem& pb, bool backward, bool ring) {
+  overlap::detail::work w;
+  w.ring = ring;
+  for (int t = 0; t < Pattern::step_count(pb); ++t) {
+    overlap::detail::ring_step_work st;
+    if (t < pb.ranks) step_products<typename Pattern::A>(pb, t, backward, st.products);
+    st.recv = double(Pattern::received_bytes(pb, t));
+    st.moved = st.recv + double(Pattern::sent_bytes(pb, t));
+    if (ring)
+      w.ring_steps.push_back(std::move(st));
+    else
+      w.gemms.insert(w.gemms.end(), st.products.begin(), st.products.end());
+  }
+  return w;
+}
+
 /// The unit blocks travel in: bytes, or 64-byte runs when the largest
 /// message would exceed INT_MAX bytes.
 struct unit {
