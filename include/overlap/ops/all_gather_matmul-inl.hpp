@@ -294,9 +294,8 @@ struct ag_op : op_defaults,
     };
     // The other operands may travel only where no rank wants the gathered
     // operand itself (gathered_out needs it gathered anyway).
-    schedule_request req;
-    req.strategy = opt.strategy, req.algorithm = opt.algorithm, req.others_allowed = !g.any_out,
-    req.hierarchical = true;
+    schedule_request req = request_of<ag_op>(opt);
+    req.others_allowed = req.others_allowed && !g.any_out;
     if (!full.contracting) {
       const int64_t widest = *std::max_element(g.other.begin(), g.other.end());
       req.others_pieces = others_piece_counts<ag_op>(ctx.config(), widest);

@@ -186,9 +186,7 @@ struct ar_op : op_defaults,
       r.one_node = ctx.one_node(), r.knee_units = g.knee_units;
       return plan_chunks(r);
     };
-    schedule_request req;
-    req.strategy = opt.strategy, req.algorithm = algorithm::named, req.others_allowed = false;
-    req.hierarchical = true;
+    schedule_request req = request_of<ar_op>(opt);
     req.hierarchical_chunks = ctx.config().rs_chunks > 0 ? ctx.config().rs_chunks : 2;
     return choose_schedule(ctx, req, t, chunks_for,
                            [&](const schedule& s) { return priced<ar_op>(build_site::dry(ctx), x, opt, g, s); });

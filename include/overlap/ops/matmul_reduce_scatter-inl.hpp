@@ -217,8 +217,7 @@ struct rs_op : op_defaults,
     // Hierarchical: pieces of a shard go round the node one step behind each
     // other, so that each one's accumulator has a step to arrive (>= 2 pieces).
     const int configured = ctx.config().rs_chunks;
-    schedule_request req;
-    req.strategy = opt.strategy, req.algorithm = opt.algorithm, req.hierarchical = true;
+    schedule_request req = request_of<rs_op>(opt);
     // The other-operands algorithm gathers B (rows) or A (columns) in pieces of
     // its free dimension, N or M, the same on every rank: as configured, else
     // the model's count, else one (without the model nothing says whether a

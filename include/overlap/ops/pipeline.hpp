@@ -20,6 +20,7 @@
 #include "overlap/ops/accumulate.hpp"
 #include "overlap/ops/call_agreement.hpp"
 #include "overlap/ops/checks.hpp"
+#include "overlap/ops/choose.hpp"
 #include "overlap/ops/entry_points.hpp"
 #include "overlap/ops/op_id.hpp"
 #include "overlap/ops/others.hpp"
@@ -89,6 +90,19 @@ struct op_defaults {
   template <class Args, class Options>
   static void append_own_views(plan_key& /*key*/, const Args& /*x*/, const Options& /*o*/) {}
 };
+
+/// What the op's options and builders decide of a call's schedule request:
+/// the strategy and algorithm asked, and which plans apply (a two-level
+/// ring, the other operands: Op::builders()). The op adds the rest.
+template <class Op>
+schedule_request request_of(const typename Op::options& opt) {
+  constexpr auto builders = Op::builders();
+  schedule_request req;
+  req.strategy = opt.strategy, req.algorithm = opt.algorithm;
+  req.hierarchical = builders.hierarchical != nullptr;
+  req.others_allowed = builders.others != nullptr;
+  return req;
+}
 
 /// The plan key's part that only this rank's views decide: their leading
 /// dimensions and batch strides (the op's own views' too).
