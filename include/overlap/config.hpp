@@ -112,6 +112,25 @@ struct enum_names<ring_phases> {
                                                                    {ring_phases::comm_only, "comm_only"}}};
 };
 
+/// How strategy::automatic chooses a call's schedule where it asks the cost
+/// model (docs/design.md, "Choosing a schedule").
+enum class automatic_choice {
+  /// the model ranks the candidates; the first calls of each shape run its
+  /// best ones (at most three, bulk always among them), timed on every rank,
+  /// and later calls run the fastest on the slowest rank (schedule/measured.hpp)
+  measured,
+  /// the model's choice runs from the first call (nothing is timed)
+  model,
+};
+
+/// The names of automatic_choice's values, as the environment, messages and JSON spell them.
+template <>
+struct enum_names<automatic_choice> {
+  /// Every value with its name.
+  static constexpr std::array<enum_entry<automatic_choice>, 2> entries{
+      {{automatic_choice::measured, "measured"}, {automatic_choice::model, "model"}}};
+};
+
 /// Under SimGrid SMPI (mpi::simulated): how the simulated time of a GEMM is
 /// found. SMPI times every burst of computation on the real CPU, so its
 /// times carry the noise of the machine running the simulation; `steady`
@@ -225,6 +244,14 @@ struct config {
   /// asks for strategy::automatic; on one node, automatic is bulk without a
   /// model unless a file is given (docs/design.md, "Choosing a schedule").
   std::string calibration;
+  /// How strategy::automatic chooses where it asks the model: by timing the
+  /// model's best candidates on a shape's first calls, or by the model
+  /// alone. Must agree across ranks (it is part of every op's agreed options).
+  overlap::automatic_choice automatic = overlap::automatic_choice::measured;
+  /// automatic_choice::measured: every this many calls of a shape its
+  /// candidates are timed again (0: only when a sampled call's time drifts
+  /// 25% off the settled one). Must agree across ranks.
+  int automatic_recheck = 1000;
   /// A directory: every rank writes its timeline there (rank\<world
   /// rank\>.json, the Chrome trace format; see engine/trace.hpp and
   /// tools/trace/render.py). Empty: off, and nothing is recorded.
@@ -373,20 +400,10 @@ setting make_setting(const char* variable, const char* field, const char* meanin
   };
   return {variable, field, meaning, lo, hi, gap, values, &rules::text, &rules::problem, &rules::parse};
 }
-}  // namespace detail
 
-/// The table of every setting (docs/cluster.md shows the same table).
-[[nodiscard]] inline const std::vector<setting>& settings() {
-  using detail::make_setting;
-  static const std::vector<setting> table{
-      make_setting<&config::backend>("OVERLAP_BACKEND", "backend",
-                                     "GEMM library (automatic: oneDNN for f32/bf16, Eigen for f64)"),
-      make_setting<&config::progress>("OVERLAP_PROGRESS", "progress", "progress policy of the ring engine"),
-      make_setting<&config::progress_interval>("OVERLAP_PROGRESS_INTERVAL_US", "progress_interval (us)",
-                                               "progress thread sleep between tests; 0 = yield", 0, 1000000),
-      make_setting<&config::poll_chunks>("OVERLAP_POLL_CHUNKS", "poll_chunks",
-                                         "poll policy: GEMM row bands per ring step (fewer below the GEMM rate knee)",
-                                         1, 1024),
+/// The settings of how a call's schedule is cut and chosen (part of settings()).
+[[nodiscard]] inline std::vector<setting> schedule_settings() {
+  return {
       make_setting<&config::ag_chunks>("OVERLAP_AG_CHUNKS", "ag_chunks",
                                        "ring steps per all-gathered shard (0: the plan chooses)", 0, 1024),
       make_setting<&config::rs_chunks>("OVERLAP_RS_CHUNKS", "rs_chunks",
@@ -397,31 +414,61 @@ setting make_setting(const char* variable, const char* field, const char* meanin
                                        0, 1024),
       make_setting<&config::ring>("OVERLAP_RING_ORDER", "ring",
                                   "ring neighbours: the ranks of one node together, or plain rank order"),
-      make_setting<&config::bf16>("OVERLAP_BF16_GEMM", "bf16",
-                                  "bf16 products: oneDNN's bf16 matmul, or f32 on widened pieces (CPUs without "
-                                  "AVX-512)"),
-      make_setting<&config::timeout_s>("OVERLAP_TIMEOUT_S", "timeout_s",
-                                       "watchdog: seconds a wait may last before it is fatal (0: off)", 0, 604800),
-      make_setting<&config::on_fatal>("OVERLAP_ON_FATAL", "on_fatal",
-                                      "a failure after the ranks agreed: MPI_Abort, or throw on this rank"),
-      make_setting<&config::plan_cache>("OVERLAP_PLAN_CACHE", "plan_cache",
-                                        "plans kept per context, least recently used evicted", 1, 65536),
-      make_setting<&config::verbose>("OVERLAP_VERBOSE", "verbose",
-                                     "1: rank 0 prints the configuration and each plan; 2: also every ring step", 0, 2),
-      make_setting<&config::calibration>("OVERLAP_CALIBRATION", "calibration",
-                                         "cost model calibration file (overlap-calibrate); empty: measured when "
-                                         "needed"),
-      make_setting<&config::trace>("OVERLAP_TRACE", "trace",
-                                   "directory of a Chrome trace per rank (rank<R>.json); empty: off"),
-      make_setting<&config::sim>(
-          "OVERLAP_SIM_COMPUTE", "sim",
-          "SimGrid SMPI only: a GEMM's simulated time (SMPI's timing of each call, or the "
-          "median of its shape's first runs; skipped: not computed after those; calibrated: flops over the "
-          "calibration's rate, never run)"),
-      make_setting<&config::sim_samples>("OVERLAP_SIM_SAMPLES", "sim_samples",
-                                         "SimGrid SMPI only: real runs per GEMM shape behind its steady time", 1, 1000),
-      make_setting<&config::phases>(nullptr, "phases", "benchmarks only: which halves of a schedule run"),
+      make_setting<&config::automatic>("OVERLAP_AUTOMATIC", "automatic",
+                                       "strategy automatic: time the cost model's best candidates on a shape's "
+                                       "first calls and keep the fastest, or take the model's choice untimed"),
+      make_setting<&config::automatic_recheck>("OVERLAP_AUTOMATIC_RECHECK", "automatic_recheck",
+                                               "automatic measured: calls of a shape between two timings of its "
+                                               "candidates (0: only on drift)",
+                                               0, 1000000000),
   };
+}
+}  // namespace detail
+
+/// The table of every setting (docs/cluster.md shows the same table).
+[[nodiscard]] inline const std::vector<setting>& settings() {
+  using detail::make_setting;
+  static const std::vector<setting> table = [] {
+    std::vector<setting> t{
+        make_setting<&config::backend>("OVERLAP_BACKEND", "backend",
+                                       "GEMM library (automatic: oneDNN for f32/bf16, Eigen for f64)"),
+        make_setting<&config::progress>("OVERLAP_PROGRESS", "progress", "progress policy of the ring engine"),
+        make_setting<&config::progress_interval>("OVERLAP_PROGRESS_INTERVAL_US", "progress_interval (us)",
+                                                 "progress thread sleep between tests; 0 = yield", 0, 1000000),
+        make_setting<&config::poll_chunks>("OVERLAP_POLL_CHUNKS", "poll_chunks",
+                                           "poll policy: GEMM row bands per ring step (fewer below the GEMM rate knee)",
+                                           1, 1024),
+        make_setting<&config::bf16>("OVERLAP_BF16_GEMM", "bf16",
+                                    "bf16 products: oneDNN's bf16 matmul, or f32 on widened pieces (CPUs without "
+                                    "AVX-512)"),
+        make_setting<&config::timeout_s>("OVERLAP_TIMEOUT_S", "timeout_s",
+                                         "watchdog: seconds a wait may last before it is fatal (0: off)", 0, 604800),
+        make_setting<&config::on_fatal>("OVERLAP_ON_FATAL", "on_fatal",
+                                        "a failure after the ranks agreed: MPI_Abort, or throw on this rank"),
+        make_setting<&config::plan_cache>("OVERLAP_PLAN_CACHE", "plan_cache",
+                                          "plans kept per context, least recently used evicted", 1, 65536),
+        make_setting<&config::verbose>("OVERLAP_VERBOSE", "verbose",
+                                       "1: rank 0 prints the configuration and each plan; 2: also every ring step", 0,
+                                       2),
+        make_setting<&config::calibration>("OVERLAP_CALIBRATION", "calibration",
+                                           "cost model calibration file (overlap-calibrate); empty: measured when "
+                                           "needed"),
+        make_setting<&config::trace>("OVERLAP_TRACE", "trace",
+                                     "directory of a Chrome trace per rank (rank<R>.json); empty: off"),
+        make_setting<&config::sim>(
+            "OVERLAP_SIM_COMPUTE", "sim",
+            "SimGrid SMPI only: a GEMM's simulated time (SMPI's timing of each call, or the "
+            "median of its shape's first runs; skipped: not computed after those; calibrated: flops over the "
+            "calibration's rate, never run)"),
+        make_setting<&config::sim_samples>("OVERLAP_SIM_SAMPLES", "sim_samples",
+                                           "SimGrid SMPI only: real runs per GEMM shape behind its steady time", 1,
+                                           1000),
+        make_setting<&config::phases>(nullptr, "phases", "benchmarks only: which halves of a schedule run"),
+    };
+    const std::vector<setting> schedule = detail::schedule_settings();
+    t.insert(t.begin() + 4, schedule.begin(), schedule.end());  // after the engine's
+    return t;
+  }();
   return table;
 }
 

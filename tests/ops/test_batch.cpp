@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ag_cases.hpp"
+#include "calibrations.hpp"
 #include "rs_cases.hpp"
 
 namespace {
@@ -196,6 +197,26 @@ TEST(batch, hierarchical_every_member_is_exact) {
     every_ag_case(ctx, overlap::strategy::hierarchical, overlap::algorithm::named, 5000);
     every_rs_case(ctx, overlap::strategy::hierarchical, overlap::algorithm::named, 6000);
   }
+}
+
+// Batched calls under strategy::automatic where it measures (a calibration
+// makes it ask the model on one machine): each call runs the candidate
+// whose turn it is, every member exact on every call, until the choice
+// settles.
+TEST(batch, measured_automatic_calls_are_exact_and_settle) {
+  overlap::context ctx(MPI_COMM_WORLD, with_calibration(write_file(slow_network().to_json(), "batch-calibration")));
+  const ag_case ag{overlap::gathered::lhs_rows, overlap::strategy::automatic, 40, 24, 32, split::skewed, 1, false, 77};
+  const rs_case rs{
+      overlap::scattered::rows, overlap::strategy::automatic, 40, 24, 32, split::skewed, split::balanced, 1, 78};
+  for (int call = 0; call < 8; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    run_batched_ag<float>(ctx, ag, layout::stacked);
+    run_batched_rs<float>(ctx, rs, layout::stacked);
+  }
+  EXPECT_EQ(ctx.measuring(), 0u);
+  size_t measured = 0;
+  for (const auto& p : ctx.plan_reports()) measured += p.schedule.find("measured choice") != std::string::npos;
+  EXPECT_EQ(measured, ctx.size() > 1 ? 2u : 0u);
 }
 
 /// The first rows x cols member of a dense matrix holding a batch.

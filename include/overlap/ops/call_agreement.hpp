@@ -130,13 +130,14 @@ struct agreed_field {
 /// row adds its own in Row::more_agreed), then this rank's sizes. An op's
 /// row derives from it and adds its own fields.
 struct matmul_row {
-  int64_t layout, strategy, chunks, transpose_a, transpose_b, activation, phases, algorithm, accumulate, batch;
+  int64_t layout, strategy, chunks, transpose_a, transpose_b, activation, phases, automatic, automatic_recheck,
+      algorithm, accumulate, batch;
   int64_t a_rows, a_cols, b_rows, b_cols;  ///< op(a), op(b)
   int64_t c_rows, c_cols;
   /// Pieces split one dimension of the output; this rank's GEMM keeps its rate above this many.
   int64_t knee;
 
-  static constexpr std::array<agreed_field<matmul_row>, 10> agreed{{
+  static constexpr std::array<agreed_field<matmul_row>, 12> agreed{{
       {"", &matmul_row::layout, field_scope::layout},
       {"strategy", &matmul_row::strategy},
       {"", &matmul_row::chunks, field_scope::chunks},
@@ -144,6 +145,8 @@ struct matmul_row {
       {"transpose_b", &matmul_row::transpose_b},
       {"epilogue.activation", &matmul_row::activation},
       {"phases", &matmul_row::phases, field_scope::setting},
+      {"automatic", &matmul_row::automatic, field_scope::setting},
+      {"automatic_recheck", &matmul_row::automatic_recheck, field_scope::setting},
       {"algorithm", &matmul_row::algorithm},
       {"accumulate", &matmul_row::accumulate},
       {"batch.count", &matmul_row::batch},
@@ -163,6 +166,8 @@ matmul_row matmul_row_of(const context& ctx, const typename Op::options& opt, co
           opt.transpose_b,
           static_cast<int64_t>(opt.epilogue.activation),
           static_cast<int64_t>(ctx.config().phases),
+          static_cast<int64_t>(ctx.config().automatic),
+          ctx.config().automatic_recheck,
           static_cast<int64_t>(opt.algorithm),
           opt.accumulate,
           opt.batch.count,

@@ -10,7 +10,10 @@
 /// packing B, the ring), and the three entry points (ops/entry_points.hpp).
 /// docs/design.md, "Adding an op", lists what a traits type declares.
 
+#include <mpi.h>
+
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -22,6 +25,7 @@
 #include "overlap/ops/checks.hpp"
 #include "overlap/ops/choose.hpp"
 #include "overlap/ops/entry_points.hpp"
+#include "overlap/ops/measured_plans.hpp"
 #include "overlap/ops/op_id.hpp"
 #include "overlap/ops/others.hpp"
 #include "overlap/ops/pending.hpp"
@@ -191,14 +195,51 @@ std::unique_ptr<typename Op::plan> make_plan(context& ctx, const arg_checks& che
   return plan;
 }
 
-/// Checks a call, agrees with the other ranks, and returns the plan (built
-/// and cached on first use). Collective. The steps: the checks each rank
-/// makes alone, the agreement (and on a plan miss anywhere the exchange of
-/// every rank's row), the rules that span ranks on that exchange, choosing
-/// the schedule, building it.
+/// The plan a call runs, and where automatic measures (measured_plans.hpp)
+/// the choice to tell its time to (null: the call is not timed).
 template <class Op>
-typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
+struct call_plan {
+  typename Op::plan& plan;
+  std::shared_ptr<measured_choice> timed;
+};
+
+/// A call of a shape whose automatic schedule is measured: the plan of the
+/// candidate whose turn it is (built on its first turn; a candidate whose
+/// build fails, agreed on every rank, is skipped). Collective.
+template <class Op>
+call_plan<Op> measured_call(context& ctx, const arg_checks& checks, const typename Op::args& x,
+                            const typename Op::options& opt, measured_plans<typename Op::plan, typename Op::global>& m,
+                            call_use use) {
+  measured_choice& choice = *m.choice();
+  measured_choice::turn t = use == call_use::runs ? choice.next_call() : measured_choice::turn{choice.running(), false};
+  for (;;) {
+    try {
+      typename Op::plan& plan = m.plan_for(t.candidate, [&](const schedule& s) {
+        return make_plan<Op>(ctx, checks, x, opt, m.global(), s, m.fingerprint);
+      });
+      return {plan, t.timed ? m.choice() : nullptr};
+    } catch (const std::exception&) {
+      const size_t failed = t.candidate;
+      choice.skip(failed);
+      if (choice.running() == failed) throw;  // nothing else to run
+      t = {choice.running(), t.timed && !choice.settled()};
+    }
+  }
+}
+
+/// Checks a call, agrees with the other ranks, and returns the plan (built
+/// and cached on first use). Collective. The steps: the time of a timed
+/// call pending from a started op (measured_plans.hpp), the checks each
+/// rank makes alone, the agreement (and on a plan miss anywhere the
+/// exchange of every rank's row), the rules that span ranks on that
+/// exchange, choosing the schedule, building it. Where automatic measures,
+/// the entry holds the candidates' plans and the call runs the one whose
+/// turn it is (`use`: a call that runs counts as one of the shape's calls).
+template <class Op>
+call_plan<Op> prepare_call(context& ctx, const typename Op::args& x, const typename Op::options& opt, call_use use) {
   using T = typename Op::element;
+  using measured = measured_plans<typename Op::plan, typename Op::global>;
+  settle_timed_call(ctx, Op::names.call);
   arg_checks checks(Op::id, Op::names, dtype_of<T>(), to_string(opt.*Op::layout));
   const int backend = Op::local_checks(ctx, checks, x, opt);
   const typename Op::row mine = Op::row_of(ctx, x, opt);
@@ -210,14 +251,33 @@ typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typen
                          static_cast<int64_t>(checks.type())});
   append_strides<Op>(key, x, opt);
   const agreement<typename Op::row> agreed_on = agree_or_exchange(ctx, checks, key, mine);
-  if (agreed_on.cached != nullptr) return static_cast<typename Op::plan&>(*agreed_on.cached);
+  if (agreed_on.cached != nullptr) {
+    if (auto* m = dynamic_cast<measured*>(agreed_on.cached)) return measured_call<Op>(ctx, checks, x, opt, *m, use);
+    return {static_cast<typename Op::plan&>(*agreed_on.cached), nullptr};
+  }
 
   const plan_key stored = key;  // the scratch is the next call's
   const typename Op::global g = Op::global_checks(ctx, checks, opt, agreed_on.table);
   const schedule sched = Op::choose(ctx, x, opt, g);
   const uint64_t fingerprint = agreed_on.fingerprint(checks.id());
-  return static_cast<typename Op::plan&>(
-      *ctx.store_plan(stored, make_plan<Op>(ctx, checks, x, opt, g, sched, fingerprint)));
+  if (measures(ctx, sched)) {
+    const std::string call = checks.op() + " " + to_string(dtype_of<T>()) + " on " + std::to_string(ctx.size()) +
+                             " ranks:" + Op::summary(*plan_of<Op>(opt, g, sched), g);
+    auto choice = choice_for(ctx, sched, choice_key(ctx, checks.op(), fingerprint), call);
+    auto& m = static_cast<measured&>(
+        *ctx.store_plan(stored, std::make_unique<measured>(g, sched, std::move(choice), fingerprint)));
+    return measured_call<Op>(ctx, checks, x, opt, m, use);
+  }
+  return {static_cast<typename Op::plan&>(
+              *ctx.store_plan(stored, make_plan<Op>(ctx, checks, x, opt, g, sched, fingerprint))),
+          nullptr};
+}
+
+/// prepare_call for a caller that only asks which plan runs (it does not
+/// count as a call of the shape).
+template <class Op>
+typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typename Op::options& opt) {
+  return prepare_call<Op>(ctx, x, opt, call_use::asks).plan;
 }
 
 /// Packs B once for the pieces of a ring plan that read all of it (where
@@ -261,24 +321,38 @@ void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, cons
   }
 }
 
-/// The call: prepared and run (with accumulate's save and add) on this thread.
+/// Runs a prepared call (with accumulate's save and add); a timed one
+/// leaves its seconds on this rank for the ranks to agree on
+/// (settle_timed_call).
+template <class Op>
+void run_call(context& ctx, const call_plan<Op>& p, const typename Op::args& x, const typename Op::options& opt) {
+  const double t0 = p.timed ? MPI_Wtime() : 0;
+  run_accumulating(ctx, p.plan, p.plan.saved, x.c, [&] { run<Op>(ctx, p.plan, x, opt); });
+  if (p.timed) ctx.last_timed() = {p.timed, MPI_Wtime() - t0};
+}
+
+/// The call: prepared and run on this thread (a timed call's time agreed at once).
 template <class Op, class Args, class Options>
 void op_call(context& ctx, const Args& x, const Options& opt) {
   static_assert(std::is_same_v<Args, typename Op::args> && std::is_same_v<Options, typename Op::options>);
   ctx.check_usable(Op::names.call);
-  typename Op::plan& plan = prepare<Op>(ctx, x, opt);
-  run_accumulating(ctx, plan, plan.saved, x.c, [&] { run<Op>(ctx, plan, x, opt); });
+  const call_plan<Op> p = prepare_call<Op>(ctx, x, opt, call_use::runs);
+  run_call<Op>(ctx, p, x, opt);
+  if (p.timed) settle_timed_call(ctx, Op::names.call);
 }
 
-/// The call, started: prepared here, run (with accumulate's save and add)
-/// as the worker's job.
+/// The call, started: prepared here, run as the worker's job (a timed
+/// call's time is agreed when the next call on the context is prepared:
+/// the worker runs no collective of its own). Its time runs from the job's
+/// start to its end, so a candidate whose transfers slow the caller's own
+/// work meanwhile is not charged for it, but one that finishes later is.
 template <class Op, class Args, class Options>
 pending op_start(context& ctx, const Args& x, const Options& opt) {
   static_assert(std::is_same_v<Args, typename Op::args> && std::is_same_v<Options, typename Op::options>);
   ctx.check_usable(Op::names.start);
   engine::worker& w = ctx.start_worker(Op::names.start);
-  typename Op::plan& plan = prepare<Op>(ctx, x, opt);
-  w.post([&ctx, &plan, x, opt] { run_accumulating(ctx, plan, plan.saved, x.c, [&] { run<Op>(ctx, plan, x, opt); }); });
+  const call_plan<Op> p = prepare_call<Op>(ctx, x, opt, call_use::runs);
+  w.post([&ctx, p, x, opt] { run_call<Op>(ctx, p, x, opt); });
   return pending(&w);
 }
 

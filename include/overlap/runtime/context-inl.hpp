@@ -6,6 +6,7 @@
 /// headers.
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -211,6 +212,16 @@ OVERLAP_FUNC detail::plan_base* context::store_plan(const detail::plan_key& key,
     std::fprintf(stderr, "overlap: plan built again after its eviction (%zu so far): %s\n", plans_.rebuilt(),
                  stored->summary.c_str());
   return stored;
+}
+
+OVERLAP_FUNC bool context::save_calibration(const std::string& path) const {
+  if (!model_) return false;
+  if (rank_ != 0) return true;
+  std::ofstream out(path);
+  out << model_->to_json() << "\n";
+  out.close();
+  if (!out) throw std::runtime_error("overlap: context::save_calibration cannot write " + path);
+  return true;
 }
 
 OVERLAP_FUNC std::string context::gemm_path(dtype t) const {

@@ -26,6 +26,7 @@
 #include "overlap/runtime/failure.hpp"
 #include "overlap/runtime/plan_cache.hpp"
 #include "overlap/schedule/calibration.hpp"
+#include "overlap/schedule/measured.hpp"
 
 namespace overlap {
 
@@ -123,6 +124,22 @@ class context {
     plans_.for_each([&](const detail::plan_base& p) { out.push_back({p.summary, p.schedule_words, p.automatic}); });
     return out;
   }
+  /// Number of cached shapes whose automatic schedule is still being
+  /// measured (OVERLAP_AUTOMATIC=measured: their next calls may run other
+  /// candidates). The same on every rank. Benchmarks warm up until it is 0.
+  [[nodiscard]] size_t measuring() const {
+    size_t n = 0;
+    plans_.for_each([&](const detail::plan_base& p) { n += p.measuring() ? 1 : 0; });
+    return n;
+  }
+  /// Writes the context's calibration, with every schedule automatic has
+  /// measured so far (calibration::choices), to `path` on rank 0, for a
+  /// later job's config::calibration (OVERLAP_CALIBRATION): its calls then
+  /// start from these choices instead of measuring. Returns false where
+  /// there is nothing to save (no model was needed). Call it on every rank
+  /// (only rank 0 writes; no communication); std::runtime_error on rank 0
+  /// when the file cannot be written.
+  bool save_calibration(const std::string& path) const;
   /// Drops every cached plan (their buffers and primitives); the next call of
   /// each shape builds its plan again. Local: other ranks notice the missing
   /// plan at their next call and rebuild with this rank.
@@ -216,7 +233,7 @@ class context {
   [[nodiscard]] const std::optional<overlap::calibration>& calibration() const noexcept { return model_; }
   /// For the ops: the inputs to complete (collectively) before a choice.
   [[nodiscard]] overlap::calibration& calibration_to_complete() {
-    if (!model_) model_ = overlap::calibration{{}, {}, "measured by this context"};
+    if (!model_) model_ = overlap::calibration{{}, {}, "measured by this context", {}};
     return *model_;
   }
   /// The link class of this context's ring.
@@ -236,6 +253,10 @@ class context {
   [[nodiscard]] engine::trace_recorder* tracer() const noexcept { return trace_; }
   /// The requests of the op in flight (the ring's transfers), shared by this context's ops.
   [[nodiscard]] mpi::request_group& requests() noexcept { return *requests_; }
+  /// The last timed call of a measured choice whose time the ranks have
+  /// not agreed on yet (ops/measured_plans.hpp): a started op's, agreed at
+  /// the next call's preparing.
+  [[nodiscard]] detail::timed_call& last_timed() noexcept { return timed_; }
   /// Buffers the ranks' agreement reuses from call to call.
   [[nodiscard]] detail::agreement_scratch& scratch() noexcept { return *scratch_; }
 
@@ -331,6 +352,7 @@ class context {
   detail::plan_cache plans_{static_cast<size_t>(overlap::config{}.plan_cache)};
   std::unique_ptr<mpi::request_group> requests_ = std::make_unique<mpi::request_group>();
   std::unique_ptr<detail::agreement_scratch> scratch_ = std::make_unique<detail::agreement_scratch>();
+  detail::timed_call timed_;                                ///< see last_timed()
   engine::trace_recorder* trace_ = nullptr;                 ///< the process's recorder (OVERLAP_TRACE), not owned
   std::unique_ptr<mpi::request_group::observer> observer_;  ///< transfers to the recorder
   /// Runs started ops; last, so it ends (after its job) before what the job uses.

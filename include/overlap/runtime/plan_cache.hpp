@@ -29,6 +29,9 @@ struct plan_base {
   /// candidate's predicted time when the cost model chose); context::plan_reports.
   std::string schedule_words;
   bool automatic = false;  ///< the call asked for strategy::automatic
+  /// True while strategy::automatic times this shape's candidates
+  /// (ops/measured_plans.hpp): its calls may run any of them.
+  [[nodiscard]] virtual bool measuring() const noexcept { return false; }
 };
 using plan_key = std::vector<int64_t>;
 

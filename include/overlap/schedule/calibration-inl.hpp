@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -42,6 +43,12 @@ OVERLAP_FUNC std::string calibration::to_json() const {
     for (double f : g.flops_per_s) gflops.push_back(f * 1e-9);
     j["gemm"][to_string(t)] = {{"sizes", g.sizes}, {"gflops", gflops}};
   }
+  for (const auto& [key, c] : choices)
+    j["choices"][key] = {{"call", c.call},
+                         {"strategy", to_string(c.chosen.strategy)},
+                         {"algorithm", to_string(c.chosen.algorithm)},
+                         {"chunks", c.chosen.chunks},
+                         {"measured_ms", c.chosen.measured_s * 1e3}};
   return j.dump(1);
 }
 
@@ -67,6 +74,29 @@ collective_rates collectives_from_json(const nlohmann::json& cj, const std::stri
       if (!(b > 0 && std::isfinite(b))) throw bad(which + " rates must be positive");
   });
   return r;
+}
+
+/// The saved measured choices (`bad` makes the exception).
+template <class Bad>
+std::map<std::string, saved_choice> choices_from_json(const nlohmann::json& cj, Bad&& bad) {
+  std::map<std::string, saved_choice> out;
+  for (auto it = cj.begin(); it != cj.end(); ++it) {
+    const std::string& key = it.key();
+    const nlohmann::json& o = it.value();
+    saved_choice sc;
+    sc.call = o.value("call", "");
+    const std::string s = o.at("strategy").get<std::string>(), a = o.at("algorithm").get<std::string>();
+    if (!parse_enum(s, sc.chosen.strategy) || sc.chosen.strategy == strategy::automatic)
+      throw bad(std::string("choice ").append(key).append(": unknown strategy ").append(s));
+    if (!parse_enum(a, sc.chosen.algorithm) || sc.chosen.algorithm == algorithm::automatic)
+      throw bad(std::string("choice ").append(key).append(": unknown algorithm ").append(a));
+    sc.chosen.chunks = o.at("chunks").get<int>();
+    sc.chosen.measured_s = o.at("measured_ms").get<double>() * 1e-3;
+    if (sc.chosen.chunks < 0 || !(sc.chosen.measured_s >= 0 && std::isfinite(sc.chosen.measured_s)))
+      throw bad("choice " + key + " needs chunks >= 0 and a finite measured_ms >= 0");
+    out[key] = std::move(sc);
+  }
+  return out;
 }
 
 }  // namespace detail
@@ -115,6 +145,7 @@ OVERLAP_FUNC calibration calibration::from_json(const std::string& text, const s
           if (!(f > 0 && std::isfinite(f))) throw bad("gemm " + name + " rates must be positive");
         c.gemm[t] = std::move(r);
       }
+    if (j.contains("choices")) c.choices = detail::choices_from_json(j.at("choices"), bad);
   } catch (const nlohmann::json::exception& e) {
     throw bad(e.what());
   }

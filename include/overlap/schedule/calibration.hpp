@@ -21,6 +21,7 @@
 
 #include "overlap/core/dtype.hpp"
 #include "overlap/core/flavour.hpp"
+#include "overlap/schedule/schedule.hpp"
 
 namespace overlap {
 
@@ -132,11 +133,22 @@ struct gemm_rates {
   }
 };
 
+/// A schedule strategy::automatic measured for one call shape
+/// (OVERLAP_AUTOMATIC=measured), kept so that a later job with the same
+/// shapes starts from it instead of measuring again.
+struct saved_choice {
+  candidate chosen;  ///< what runs, with its measured time (slowest rank)
+  std::string call;  ///< the call in words (op, element type, ranks, shape), for people reading the file
+};
+
 /// Everything the cost model is fed.
 struct calibration {
   std::map<link_class, link_rates> links;  ///< the ring's links, by kind (inside a node, between nodes)
   std::map<dtype, gemm_rates> gemm;        ///< GEMM rates, by element type
   std::string origin;                      ///< the file it came from, or how it was measured
+  /// Measured choices by call shape (the key hashes the op, every rank's
+  /// sizes and options, and the nodes); a context adds each choice it settles.
+  std::map<std::string, saved_choice> choices;
 
   [[nodiscard]] bool has(link_class l) const { return links.count(l) != 0; }  ///< links of kind l measured
   [[nodiscard]] bool has(dtype t) const {
