@@ -50,7 +50,7 @@ struct options {
   long drain_bytes = 0;  ///< sent to each ring neighbour before every timed call (overlap::apps::link_drain)
   int tp = 0;            ///< tensor-parallel group size; 0: one group of every rank
   int64_t batch = 1;     ///< products per call (overlap::batch), members one after the other
-  std::string json, transport;
+  std::string json, transport, save_calibration;
 };
 
 struct range2 {
@@ -197,12 +197,15 @@ nlohmann::json schedule_json(const overlap::schedule& s) {
     cands.push_back({{"strategy", overlap::to_string(c.strategy)},
                      {"algorithm", overlap::to_string(c.algorithm)},
                      {"chunks", c.chunks},
-                     {"predicted_ms", c.predicted_s * 1e3}});
+                     {"predicted_ms", c.predicted_s * 1e3},
+                     {"measured_ms", c.measured_s >= 0 ? nlohmann::json(c.measured_s * 1e3) : nullptr}});
   return {{"strategy", overlap::to_string(s.strategy)},
           {"algorithm", overlap::to_string(s.algorithm)},
           {"lanes", s.lanes},
           {"chunks", s.chunks},
           {"by_model", s.by_model},
+          {"by_measurement", s.by_measurement},
+          {"evidence", s.evidence},
           {"predicted_ms", s.predicted_s * 1e3},
           {"candidates", cands},
           {"text", overlap::to_string(s)}};
@@ -255,6 +258,8 @@ class bench_run {
     measure_library();
     measure_halves();
     if (o_.peers && o_.batch == 1) measure_peers();  // the peers compute one product
+    if (!o_.save_calibration.empty() && !full_.save_calibration(o_.save_calibration) && printer_)
+      fmt::print(stderr, "overlap-bench: no calibration to save (automatic asked no model)\n");
     if (printer_) {
       print_table();
       if (!o_.json.empty()) append_json();
@@ -340,8 +345,14 @@ class bench_run {
   void measure_library() {
     std::vector<std::function<void()>> bodies{op(full_, "bulk")};
     results_.push_back(checked("bulk", bodies.back()));
-    for (const auto& s : o_.strategies)
-      if (s != "bulk") bodies.push_back(op(full_, s)), results_.push_back(checked(s, bodies.back()));
+    for (const auto& s : o_.strategies) {
+      if (s == "bulk") continue;
+      bodies.push_back(op(full_, s));
+      // automatic's first calls time its candidates (OVERLAP_AUTOMATIC=measured):
+      // what is checked and timed is what it settles on.
+      if (s == "automatic") settling_ = overlap::apps::run_until_settled(full_, bodies.back(), 40, std::ref(drain_));
+      results_.push_back(checked(s, bodies.back()));
+    }
     const std::vector<double> rounds =
         overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o_.warmup, o_.iters, bodies, std::ref(drain_));
     for (size_t i = 0; i < results_.size(); ++i) results_[i].time_ms = rounds[i];
@@ -455,7 +466,9 @@ class bench_run {
                  flops() / r.time_ms / 1e6, bulk_ms / r.time_ms, r.time_ms / l.limit(), r.time_ms / l.stable_limit(),
                  r.err);
     for (const auto& r : results_)
-      if (r.chosen) fmt::print("automatic chose: {}\n", overlap::to_string(*r.chosen));
+      if (r.chosen)
+        fmt::print("automatic chose: {} (settled after {} unmeasured calls)\n", overlap::to_string(*r.chosen),
+                   settling_);
     for (const auto& r : results_)
       if (r.comm_only_ms >= 0 && r.strategy != l.reference)
         fmt::print("{:<22}{:>10.2f}  ({} schedule; comm only {:.2f} = {:.3f} x {}'s)\n", "  its compute only",
@@ -496,6 +509,7 @@ class bench_run {
         {"max_rel_err", std::isnan(r.err) ? nlohmann::json(nullptr) : nlohmann::json(r.err)},
         {"checked", !std::isnan(r.err)},
         {"schedule", r.chosen ? nlohmann::json(schedule_json(*r.chosen)) : nullptr},
+        {"automatic_settling_calls", r.chosen ? nlohmann::json(settling_) : nullptr},
         {"setup", r.setup},
         {"transport", transport()},
         {"backend", overlap::to_string(full_.backend_for<T>())},
@@ -533,6 +547,7 @@ class bench_run {
   std::vector<result> results_;
   limit_sides sides_;
   int wrong_ = 0;
+  int settling_ = 0;  ///< unmeasured calls before automatic settled (run_until_settled)
 };
 
 /// The run of the op that --op names.
@@ -608,7 +623,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch,
                  "products per call (overlap::batch, members one after the other); the peers are skipped above 1")
       ->check(CLI::PositiveNumber);
-  overlap::apps::add_common_options(app, o.transport);
+  overlap::apps::add_common_options(app, o.transport, &o.save_calibration);
   // -m/-n/-k are global; each rank's views are these blocks (X_r: rank r's
   // balanced block of that dimension), as at the top of this file.
   app.footer(

@@ -39,7 +39,7 @@ struct options {
   bool only = false;
   int steps = 5, warmup = 1, tp = 0, cp = 1;
   bool check = true, sequence_parallel = true;
-  std::string json, transport;
+  std::string json, transport, save_calibration;
 };
 
 /// What a block computed in one step: out, dx and every gradient, as double.
@@ -219,7 +219,14 @@ int run(const options& o) {
   bo.strategy = overlap::strategy::bulk;
   runner<T> compute(compute_ctx, compute_cp.get(), o.shape, bo);
   bodies.emplace_back([&compute] { compute.step(); });
+  // automatic's first steps time its candidates (OVERLAP_AUTOMATIC=measured):
+  // the timed steps start once it has settled, as a training job's later steps.
+  int settling = 0;
+  for (size_t i = 0; i < modes.size(); ++i)
+    if (modes[i] == "automatic") settling = overlap::apps::run_until_settled(ctx, bodies[i]);
   const std::vector<double> ms = overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o.warmup, o.steps, bodies);
+  if (!o.save_calibration.empty() && !ctx.save_calibration(o.save_calibration) && wrank == 0)
+    fmt::print(stderr, "overlap-layer: no calibration to save (automatic asked no model)\n");
   std::vector<row> rows;
   const double bulk_ms = o.only ? 0 : ms.front(), comm_ms = ms[ms.size() - 2], compute_ms = ms.back();
   for (size_t i = 0; i < modes.size(); ++i) {
@@ -263,7 +270,7 @@ int run(const options& o) {
   fmt::print("{:<14}{:>12.1f}   (the step without communication; bulk / compute only = {:.2f}x bounds any overlap)\n",
              "compute only", compute_ms, bulk_ms > 0 ? bulk_ms / compute_ms : 0.0);
   if (!choices.empty()) {
-    fmt::print("automatic's schedules (rank 0's tp context):\n");
+    fmt::print("automatic's schedules (rank 0's tp context; settled after {} unmeasured steps):\n", settling);
     for (const auto& c : choices)
       fmt::print("  {}: {}\n", c["plan"].get<std::string>(), c["schedule"].get<std::string>());
   }
@@ -291,7 +298,7 @@ int run(const options& o) {
                      {"sequence_parallel", o.sequence_parallel},
                      {"steps", o.steps},
                      {"transport", o.transport}};
-    if (r.mode == "automatic") j["automatic_choices"] = choices;
+    if (r.mode == "automatic") j["automatic_choices"] = choices, j["automatic_settling_steps"] = settling;
     j.update(provenance);
     out << j.dump() << "\n";
   }
@@ -334,7 +341,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("!--no-sequence-parallel", o.sequence_parallel,
                "every tensor-parallel rank holds all tokens; row-parallel outputs use matmul_all_reduce");
-  overlap::apps::add_common_options(app, o.transport);
+  overlap::apps::add_common_options(app, o.transport, &o.save_calibration);
   if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
   if (o.shape.ffn == 0) o.shape.ffn = 4 * o.shape.hidden;
   o.transport = overlap::apps::transport_label(o.transport, "shared memory (one machine)");

@@ -36,7 +36,7 @@ else
   export OVERLAP_TRANSPORT="shared memory"
   launch=(mpi_run 2)
 fi
-"${launch[@]}" "$layer" "${args[@]}" --steps 3 --modes ring,automatic 2> >(grep -v setpgid >&2) || exit 1
+"${launch[@]}" "$layer" "${args[@]}" --steps 5 --modes ring,automatic 2> >(grep -v setpgid >&2) || exit 1
 for mode in bulk ring; do
   OVERLAP_TRACE="$traces/$mode" "${launch[@]}" "$layer" "${args[@]}" --only --modes "$mode" --steps 1 --no-check \
     > /dev/null 2> >(grep -v setpgid >&2) || exit 1

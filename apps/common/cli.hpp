@@ -24,8 +24,12 @@ inline void init_app(CLI::App& app) {
 
 /// The footer listing the OVERLAP_* settings and the --transport option
 /// (into `transport`; see transport_label).
-inline void add_common_options(CLI::App& app, std::string& transport) {
+inline void add_common_options(CLI::App& app, std::string& transport, std::string* save_calibration = nullptr) {
   app.add_option("--transport", transport, "label of the transport for the report (default: $OVERLAP_TRANSPORT)");
+  if (save_calibration != nullptr)
+    app.add_option("--save-calibration", *save_calibration,
+                   "write the calibration, with the schedules automatic measured, to FILE (rank 0) for a later "
+                   "run's OVERLAP_CALIBRATION: its calls start from them instead of measuring");
   app.footer("Library settings come from the environment:\n" + overlap::env_help());
 }
 

@@ -9,6 +9,8 @@
 #include <functional>
 #include <vector>
 
+#include "overlap/runtime/context.hpp"
+
 namespace overlap::apps {
 
 /// Collective. Empties the token buckets of rate-limited links before a timed
@@ -72,6 +74,22 @@ inline std::vector<double> interleaved_median_max_ms(MPI_Comm comm, int warmup, 
     medians.push_back(n == 0 ? 0.0 : (n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2])));
   }
   return medians;
+}
+
+/// Collective. Runs `body` (after `before`) until strategy::automatic has
+/// settled on every shape of ctx it measures (the first calls of a shape
+/// time the cost model's best candidates: docs/design.md, "Measured
+/// choice"), at least once and at most `most` times; returns the runs.
+/// Timing after it sees what a training job's later steps run.
+inline int run_until_settled(const overlap::context& ctx, const std::function<void()>& body, int most = 40,
+                             const std::function<void()>& before = {}) {
+  int runs = 0;
+  do {
+    if (before) before();
+    body();
+    ++runs;
+  } while (runs < most && ctx.measuring() > 0);
+  return runs;
 }
 
 /// Collective. Runs `body` warmup + iters times; returns the median over the
