@@ -131,6 +131,25 @@ struct enum_names<automatic_choice> {
       {{automatic_choice::measured, "measured"}, {automatic_choice::model, "model"}}};
 };
 
+/// Whether a ring lane sends its pieces one at a time (the next posted when
+/// the previous completes) where several could be in flight on one link.
+enum class paced_sends {
+  /// paced where a lane's sends could share its link (pieces sent on before
+  /// the previous ones completed) and a piece is large enough (256 KiB) that
+  /// a message's latency is small beside its transfer
+  automatic,
+  on,   ///< paced wherever several could be in flight
+  off,  ///< every send posted in its step
+};
+
+/// The names of paced_sends's values, as the environment, messages and JSON spell them.
+template <>
+struct enum_names<paced_sends> {
+  /// Every value with its name.
+  static constexpr std::array<enum_entry<paced_sends>, 3> entries{
+      {{paced_sends::automatic, "automatic"}, {paced_sends::on, "on"}, {paced_sends::off, "off"}}};
+};
+
 /// Under SimGrid SMPI (mpi::simulated): how the simulated time of a GEMM is
 /// found. SMPI times every burst of computation on the real CPU, so its
 /// times carry the noise of the machine running the simulation; `steady`
@@ -252,6 +271,9 @@ struct config {
   /// candidates are timed again (0: only when a sampled call's time drifts
   /// 25% off the settled one). Must agree across ranks.
   int automatic_recheck = 1000;
+  /// Ring sends one piece at a time per lane (see overlap::paced_sends).
+  /// Need not agree across ranks (a lane's messages keep their order).
+  overlap::paced_sends paced = overlap::paced_sends::automatic;
   /// A directory: every rank writes its timeline there (rank\<world
   /// rank\>.json, the Chrome trace format; see engine/trace.hpp and
   /// tools/trace/render.py). Empty: off, and nothing is recorded.
@@ -412,6 +434,9 @@ setting make_setting(const char* variable, const char* field, const char* meanin
                                        "matmul_all_reduce: groups of C, each reduced on a ring and gathered during the "
                                        "next (0: the plan chooses)",
                                        0, 1024),
+      make_setting<&config::paced>("OVERLAP_PACED_SENDS", "paced",
+                                   "ring sends one piece at a time per lane where several could share a link "
+                                   "(automatic: pieces of 256 KiB or more)"),
       make_setting<&config::ring>("OVERLAP_RING_ORDER", "ring",
                                   "ring neighbours: the ranks of one node together, or plain rank order"),
       make_setting<&config::automatic>("OVERLAP_AUTOMATIC", "automatic",

@@ -70,6 +70,11 @@ struct ring_links {
 struct ring_window {
   int lead = 1;        ///< steps a receive is posted ahead of the step that computes on it
   int send_slack = 0;  ///< steps a send may stay in flight after the step that posted it
+  /// A lane's sends go out one at a time (mpi::request_group::send_paced):
+  /// with send_slack >= 1 several pieces could share the lane's link, and
+  /// the first, whose product waits for it, would arrive last (the ops'
+  /// plans decide: detail::paced_lanes).
+  bool paced = false;
 };
 
 /// The buffers a ring plan's travelling pieces live in while a plan is
@@ -108,6 +113,10 @@ void post_step(const ring_links& links, Pattern& pattern, mpi::request_group& re
     const int to = out.peer_or(lane.to);
     mpi::request_group::about what{l, to, out.type, true};
     what.count = out.count;
+    if (w.paced) {
+      requests.send_paced(out.buf, out.count, out.type, to, lane.tag, links.comm, t + 1 + w.send_slack, what);
+      continue;
+    }
     OVERLAP_MPI(MPI_Isend, out.buf, out.count, out.type, to, lane.tag, links.comm,
                 requests.add(t + 1 + w.send_slack, what));
   }

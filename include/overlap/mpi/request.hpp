@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,9 @@ class request_group {
     bool collective = false;                ///< a non-blocking collective (MPI cannot free one that is pending)
     double posted = 0;                      ///< when it was posted (tracing only)
     int count = 1;                          ///< last, so that the positional initialisers before it keep their meaning
+    /// A paced send (send_paced): the next one of its lane is posted only
+    /// once this one has completed.
+    bool paced = false;
     /// The bytes it moves.
     [[nodiscard]] long long bytes() const {
       int size = 0;
@@ -55,6 +59,7 @@ class request_group {
       : reqs_(std::move(other.reqs_)),
         due_(std::move(other.due_)),
         about_(std::move(other.about_)),
+        held_(std::move(other.held_)),
         timeout_s_(other.timeout_s_) {
     other.clear();
   }
@@ -65,6 +70,7 @@ class request_group {
       reqs_ = std::move(other.reqs_);
       due_ = std::move(other.due_);
       about_ = std::move(other.about_);
+      held_ = std::move(other.held_);
       timeout_s_ = other.timeout_s_;
       other.clear();
     }
@@ -83,6 +89,20 @@ class request_group {
     if (observer_ != nullptr) about_.back().posted = observer_->now();
     return &reqs_.emplace_back(MPI_REQUEST_NULL);
   }
+  /// A send paced on its lane: posted now when no earlier paced send of
+  /// `what.lane` is in flight, else held back and posted as soon as the one
+  /// before it completes (seen by test_all, wait_due and wait_all). One piece
+  /// in flight per lane, so that the first piece of a step is not slowed by
+  /// the next ones sharing its link (docs/design.md, "Paced sends"). It must
+  /// complete before step `deadline`, as add()'s requests.
+  void send_paced(void* buf, int count, MPI_Datatype type, int to, int tag, MPI_Comm comm, int deadline, about what) {
+    what.send = true, what.paced = true;
+    held_.push_back({buf, count, type, to, tag, comm, deadline, what});
+    release_held();
+  }
+  /// Sends held back (send_paced) and not yet posted.
+  [[nodiscard]] int held() const noexcept { return static_cast<int>(held_.size()); }
+
   /// Watchdog: waits give up after this many seconds (0: unbounded) with
   /// mpi::wait_timeout naming the requests still pending.
   void set_timeout(double seconds) noexcept { timeout_s_ = seconds; }
@@ -94,12 +114,14 @@ class request_group {
   [[nodiscard]] bool empty() const noexcept { return reqs_.empty(); }                 ///< no request held
   [[nodiscard]] int size() const noexcept { return static_cast<int>(reqs_.size()); }  ///< requests held
 
-  /// Non-blocking progress; true when every request has completed.
+  /// Non-blocking progress (and held sends posted whose lane is free); true
+  /// when every request has completed and none is held.
   bool test_all() {
-    if (reqs_.empty()) return true;
+    release_held();
+    if (reqs_.empty()) return held_.empty();
     int done = 0;
     OVERLAP_MPI(MPI_Testall, size(), reqs_.data(), &done, MPI_STATUSES_IGNORE);
-    return done != 0;
+    return done != 0 && held_.empty();
   }
   /// Cancels and completes every pending request and empties the group (for
   /// error paths: a request must not outlive the step that posted it).
@@ -117,6 +139,7 @@ class request_group {
 
   /// Blocks until every request has completed, then empties the group.
   void wait_all() {
+    post_held_due(std::numeric_limits<int>::max());
     if (reqs_.empty()) return;
     if (timeout_s_ > 0) {
       bounded_wait(reqs_.size(), "the end of the ring");
@@ -131,6 +154,7 @@ class request_group {
   /// Blocks until every request whose deadline is <= step has completed and
   /// drops those from the group; later ones stay outstanding.
   void wait_due(int step) {
+    post_held_due(step);
     // The due requests first, so one bounded wait covers exactly them.
     size_t n_due = 0;
     for (size_t i = 0; i < reqs_.size(); ++i)
@@ -164,7 +188,85 @@ class request_group {
     reqs_.clear();
     due_.clear();
     about_.clear();
+    held_.clear();  // never posted: nothing to cancel
   }
+
+  /// A send held back until its lane's previous paced send completes.
+  struct held_send {
+    void* buf;
+    int count;
+    MPI_Datatype type;
+    int to, tag;
+    MPI_Comm comm;
+    int deadline;
+    about what;
+  };
+  /// True while a paced send of `lane` is in flight (tests it).
+  bool lane_busy(int lane) {
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      if (!about_[i].paced || about_[i].lane != lane || reqs_[i] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      OVERLAP_MPI(MPI_Test, &reqs_[i], &done, MPI_STATUS_IGNORE);
+      if (done == 0) return true;
+    }
+    return false;
+  }
+  /// Posts the first held send of every lane that has none in flight.
+  void release_held() {
+    int blocked = 0;  // lanes seen held or busy (bit per lane)
+    for (size_t h = 0; h < held_.size();) {
+      const int bit = 1 << held_[h].what.lane;
+      if ((blocked & bit) != 0 || lane_busy(held_[h].what.lane)) {
+        blocked |= bit;
+        ++h;
+        continue;
+      }
+      const held_send s = held_[h];
+      held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(h));
+      OVERLAP_MPI(MPI_Isend, s.buf, s.count, s.type, s.to, s.tag, s.comm, add(s.deadline, s.what));
+      blocked |= bit;  // now in flight
+    }
+  }
+  /// True when a send of `lane` is held back.
+  [[nodiscard]] bool lane_holds(int lane) const noexcept {
+    for (const held_send& h : held_)
+      if (h.what.lane == lane) return true;
+    return false;
+  }
+  /// Before waiting for step `step`: until every held send due by then is
+  /// posted and every request due has completed, waits for any of those or
+  /// for the in-flight send of a lane that holds one, and posts each held
+  /// send as soon as its lane is free, so that no link idles while this rank
+  /// waits. Held sends of later steps still waiting for their lane stay held.
+  void post_held_due(int step) {
+    const double start = MPI_Wtime();
+    std::vector<MPI_Request>& watch = watch_;
+    std::vector<size_t>& at = watch_at_;
+    while (!held_.empty()) {
+      release_held();
+      bool needed = false;  // a held send or a request this step needs
+      for (const held_send& h : held_) needed = needed || h.deadline <= step;
+      watch.clear(), at.clear();
+      for (size_t i = 0; i < reqs_.size(); ++i) {
+        if (reqs_[i] == MPI_REQUEST_NULL) continue;
+        const bool due = due_[i] <= step;
+        needed = needed || due;
+        if (due || (about_[i].paced && lane_holds(about_[i].lane))) watch.push_back(reqs_[i]), at.push_back(i);
+      }
+      if (!needed || watch.empty()) return;
+      int index = MPI_UNDEFINED, flag = 0;
+      if (timeout_s_ > 0) {
+        OVERLAP_MPI(MPI_Testany, static_cast<int>(watch.size()), watch.data(), &index, &flag, MPI_STATUS_IGNORE);
+        if (flag == 0 && MPI_Wtime() - start > timeout_s_)  // reports what is pending and throws
+          bounded_wait(reqs_.size(), step == std::numeric_limits<int>::max() ? std::string("the end of the ring")
+                                                                             : "step " + std::to_string(step + 1));
+      } else {
+        OVERLAP_MPI(MPI_Waitany, static_cast<int>(watch.size()), watch.data(), &index, MPI_STATUS_IGNORE);
+      }
+      for (size_t k = 0; k < watch.size(); ++k) reqs_[at[k]] = watch[k];
+    }
+  }
+
   /// Waits for the first n requests under the watchdog.
   void bounded_wait(size_t n, const std::string& before) {
     const bool done = poll_until(
@@ -205,6 +307,11 @@ class request_group {
   std::vector<MPI_Request> reqs_;
   std::vector<int> due_;  ///< deadline step of each request
   std::vector<about> about_;
+  std::vector<held_send> held_;  ///< paced sends not yet posted, in order
+  /// post_held_due's requests to wait for and their places in reqs_: kept,
+  /// so that a cached call's waits do not allocate.
+  std::vector<MPI_Request> watch_;
+  std::vector<size_t> watch_at_;
   double timeout_s_ = 0;
   std::vector<int> world_;
   observer* observer_ = nullptr;

@@ -191,6 +191,23 @@ struct op_plan : plan_base {
   }
 };
 
+/// Pieces from this size on are paced under paced_sends::automatic: at
+/// 1 Gbit/s 256 KiB takes 2 ms against a latency of tens of microseconds,
+/// at 100 Gbit/s 21 us against one or two; below it a lane gains more from
+/// messages overlapping their latencies than it loses to their sharing.
+inline constexpr int64_t paced_min_bytes = int64_t{256} * 1024;
+
+/// Whether a ring's lanes send one piece at a time: only where its sends
+/// may stay in flight past the next step's (send_slack >= 1), so that
+/// pieces could share a link, and as `how` says. On the emulated 2-node
+/// star (TCP, 1 Gbit/s, f32 2048^3) pacing took the all-gather ring from
+/// 93-106 ms to 89-91 and the reduce-scatter's from 102-108 to 94
+/// (docs/results.md, "Paced sends").
+inline bool paced_lanes(paced_sends how, const engine::ring_window& w, int64_t piece_bytes) {
+  if (w.send_slack < 1 || how == paced_sends::off) return false;
+  return how == paced_sends::on || piece_bytes >= paced_min_bytes;
+}
+
 /// Completes a ring plan once every step is known: B packed once per call
 /// where the backend can, the slot indices scaled to offsets (`unit`
 /// elements of Slot per element of a piece), the pieces' datatypes (one
@@ -202,6 +219,8 @@ void finish_ring(const build_site& at, Plan& plan, const engine::ring_slots& slo
                  MemberStride&& member_stride) {
   if (!at.dry()) plan.pack.choose(plan.steps, [&](const gemm_desc& d) { return at.step_kernel(d); });
   const int64_t members = plan.batch.count;
+  const auto piece_bytes = static_cast<int64_t>(slots.elems * members * unit * sizeof(*plan.slots.data()));
+  plan.window.paced = paced_lanes(at.paced(), plan.window, piece_bytes);
   for (auto& st : plan.steps) {
     if (st.in_slot()) st.slot_offset *= slots.elems * members * unit;
     if ((st.send || st.recv) && !at.dry()) st.wire = plan.types.get(st.nr, st.nc, st.ld, members, member_stride(st));

@@ -72,6 +72,10 @@ class build_site {
   }
 
   [[nodiscard]] bool dry() const noexcept { return dry_; }
+  /// config().paced (automatic when projected).
+  [[nodiscard]] paced_sends paced() const noexcept {
+    return ctx_ != nullptr ? ctx_->config().paced : paced_sends::automatic;
+  }
   [[nodiscard]] int size() const noexcept { return size_; }
   [[nodiscard]] int rank() const noexcept { return rank_; }
   /// context::ring_at, or rank order when projected.
