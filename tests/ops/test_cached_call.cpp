@@ -12,6 +12,7 @@
 #include <new>
 #include <vector>
 
+#include "calibrations.hpp"
 #include "overlap/overlap.hpp"
 #include "reference.hpp"
 
@@ -71,6 +72,37 @@ TEST(cached_call, allocates_nothing) {
     EXPECT_EQ(allocations.load(), 0) << testing_support::to_string(choice) << ": heap allocations in 5 cached calls";
   }
   EXPECT_EQ(ctx.plans_built(), 2 * std::size(plan_choices));
+}
+
+// strategy::automatic where it measures (a calibration makes it ask the
+// model on one machine): once the choice settled, a call runs the chosen
+// plan and allocates nothing either. (The window stays below the one call
+// in measured_choice::drift_every that is timed: a call this small varies
+// by more than the drift bound, which would measure again.)
+TEST(cached_call, a_settled_measured_choice_allocates_nothing) {
+  overlap::config cfg = testing_support::with_calibration(
+      testing_support::write_file(testing_support::slow_network().to_json(), "cached-call-calibration"));
+  cfg.backend = overlap::backend_kind::eigen;
+  overlap::context ctx(MPI_COMM_WORLD, cfg);
+  const int R = ctx.size();
+  const int64_t m = 24, n = 16, k = 20;
+  std::vector<double> a(static_cast<size_t>(m * R * k), 1.0), b(static_cast<size_t>(k * n), 0.5),
+      c(static_cast<size_t>(m * R * n));
+  auto call = [&] {
+    overlap::all_gather_matmul<double>(ctx, {a.data(), m, k}, {b.data(), k, n}, {c.data(), m * R, n});
+  };
+  int settling = 0;
+  do {
+    call();
+  } while (++settling < 20 && ctx.measuring() > 0);
+  ASSERT_EQ(ctx.measuring(), 0u);
+  call();  // the first settled call writes the choice's words for plan_reports, once
+  MPI_Barrier(MPI_COMM_WORLD);
+  allocations = 0;
+  counting = true;
+  for (int i = 0; i + 3 < overlap::detail::measured_choice::drift_every; ++i) call();
+  counting = false;
+  EXPECT_EQ(allocations.load(), 0) << "heap allocations in cached calls of a settled measured choice";
 }
 
 }  // namespace

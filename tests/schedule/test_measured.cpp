@@ -36,19 +36,29 @@ overlap::schedule by_model(const candidate& chosen, std::vector<candidate> table
   return s;
 }
 
-TEST(measured_choice, candidates_are_the_models_best_and_always_bulk) {
+TEST(measured_choice, candidates_are_the_models_choice_bulk_and_the_best_of_another_kind) {
   const candidate bulk = make(strategy::bulk, 100), ring = make(strategy::ring, 60),
                   bidi = make(strategy::bidirectional, 59), o1 = make(strategy::bulk, 70, algorithm::others, 1),
-                  o2 = make(strategy::bulk, 65, algorithm::others, 2);
-  // The model took the ring (bidirectional within its 3% band): the ring
-  // leads, then the fastest predicted, and bulk replaces the third.
-  auto got = overlap::detail::measured_candidates(by_model(ring, {bulk, ring, bidi, o1, o2}));
+                  o2 = make(strategy::bulk, 57, algorithm::others, 2),
+                  o4 = make(strategy::bulk, 56, algorithm::others, 4);
+  // The model took the ring (bidirectional within its 3% band): the ring,
+  // bulk, and the fastest predicted of another kind (the other operands in
+  // 4 pieces), not a second piece count of it.
+  auto got = overlap::detail::measured_candidates(by_model(ring, {bulk, ring, bidi, o1, o2, o4}));
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[0].strategy, strategy::ring);
-  EXPECT_EQ(got[1].strategy, strategy::bidirectional);
-  EXPECT_EQ(got[2].strategy, strategy::bulk);
-  EXPECT_EQ(got[2].algorithm, algorithm::named);
-  // Bulk already among the best three: no replacement; unpriced ones left out.
+  EXPECT_EQ(got[1].strategy, strategy::bulk);
+  EXPECT_EQ(got[1].algorithm, algorithm::named);
+  EXPECT_EQ(got[2].algorithm, algorithm::others);
+  EXPECT_EQ(got[2].chunks, 4);
+  // The model took the other operands in 2 pieces: bulk and the ring kind
+  // (bidirectional, faster predicted), not the other piece counts.
+  got = overlap::detail::measured_candidates(by_model(o2, {bulk, ring, bidi, o1, o2, o4}));
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].chunks, 2);
+  EXPECT_EQ(got[1].strategy, strategy::bulk);
+  EXPECT_EQ(got[2].strategy, strategy::bidirectional);
+  // Bulk chosen; unpriced ones left out.
   candidate broken = make(strategy::bidirectional, 1);
   broken.predicted_s = std::numeric_limits<double>::infinity();
   got = overlap::detail::measured_candidates(by_model(bulk, {bulk, ring, broken}));

@@ -123,8 +123,15 @@ class measured_plans final : public plan_base {
   Plan& plan_for(size_t i, Make&& make) {
     for (size_t j = 0; j < plans_.size(); ++j)
       if (j != i && j != choice_->leader()) plans_[j].reset();
-    if (!plans_[i]) plans_[i] = make(schedule_of(choice_->candidates()[i]));
-    describe(i);
+    if (!plans_[i]) {
+      plans_[i] = make(schedule_of(choice_->candidates()[i]));
+      described_ = {};
+    }
+    // Described again only when something changed: a settled call allocates nothing.
+    if (described_.first != i || described_.second != choice_->version()) {
+      describe(i);
+      described_ = {i, choice_->version()};
+    }
     return *plans_[i];
   }
 
@@ -153,6 +160,8 @@ class measured_plans final : public plan_base {
   schedule by_model_;
   std::shared_ptr<measured_choice> choice_;
   std::vector<std::unique_ptr<Plan>> plans_;  ///< by candidate; null: not built, or freed
+  /// The candidate and choice version the words describe.
+  std::pair<size_t, int64_t> described_{static_cast<size_t>(-1), -1};
 };
 
 }  // namespace overlap::detail

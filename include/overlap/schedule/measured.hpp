@@ -25,36 +25,38 @@
 
 namespace overlap::detail {
 
-/// Which candidates of the model's table are measured: the fastest
-/// predicted first (the model's choice leads: ties keep its order of
-/// simplicity), at most `most`, and always bulk, so that the measured
-/// choice is never one slower than bulk (by more than the timing's noise).
-/// Candidates the model could not price (a dry build failed) are left out.
+/// Which candidates of the model's table are measured, at most `most`: the
+/// model's choice first (ties keep its order of simplicity), bulk, then the
+/// fastest predicted of each kind not yet among them (the one-lane ring,
+/// the two-lane ring, moving the other operands), fastest first. Bulk is
+/// always measured, so that the measured choice is never one slower than
+/// bulk by more than the timing's noise; one of each kind, because the
+/// model's errors are largest between kinds (it ranked three piece counts
+/// of the other operands above the ring that ran faster on the emulated
+/// star: docs/results.md, "Measured choice"). Candidates the model could
+/// not price (a dry build failed) are left out.
 [[nodiscard]] inline std::vector<candidate> measured_candidates(const schedule& by_model, size_t most = 3) {
-  std::vector<candidate> ranked;
   const candidate chosen{by_model.strategy, by_model.algorithm, by_model.chunks, by_model.predicted_s};
-  auto same = [](const candidate& a, const candidate& b) {
-    return a.strategy == b.strategy && a.algorithm == b.algorithm && a.chunks == b.chunks;
+  auto kind = [](const candidate& c) {
+    return c.algorithm == algorithm::others ? 3 : static_cast<int>(c.strategy);  // bulk, ring, bidirectional
   };
-  ranked.push_back(chosen);
   std::vector<candidate> rest;
   for (const candidate& c : by_model.candidates)
-    if (!same(c, chosen) && c.predicted_s < std::numeric_limits<double>::infinity()) rest.push_back(c);
+    if (kind(c) != kind(chosen) && c.predicted_s < std::numeric_limits<double>::infinity()) rest.push_back(c);
   // Stable: equal predictions keep the model's order (simplest first).
   for (size_t i = 1; i < rest.size(); ++i)
     for (size_t j = i; j > 0 && rest[j].predicted_s < rest[j - 1].predicted_s; --j) std::swap(rest[j], rest[j - 1]);
+  std::vector<candidate> ranked{chosen};
+  auto has_kind = [&](int k) {
+    for (const candidate& c : ranked)
+      if (kind(c) == k) return true;
+    return false;
+  };
+  const int bulk = static_cast<int>(strategy::bulk);
   for (const candidate& c : rest)
-    if (ranked.size() < most) ranked.push_back(c);
-  bool has_bulk = false;
-  for (const candidate& c : ranked)
-    has_bulk = has_bulk || (c.strategy == strategy::bulk && c.algorithm == algorithm::named);
-  if (!has_bulk)
-    for (const candidate& c : rest)
-      if (c.strategy == strategy::bulk && c.algorithm == algorithm::named) {
-        if (ranked.size() >= most) ranked.pop_back();
-        ranked.push_back(c);
-        break;
-      }
+    if (kind(c) == bulk && !has_kind(bulk) && ranked.size() < most) ranked.push_back(c);
+  for (const candidate& c : rest)
+    if (!has_kind(kind(c)) && ranked.size() < most) ranked.push_back(c);
   return ranked;
 }
 
@@ -112,6 +114,7 @@ class measured_choice {
       }
       return;
     }
+    ++version_;
     double& best = candidates_[current_].measured_s;
     if (best < 0 || seconds < best) best = seconds;
     if (++round_ < rounds) return;
@@ -122,6 +125,7 @@ class measured_choice {
 
   /// A candidate whose plan could not be built (agreed on every rank): never chosen.
   void skip(size_t i) {
+    ++version_;
     candidates_[i].measured_s = std::numeric_limits<double>::infinity();
     if (!settled_ && i == current_) {
       round_ = 0;
@@ -149,11 +153,15 @@ class measured_choice {
   [[nodiscard]] const std::string& reason() const noexcept { return reason_; }
   /// Times the candidates were measured (1 after the first calls).
   [[nodiscard]] int measurements() const noexcept { return measurements_; }
+  /// Changes whenever a time is recorded or the phase changes (not on
+  /// untimed calls): describing the choice again is needed only then.
+  [[nodiscard]] int64_t version() const noexcept { return version_; }
   /// True once per settling: the caller saves the choice, then clears it.
   bool take_news() noexcept { return std::exchange(news_, false); }
 
  private:
   void restart(std::string why) {
+    ++version_;
     reason_ = std::move(why);
     for (candidate& c : candidates_)
       if (c.measured_s < std::numeric_limits<double>::infinity()) c.measured_s = -1;
@@ -170,6 +178,7 @@ class measured_choice {
     if (current_ == candidates_.size()) settle("timed on " + std::to_string(rounds) + " calls each (" + reason_ + ")");
   }
   void settle(std::string evidence) {
+    ++version_;
     settled_ = true, news_ = true;
     evidence_ = std::move(evidence);
     settled_s_ = candidates_[chosen_].measured_s;
@@ -182,7 +191,7 @@ class measured_choice {
   bool settled_ = false, news_ = false;
   size_t current_ = 0, chosen_ = 0;
   int round_ = 0, measurements_ = 0;
-  int64_t calls_since_ = 0;
+  int64_t calls_since_ = 0, version_ = 0;
   double settled_s_ = 0;
   std::string evidence_, reason_;
 };
