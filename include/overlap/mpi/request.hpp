@@ -240,30 +240,28 @@ class request_group {
   /// waits. Held sends of later steps still waiting for their lane stay held.
   void post_held_due(int step) {
     const double start = MPI_Wtime();
-    std::vector<MPI_Request>& watch = watch_;
-    std::vector<size_t>& at = watch_at_;
     while (!held_.empty()) {
       release_held();
       bool needed = false;  // a held send or a request this step needs
       for (const held_send& h : held_) needed = needed || h.deadline <= step;
-      watch.clear(), at.clear();
+      watch_.clear(), watch_at_.clear();
       for (size_t i = 0; i < reqs_.size(); ++i) {
         if (reqs_[i] == MPI_REQUEST_NULL) continue;
         const bool due = due_[i] <= step;
         needed = needed || due;
-        if (due || (about_[i].paced && lane_holds(about_[i].lane))) watch.push_back(reqs_[i]), at.push_back(i);
+        if (due || (about_[i].paced && lane_holds(about_[i].lane))) watch_.push_back(reqs_[i]), watch_at_.push_back(i);
       }
-      if (!needed || watch.empty()) return;
+      if (!needed || watch_.empty()) return;
       int index = MPI_UNDEFINED, flag = 0;
       if (timeout_s_ > 0) {
-        OVERLAP_MPI(MPI_Testany, static_cast<int>(watch.size()), watch.data(), &index, &flag, MPI_STATUS_IGNORE);
+        OVERLAP_MPI(MPI_Testany, static_cast<int>(watch_.size()), watch_.data(), &index, &flag, MPI_STATUS_IGNORE);
         if (flag == 0 && MPI_Wtime() - start > timeout_s_)  // reports what is pending and throws
           bounded_wait(reqs_.size(), step == std::numeric_limits<int>::max() ? std::string("the end of the ring")
                                                                              : "step " + std::to_string(step + 1));
       } else {
-        OVERLAP_MPI(MPI_Waitany, static_cast<int>(watch.size()), watch.data(), &index, MPI_STATUS_IGNORE);
+        OVERLAP_MPI(MPI_Waitany, static_cast<int>(watch_.size()), watch_.data(), &index, MPI_STATUS_IGNORE);
       }
-      for (size_t k = 0; k < watch.size(); ++k) reqs_[at[k]] = watch[k];
+      for (size_t k = 0; k < watch_.size(); ++k) reqs_[watch_at_[k]] = watch_[k];
     }
   }
 

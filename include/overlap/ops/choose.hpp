@@ -150,7 +150,7 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
   auto fixed = [&](overlap::strategy s, overlap::algorithm a) {
     schedule x;
     x.strategy = s, x.algorithm = a;
-    x.lanes = s == strategy::bidirectional ? 2 : 1;
+    x.lanes = lanes_of(s);
     x.chunks = s == strategy::bulk ? 0 : chunks_for(x.lanes);
     return x;
   };

@@ -61,10 +61,8 @@ inline std::shared_ptr<measured_choice> choice_for(const context& ctx, const sch
   if (cal)
     if (auto it = cal->choices.find(choice->key()); it != cal->choices.end())
       for (size_t i = 0; i < choice->candidates().size(); ++i) {
-        const candidate& c = choice->candidates()[i];
-        const candidate& saved = it->second.chosen;
-        if (c.strategy == saved.strategy && c.algorithm == saved.algorithm && c.chunks == saved.chunks) {
-          choice->settle_on(i, saved.measured_s, cal->origin);
+        if (choice->candidates()[i].same_as(it->second.chosen)) {
+          choice->settle_on(i, it->second.chosen.measured_s, cal->origin);
           break;
         }
       }
@@ -148,7 +146,7 @@ class measured_plans final : public plan_base {
     s.candidates = by_model_.candidates;
     for (candidate& k : s.candidates)
       for (const candidate& m : choice_->candidates())
-        if (k.strategy == m.strategy && k.algorithm == m.algorithm && k.chunks == m.chunks) k.measured_s = m.measured_s;
+        if (k.same_as(m)) k.measured_s = m.measured_s;
     p.schedule_words = to_string(s);
     summary = p.summary;
     schedule_words = choice_->settled() ? p.schedule_words

@@ -11,6 +11,7 @@
 /// times the ranks agreed on (the slowest rank's), so every rank runs the
 /// same candidate on every call. ops/measured_plans.hpp runs it.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -44,8 +45,8 @@ namespace overlap::detail {
   for (const candidate& c : by_model.candidates)
     if (kind(c) != kind(chosen) && c.predicted_s < std::numeric_limits<double>::infinity()) rest.push_back(c);
   // Stable: equal predictions keep the model's order (simplest first).
-  for (size_t i = 1; i < rest.size(); ++i)
-    for (size_t j = i; j > 0 && rest[j].predicted_s < rest[j - 1].predicted_s; --j) std::swap(rest[j], rest[j - 1]);
+  std::stable_sort(rest.begin(), rest.end(),
+                   [](const candidate& a, const candidate& b) { return a.predicted_s < b.predicted_s; });
   std::vector<candidate> ranked{chosen};
   auto has_kind = [&](int k) {
     for (const candidate& c : ranked)

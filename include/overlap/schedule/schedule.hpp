@@ -25,6 +25,11 @@ struct candidate {
   /// Seconds on the slowest rank, the fastest of its timed calls; < 0: not
   /// measured (only the model's first candidates are: schedule::by_measurement).
   double measured_s = -1;
+
+  /// Equal when they run the same way (times aside).
+  [[nodiscard]] bool same_as(const candidate& o) const {
+    return strategy == o.strategy && algorithm == o.algorithm && chunks == o.chunks;
+  }
 };
 
 /// What a plan runs. Never automatic: automatic requests are resolved.
