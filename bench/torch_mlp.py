@@ -45,7 +45,7 @@ def main():
             if layers:  # every mode from the first mode's weights
                 first = next(iter(layers.values()))
                 with torch.no_grad():
-                    fc1.weights[0].copy_(first[0].weights[0])
+                    fc1.weight.copy_(first[0].weight)
                     fc2.weight.copy_(first[1].weight)
             layers[m] = (fc1, fc2)
         x = torch.randn(rows, h, requires_grad=True)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Trains a small GPT-style decoder with tensor and sequence parallelism
-(overlap.torch's layers), bulk against overlapped, and checks its loss
-curve against the same model in plain single-process PyTorch.
+"""Trains a small GPT-style decoder with tensor and sequence parallelism,
+bulk against overlapped, and checks its loss curve against the same model
+in plain single-process PyTorch. The model is written in plain PyTorch;
+overlap.torch.parallelize splits its blocks' linear layers over the ranks.
 
     mpirun -n 2 python3 python/examples/train_gpt.py --steps 20 --strategy bulk ring --check
 
@@ -10,8 +11,9 @@ weights on the same data, their steps interleaved so that the machine's
 drift reaches every strategy alike. The model: token and position embeddings, ``--layers`` pre-norm
 blocks (causal multi-head attention with fused QKV, a GELU MLP), a final
 layer norm and an LM head, trained with AdamW on a synthetic sequence task.
-The blocks' linear layers are split over the ranks (heads and MLP features);
-activations between them are sharded by sequence (sequence-first rows).
+The blocks' linear layers are split over the ranks (whole heads and MLP
+features; transformer_plan); activations between them are sharded by
+sequence (sequence-first rows): each rank embeds its part of the sequence.
 
 Prints each strategy's median step time (the slowest rank's) and the speedup
 over bulk; --json FILE appends one JSON object per strategy (step_ms,
@@ -20,7 +22,6 @@ rank 0 and fails when a loss differs by more than --tolerance (relative).
 """
 
 import argparse
-import copy
 import json
 import math
 import os
@@ -35,7 +36,7 @@ from mpi4py import MPI
 from torch import nn
 
 import overlap
-from overlap.torch import ColumnParallelLinear, RowParallelLinear, allreduce_replicated_grads, even_split
+from overlap.torch import allreduce_replicated_grads, parallelize, sequence_slice, transformer_plan
 
 
 def args_of(argv=None):
@@ -79,44 +80,45 @@ def batch_of(step, a):
     return t
 
 
-# ------------------------------------------------------ the reference model
+# ------------------------------------------------------------------ the model
 
 
 class Block(nn.Module):
-    """A pre-norm decoder block in plain PyTorch."""
+    """A pre-norm decoder block in plain PyTorch. Its attention takes the
+    head count from its QKV projection's width, so the same code runs whole
+    and parallelized (each rank then has its heads)."""
 
     def __init__(self, h, heads):
         super().__init__()
-        self.heads = heads
+        self.head_dim = h // heads
         self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
-        self.q, self.k, self.v = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+        self.qkv = nn.Linear(h, 3 * h)  # q, k and v stacked: one gather when parallelized
         self.proj = nn.Linear(h, h)
         self.fc1, self.fc2 = nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
-        for m in (self.q, self.k, self.v, self.proj, self.fc1, self.fc2):
+        for m in (self.qkv, self.proj, self.fc1, self.fc2):
             nn.init.normal_(m.weight, std=0.02)
             nn.init.normal_(m.bias, std=0.02)
 
-    def forward(self, x):  # x: (seq, batch, h)
-        s, b, _ = x.shape
-        y = self.ln1(x)
-        o = attention(self.q(y), self.k(y), self.v(y), s, b, self.heads)
-        x = x + self.proj(o)
+    def forward(self, x):  # x: (seq, batch, h), or this rank's part of seq
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, -1)  # every row of seq
+        x = x + self.proj(attention(q, k, v, self.head_dim))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
-def attention(q, k, v, s, b, heads):
-    """Causal attention of (s, b, heads * d) projections (any leading shape
-    with s * b rows); returns (s, b, heads * d)."""
-    d = q.shape[-1] // heads if heads else 0
+def attention(q, k, v, head_dim):
+    """Causal attention of (s, b, heads * head_dim) projections; returns
+    (s, b, heads * head_dim)."""
+    s, b, width = q.shape
+    heads = width // head_dim
 
     def split(t):
-        return t.reshape(s, b, heads, d).permute(1, 2, 0, 3)
+        return t.reshape(s, b, heads, head_dim).permute(1, 2, 0, 3)
 
     q, k, v = split(q), split(k), split(v)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(max(d, 1))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(max(head_dim, 1))
     mask = torch.ones(s, s, dtype=torch.bool).triu(1)
     o = torch.softmax(scores.masked_fill(mask, float("-inf")), -1) @ v
-    return o.permute(2, 0, 1, 3).reshape(s, b, heads * d)
+    return o.permute(2, 0, 1, 3).reshape(s, b, width)
 
 
 class GPT(nn.Module):
@@ -129,86 +131,20 @@ class GPT(nn.Module):
         self.lnf = nn.LayerNorm(a.hidden)
         self.head = nn.Linear(a.hidden, a.vocab, bias=False)
 
-    def forward(self, tokens):  # (seq, batch)
-        x = self.tok(tokens) + self.pos(torch.arange(tokens.shape[0]))[:, None]
+    def forward(self, tokens, first=0):
+        """tokens: (seq, batch), the positions from ``first`` on."""
+        x = self.tok(tokens) + self.pos(torch.arange(first, first + tokens.shape[0]))[:, None]
         for blk in self.blocks:
             x = blk(x)
         return self.head(self.lnf(x))
 
 
-# ------------------------------------------------- the tensor-parallel model
-
-
-class TPBlock(nn.Module):
-    """Block with its heads and MLP features split over the ranks of ctx,
-    its activations sharded by sequence (rows = this rank's seq * batch)."""
-
-    def __init__(self, ctx, ref, strategy):
-        super().__init__()
-        r, n = ctx.rank, ctx.size
-        h = ref.ln1.normalized_shape[0]
-        d = h // ref.heads
-        heads = even_split(ref.heads, n)
-        self.heads = heads[r]
-        f = even_split(4 * h, n)
-        hs = slice(sum(heads[:r]) * d, sum(heads[:r + 1]) * d)
-        fs = slice(sum(f[:r]), sum(f[:r + 1]))
-        self.ln1, self.ln2 = ref_copy(ref.ln1), ref_copy(ref.ln2)
-        self.qkv = ColumnParallelLinear(ctx, h, [self.heads * d] * 3, strategy=strategy)
-        self.proj = RowParallelLinear(ctx, self.heads * d, h, strategy=strategy)
-        self.fc1 = ColumnParallelLinear(ctx, h, f[r], strategy=strategy)
-        self.fc2 = RowParallelLinear(ctx, f[r], h, strategy=strategy)
-        with torch.no_grad():
-            for i, lin in enumerate((ref.q, ref.k, ref.v)):
-                self.qkv.weights[i].copy_(lin.weight[hs])
-                self.qkv.biases[i].copy_(lin.bias[hs])
-            self.proj.weight.copy_(ref.proj.weight[:, hs])
-            self.proj.bias.copy_(ref.proj.bias)
-            self.fc1.weights[0].copy_(ref.fc1.weight[fs])
-            self.fc1.biases[0].copy_(ref.fc1.bias[fs])
-            self.fc2.weight.copy_(ref.fc2.weight[:, fs])
-            self.fc2.bias.copy_(ref.fc2.bias)
-
-    def forward(self, x, s, b):  # x: (rows, h), this rank's sequence rows
-        rows = x.shape[0]
-        q, k, v = self.qkv(self.ln1(x))
-        o = attention(q, k, v, s, b, self.heads).reshape(s * b, -1)
-        x = x + self.proj(o, rows)
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))), rows)
-
-
-def ref_copy(module):
-    """A copy of a module whose parameters every rank holds whole."""
-    m = copy.deepcopy(module)
-    for p in m.parameters():
-        p.sequence_parallel = True
-    return m
-
-
-class TPGPT(nn.Module):
-    def __init__(self, ctx, ref, strategy):
-        super().__init__()
-        self.ctx = ctx
-        self.tok = nn.Embedding.from_pretrained(ref.tok.weight.detach().clone(), freeze=False)
-        self.pos = nn.Embedding.from_pretrained(ref.pos.weight.detach().clone(), freeze=False)
-        self.blocks = nn.ModuleList([TPBlock(ctx, blk, strategy) for blk in ref.blocks])
-        self.lnf = ref_copy(ref.lnf)
-        self.head = nn.Linear(ref.head.in_features, ref.head.out_features, bias=False)
-        with torch.no_grad():
-            self.head.weight.copy_(ref.head.weight)
-        for p in (self.tok.weight, self.pos.weight, self.head.weight):
-            p.sequence_parallel = True
-
-    def forward(self, tokens):  # all (seq, batch) tokens; computes this rank's sequence shard
-        s, b = tokens.shape
-        sizes = even_split(s, self.ctx.size)
-        lo = sum(sizes[:self.ctx.rank])
-        mine = slice(lo, lo + sizes[self.ctx.rank])
-        x = self.tok(tokens[mine]) + self.pos(torch.arange(s)[mine])[:, None]
-        x = x.reshape(-1, x.shape[-1])
-        for blk in self.blocks:
-            x = blk(x, s, b)
-        return self.head(self.lnf(x)), mine
+def tensor_parallel(model, ctx, a, strategy):
+    """The model with its blocks' linear layers split over the ranks of ctx
+    (whole heads of the QKV and output projections, the MLP's features),
+    sequence parallel: its input and output are this rank's rows."""
+    plan = transformer_plan("blocks.*", a.hidden // a.heads, qkv="qkv", out="proj", up="fc1", down="fc2")
+    return parallelize(model, ctx, plan, sequence_parallel=True, strategy=strategy)
 
 
 # ------------------------------------------------------------------ training
@@ -219,7 +155,7 @@ def train_tp(ctx, comm, a, strategies):
     data, their steps interleaved (step 1 of each, then step 2 of each, ...)
     so that the machine's drift reaches every strategy alike. Returns each
     strategy's losses and step times (the slowest rank's)."""
-    models = {s: TPGPT(ctx, GPT(a), s) for s in strategies}
+    models = {s: tensor_parallel(GPT(a), ctx, a, s) for s in strategies}
     opts = {s: torch.optim.AdamW(m.parameters(), lr=a.lr) for s, m in models.items()}
     losses = {s: [] for s in strategies}
     times = {s: [] for s in strategies}
@@ -229,9 +165,10 @@ def train_tp(ctx, comm, a, strategies):
         for s, model in models.items():
             comm.Barrier()
             t0 = time.perf_counter()
-            logits, mine = model(data[:-1])
+            mine = sequence_slice(a.seq, ctx)
+            logits = model(data[:-1][mine], mine.start)
             target = data[1:][mine].reshape(-1)
-            loss = F.cross_entropy(logits.float(), target, reduction="sum") / tokens
+            loss = F.cross_entropy(logits.reshape(-1, a.vocab).float(), target, reduction="sum") / tokens
             opts[s].zero_grad(set_to_none=True)
             loss.backward()
             allreduce_replicated_grads(model.parameters(), comm)

@@ -58,13 +58,16 @@ class Context(_core.Context):
     as it does in C++, and an explicit setting wins. A bad setting on any
     rank raises ValueError on every rank.
 
-    Close it (``close()`` or a ``with`` block) before MPI is finalised; the
+    ``ctx.comm`` is ``comm``. Close it (``close()`` or a ``with`` block) before MPI is finalised; the
     contexts still open when Python exits are closed before mpi4py finalises
     MPI.
     """
 
     def __init__(self, comm=None, **settings):
         super().__init__(comm, **settings)
+        #: The mpi4py communicator the context was made on (not its duplicate):
+        #: overlap.torch's collectives outside the ops (agreement, state) use it.
+        self.comm = _MPI.COMM_WORLD if comm is None else comm
         _open.add(self)
 
 

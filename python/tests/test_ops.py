@@ -193,7 +193,9 @@ def test_started_ops(ctx, comm):
 def test_schedule_of(ctx, comm):
     a, b, _, _ = ag_problem(comm, "lhs_rows", seed=9)
     s = overlap.schedule_of(ctx, "all_gather_matmul", a, b, strategy="ring")
-    bulk = overlap.schedule_of(ctx, "matmul_reduce_scatter", b.T.copy(), b, strategy="bulk", scattered="cols")
+    # M and N agree across the ranks; K_r (b's columns here) may not.
+    ra, rb = np.ones((6, b.shape[1]), np.float32), np.ones((b.shape[1], 4), np.float32)
+    bulk = overlap.schedule_of(ctx, "matmul_reduce_scatter", ra, rb, strategy="bulk", scattered="cols")
     assert s["strategy"] == ("ring" if comm.size > 1 else s["strategy"])
     assert s["chunks"] >= (1 if comm.size > 1 else 0)
     assert set(s) >= {"strategy", "algorithm", "lanes", "chunks", "by_model", "predicted_s", "candidates", "text"}

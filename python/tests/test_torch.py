@@ -69,7 +69,7 @@ def test_column_gradcheck(ctx, comm):
 
     def f(x, w, b):
         x, w, b = (_Replicated.apply(t, comm) for t in (x, w, b))
-        params = {"weights.0": part(w, cols, comm.rank, 0), "biases.0": part(b, cols, comm.rank, 0)}
+        params = {"weight": part(w, cols, comm.rank, 0), "bias": part(b, cols, comm.rank, 0)}
         y = torch.nn.utils.stateless.functional_call(layer, params, (part(x, rows, comm.rank, 0),))
         return _Gathered.apply(y, comm, 1)
 
@@ -135,7 +135,7 @@ def test_layers_match_torch_in_bf16(ctx, comm):
     col = ColumnParallelLinear(ctx, H, feats[comm.rank], bias=False, strategy="ring", dtype=torch.bfloat16)
     row = RowParallelLinear(ctx, feats[comm.rank], H, strategy="ring", dtype=torch.bfloat16)
     with torch.no_grad():
-        col.weights[0].copy_(part(w1, feats, comm.rank, 0))
+        col.weight.copy_(part(w1, feats, comm.rank, 0))
         row.weight.copy_(part(w2, feats, comm.rank, 1))
     xs = part(x, rows, comm.rank, 0).to(torch.bfloat16).requires_grad_()
     z = row(col(xs))
@@ -165,7 +165,7 @@ def test_column_without_sequence_parallelism_gradcheck(ctx, comm):
         w1, b1, w2, b2 = (_Replicated.apply(t, comm) for t in (w1, b1, w2, b2))
         p1, q1 = part(w1, cols, comm.rank, 0), part(b1, cols, comm.rank, 0)
         p2, q2 = part(w2, cols, comm.rank, 0), part(b2, cols, comm.rank, 0)
-        y = torch.nn.utils.stateless.functional_call(single, {"weights.0": p1, "biases.0": q1}, (x,))
+        y = torch.nn.utils.stateless.functional_call(single, {"weight": p1, "bias": q1}, (x,))
         y1, y2 = torch.nn.utils.stateless.functional_call(
             fused, {"weights.0": p1, "biases.0": q1, "weights.1": p2, "biases.1": q2}, (x,))
         return _Gathered.apply(y, comm, 1), _Gathered.apply(y1 + y2, comm, 1)
@@ -187,3 +187,54 @@ def test_row_without_sequence_parallelism_gradcheck(ctx, comm):
         return torch.nn.utils.stateless.functional_call(layer, params, (part(y, feats, comm.rank, 1),))
 
     assert torch.autograd.gradcheck(f, inputs([(S, I), (O, I), (O,)], seed=5))
+
+
+def test_fused_activations_gradcheck(ctx, comm):
+    """activation= fused into the ops: a column layer with GELU and one with
+    ReLU feeding a row layer with GELU (sequence parallel), and a row layer
+    with ReLU without it."""
+    S, H, F_, O = 5, 3, 3 * comm.size + 1, 2
+    rows, feats = uneven(S, comm.size), uneven(F_, comm.size)
+    gelu = ColumnParallelLinear(ctx, H, feats[comm.rank], strategy="ring", dtype=torch.float64, activation="gelu")
+    relu = ColumnParallelLinear(ctx, H, feats[comm.rank], strategy="ring", dtype=torch.float64, activation="relu")
+    row = RowParallelLinear(ctx, feats[comm.rank], O, strategy="ring", dtype=torch.float64, activation="gelu")
+    whole = RowParallelLinear(ctx, feats[comm.rank], O, strategy="ring", dtype=torch.float64, activation="relu",
+                              sequence_parallel=False)
+
+    def f(x, w1, b1, w2, b2, w3, b3, b4):
+        # b4, the bias of the row layer without sequence parallelism, gets its
+        # whole gradient on every rank: it is not summed.
+        x, w1, b1, w2, b2, w3, b3 = (_Replicated.apply(t, comm) for t in (x, w1, b1, w2, b2, w3, b3))
+        xs = part(x, rows, comm.rank, 0)
+        h1 = torch.nn.utils.stateless.functional_call(
+            gelu, {"weight": part(w1, feats, comm.rank, 0), "bias": part(b1, feats, comm.rank, 0)}, (xs,))
+        h2 = torch.nn.utils.stateless.functional_call(
+            relu, {"weight": part(w2, feats, comm.rank, 0), "bias": part(b2, feats, comm.rank, 0)}, (xs,))
+        z = torch.nn.utils.stateless.functional_call(
+            row, {"weight": part(w3, feats, comm.rank, 1), "bias": b3}, (h1 + h2, rows[comm.rank]))
+        zw = torch.nn.utils.stateless.functional_call(
+            whole, {"weight": part(w3, feats, comm.rank, 1), "bias": b4}, (h1 - h2,))
+        return _Gathered.apply(z, comm, 0), zw
+
+    args = inputs([(S, H), (F_, H), (F_,), (F_, H), (F_,), (O, F_), (O,), (O,)], seed=6)
+    assert torch.autograd.gradcheck(f, args)
+
+
+def test_fused_gelu_without_gradients_matches(ctx, comm):
+    """Without a gradient to compute (torch.no_grad) GELU runs in the op's
+    epilogue; with one the op fuses the bias and the layer keeps the product:
+    the same outputs."""
+    rows, feats = even_split(6, comm.size), even_split(4 * comm.size, comm.size)
+    torch.manual_seed(9)
+    col = ColumnParallelLinear(ctx, 8, feats[comm.rank], strategy="ring", activation="gelu")
+    row = RowParallelLinear(ctx, feats[comm.rank], 8, strategy="ring", activation="gelu")
+    x = torch.randn(rows[comm.rank], 8)
+    trained = row(col(x))
+    with torch.no_grad():
+        inferred = row(col(x))
+    assert torch.allclose(trained, inferred, rtol=1e-5, atol=1e-6)
+    plain = ColumnParallelLinear(ctx, 8, feats[comm.rank], strategy="ring")
+    with torch.no_grad():
+        plain.weight.copy_(col.weight)
+        plain.bias.copy_(col.bias)
+        assert torch.allclose(col(x), torch.nn.functional.gelu(plain(x)), rtol=1e-5, atol=1e-6)
