@@ -73,7 +73,15 @@ import numpy as np, overlap
 assert overlap.__version__ == '$version' and overlap.__file__.startswith('$work/prefix/'), overlap.__file__
 with overlap.Context() as ctx:
     c = overlap.all_gather_matmul(ctx, np.ones((2, 3)), np.ones((3, 4)), strategy='ring')
-assert c.shape == (2 * ctx.size, 4) and (c == 3).all()"
+assert c.shape == (2 * ctx.size, 4) and (c == 3).all()
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is not None:  # the subpackage installed as a package, beside the core
+    import overlap.torch as ot
+    assert ot.__file__.startswith('$work/prefix/') and ot.__file__.endswith('torch/__init__.py'), ot.__file__
+    assert callable(ot.parallelize) and callable(ot.gather_state_dict)"
     fi
     ;;
   subdir)
