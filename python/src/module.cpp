@@ -691,6 +691,20 @@ PYBIND11_MODULE(_core, m) {
             return d;
           },
           "The context's settings as text (the progress policy as chosen).")
+      .def(
+          "save_calibration",
+          [](py_context& c, const std::string& path) {
+            py::gil_scoped_release unlocked;
+            return c.get().save_calibration(path);
+          },
+          py::arg("path"),
+          "Writes the cost model's calibration, with the schedules automatic has measured so far, to path "
+          "(rank 0 writes; call it on every rank) for a later context's calibration= (OVERLAP_CALIBRATION): "
+          "its calls start from these instead of measuring. False where no calibration was needed.")
+      .def(
+          "measuring", [](py_context& c) { return c.get().measuring(); },
+          "How many shapes strategy automatic is still timing candidates for (0: settled; the same on every "
+          "rank).")
       .def("close", &py_context::close, "Releases the context (waits for a started op). Local.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](py_context& c, const py::args&) { c.close(); });

@@ -3,6 +3,8 @@ strategy and dtype, uneven and empty shards, transposed operands, the
 epilogue, accumulate, gathered_out, several products, started ops and
 schedules."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -208,3 +210,23 @@ def test_context_settings(comm):
         assert (c.rank, c.size) == (comm.rank, comm.size)
     assert s["progress"] == "poll" and s["ag_chunks"] == "3" and s["timeout_s"] == "30"
     assert c.closed
+
+
+def test_calibration_bindings(comm, tmp_path_factory):
+    """measuring() and save_calibration() reach the context: nothing is
+    measured before a call; a calibration is written only where a model was
+    needed (spanning nodes), and a later context loads what was written."""
+    path = comm.bcast(str(tmp_path_factory.mktemp("calibration") / "c.json") if comm.rank == 0 else None)
+    with overlap.Context(comm) as c:
+        assert c.comm is comm and c.measuring() == 0
+        x = np.ones((3, 4), np.float32)
+        overlap.all_gather_matmul(c, x, np.ones((4, 2), np.float32))
+        measuring = c.measuring()
+        assert comm.allgather(measuring) == [measuring] * comm.size
+        saved = c.save_calibration(path)
+    assert comm.allgather(saved) == [saved] * comm.size
+    if comm.rank == 0:
+        assert os.path.exists(path) == saved
+    if saved:
+        with overlap.Context(comm, calibration=path) as c:
+            assert c.settings()["calibration"] == path
