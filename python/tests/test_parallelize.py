@@ -6,12 +6,10 @@ gather_state_dict round-trips; bad plans and disagreeing ranks raise on
 every rank. Shards are uneven (7 rows, 3 heads, an MLP of 36 features) and
 at 4 ranks a rank holds no head."""
 
-import copy
 import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import overlap.torch as otorch

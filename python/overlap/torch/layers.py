@@ -174,7 +174,7 @@ class ColumnParallelLinear(nn.Module):
 
     def _finish(self, ys):
         """Bias and activation after an op that applied neither (plain torch)."""
-        bs = (list(self.biases) if self.fused else [self.bias]) if self.bias_given() else [None] * len(ys)
+        bs = (list(self.biases) if self.fused else [self.bias]) if self._has_bias() else [None] * len(ys)
         out = []
         for y, b in zip(ys, bs):
             y = y + b if b is not None else y
@@ -185,7 +185,7 @@ class ColumnParallelLinear(nn.Module):
             out.append(y)
         return out
 
-    def bias_given(self):
+    def _has_bias(self):
         return (self.biases if self.fused else self.bias) is not None
 
 
