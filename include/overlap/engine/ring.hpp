@@ -75,6 +75,12 @@ struct ring_window {
   /// the first, whose product waits for it, would arrive last (the ops'
   /// plans decide: detail::paced_lanes).
   bool paced = false;
+  /// With paced lanes, under progress_policy::none (no one tests the
+  /// requests while a step computes): before each step, post a lane's held
+  /// send when the one in flight is expected to complete during the step
+  /// (mpi::request_group::release_ahead, the previous step's time as the
+  /// horizon), rather than at the step's end.
+  bool ahead = false;
 };
 
 /// The buffers a ring plan's travelling pieces live in while a plan is
@@ -200,6 +206,7 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
   // Receives of the first `lead` steps (most patterns have none: their data
   // is local) are posted before the first step.
   if (phases != ring_phases::compute_only) detail::post_first_receives(links, pattern, requests, w, steps);
+  double last_step_s = 0;  // the previous step's compute: the horizon of release_ahead
   for (int t = 0; t < steps; ++t) {
     if (at != nullptr) *at = t;
     const double t0 = trace ? MPI_Wtime() : 0.0;
@@ -208,8 +215,11 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
     if (rec != nullptr && rec->now() - w0 > 1.0)  // waits under a microsecond: nothing to see
       rec->span("wait, step " + std::to_string(t + 1), "wait", trace_recorder::track::steps, w0, rec->now());
     if (phases != ring_phases::compute_only) detail::post_step(links, pattern, requests, w, t, steps);
-    if (phases != ring_phases::comm_only)
-      detail::compute_step(pattern, requests, progress, t, steps, trace, trace ? MPI_Wtime() - t0 : 0.0, rec);
+    if (phases == ring_phases::comm_only) continue;
+    if (w.ahead) requests.release_ahead(last_step_s);
+    const double c0 = w.ahead ? MPI_Wtime() : 0.0;
+    detail::compute_step(pattern, requests, progress, t, steps, trace, trace ? MPI_Wtime() - t0 : 0.0, rec);
+    if (w.ahead) last_step_s = MPI_Wtime() - c0;
   }
   if (at != nullptr) *at = steps;
   requests.wait_all();

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <utility>
@@ -35,6 +36,8 @@ class request_group {
     /// A paced send (send_paced): the next one of its lane is posted only
     /// once this one has completed.
     bool paced = false;
+    /// A paced send: MPI_Wtime when it was posted (its rate is learnt from it).
+    double started = 0;
     /// The bytes it moves.
     [[nodiscard]] long long bytes() const {
       int size = 0;
@@ -102,6 +105,38 @@ class request_group {
   }
   /// Sends held back (send_paced) and not yet posted.
   [[nodiscard]] int held() const noexcept { return static_cast<int>(held_.size()); }
+
+  /// Before `horizon_s` seconds in which this rank will not look at its
+  /// requests (a GEMM step, under progress_policy::none): posts the held send
+  /// of every lane whose in-flight paced send is expected to complete within
+  /// them, at the rate that lane's sends to that peer were last seen to move
+  /// (learnt where a wait saw one complete). The two then share the link for
+  /// the rest of the first, which finishes that much later, rather than the
+  /// link idling until this rank looks again (docs/design.md, "Paced
+  /// sends"). Nothing is posted where no rate is known yet.
+  void release_ahead(double horizon_s) {
+    if (held_.empty() || horizon_s <= 0) return;
+    release_held();
+    const double now = MPI_Wtime();
+    int posted = 0;  // lanes released here (bit per lane): one each
+    for (size_t h = 0; h < held_.size();) {
+      const int lane = held_[h].what.lane, bit = 1 << lane;
+      const double done = (posted & bit) != 0 ? now + horizon_s + 1 : expected_done(lane);
+      if (done > now + horizon_s || lane_holds_before(lane, h)) {
+        ++h;
+        continue;
+      }
+      post_held(h);
+      posted |= bit;
+    }
+  }
+  /// Bytes per second lane `lane`'s paced sends to `peer` were last seen to
+  /// move at (0: none seen yet).
+  [[nodiscard]] double paced_rate(int lane, int peer) const noexcept {
+    for (const rate& r : rates_)
+      if (r.lane == lane && r.peer == peer) return r.bytes_per_s;
+    return 0;
+  }
 
   /// Watchdog: waits give up after this many seconds (0: unbounded) with
   /// mpi::wait_timeout naming the requests still pending.
@@ -208,6 +243,7 @@ class request_group {
       int done = 0;
       OVERLAP_MPI(MPI_Test, &reqs_[i], &done, MPI_STATUS_IGNORE);
       if (done == 0) return true;
+      if (waiting_) learn(i);  // seen inside a wait: it completed about now
     }
     return false;
   }
@@ -221,11 +257,47 @@ class request_group {
         ++h;
         continue;
       }
-      const held_send s = held_[h];
-      held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(h));
-      OVERLAP_MPI(MPI_Isend, s.buf, s.count, s.type, s.to, s.tag, s.comm, add(s.deadline, s.what));
+      post_held(h);
       blocked |= bit;  // now in flight
     }
+  }
+  /// Posts held send h (and forgets it as held).
+  void post_held(size_t h) {
+    held_send s = held_[h];
+    held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(h));
+    s.what.started = MPI_Wtime();
+    OVERLAP_MPI(MPI_Isend, s.buf, s.count, s.type, s.to, s.tag, s.comm, add(s.deadline, s.what));
+  }
+  /// Whether a held send of `lane` comes before held send h (sends of a lane go in order).
+  [[nodiscard]] bool lane_holds_before(int lane, size_t h) const noexcept {
+    for (size_t i = 0; i < h; ++i)
+      if (held_[i].what.lane == lane) return true;
+    return false;
+  }
+  /// When the last in-flight paced send of `lane` is expected to complete
+  /// (MPI_Wtime; infinity where its rate is not known).
+  [[nodiscard]] double expected_done(int lane) const {
+    double done = -std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      if (!about_[i].paced || about_[i].lane != lane || reqs_[i] == MPI_REQUEST_NULL) continue;
+      const double r = paced_rate(lane, about_[i].peer);
+      if (r <= 0) return std::numeric_limits<double>::infinity();
+      done = std::max(done, about_[i].started + double(about_[i].bytes()) / r);
+    }
+    return done;
+  }
+  /// A wait saw paced send i complete just now: its lane's rate to its peer.
+  void learn(size_t i) {
+    const about& a = about_[i];
+    const double took = MPI_Wtime() - a.started;
+    if (!a.paced || took <= 0) return;
+    const double bytes_per_s = double(a.bytes()) / took;
+    for (rate& r : rates_)
+      if (r.lane == a.lane && r.peer == a.peer) {
+        r.bytes_per_s = bytes_per_s;
+        return;
+      }
+    rates_.push_back({a.lane, a.peer, bytes_per_s});
   }
   /// True when a send of `lane` is held back.
   [[nodiscard]] bool lane_holds(int lane) const noexcept {
@@ -240,6 +312,11 @@ class request_group {
   /// waits. Held sends of later steps still waiting for their lane stay held.
   void post_held_due(int step) {
     const double start = MPI_Wtime();
+    waiting_ = true;
+    struct waiting_scope {
+      bool& w;
+      ~waiting_scope() { w = false; }
+    } scope{waiting_};
     while (!held_.empty()) {
       release_held();
       bool needed = false;  // a held send or a request this step needs
@@ -261,6 +338,7 @@ class request_group {
       } else {
         OVERLAP_MPI(MPI_Waitany, static_cast<int>(watch_.size()), watch_.data(), &index, MPI_STATUS_IGNORE);
       }
+      if (index != MPI_UNDEFINED && (timeout_s_ <= 0 || flag != 0)) learn(watch_at_[static_cast<size_t>(index)]);
       for (size_t k = 0; k < watch_.size(); ++k) reqs_[watch_at_[k]] = watch_[k];
     }
   }
@@ -306,6 +384,13 @@ class request_group {
   std::vector<int> due_;  ///< deadline step of each request
   std::vector<about> about_;
   std::vector<held_send> held_;  ///< paced sends not yet posted, in order
+  /// The rate a lane's paced sends to a peer were last seen to move at.
+  struct rate {
+    int lane, peer;
+    double bytes_per_s;
+  };
+  std::vector<rate> rates_;
+  bool waiting_ = false;  ///< inside post_held_due: a completion seen is seen about when it happened
   /// post_held_due's requests to wait for and their places in reqs_: kept,
   /// so that a cached call's waits do not allocate.
   std::vector<MPI_Request> watch_;

@@ -367,10 +367,11 @@ struct ar_op : op_defaults,
       const ar_group& gr = plan.groups[i];
       rs_plan<T>& ring = *plan.rings[gr.ring];
       const rs_args<T> y = group_args(plan, gr, x, opt, p);
-      if (plan.packed[gr.ring] == 0 || !plan.whole.rows) pack_b(ctx, ring, y), plan.packed[gr.ring] = 1;
+      const bool pack = plan.packed[gr.ring] == 0 || !plan.whole.rows;
+      plan.packed[gr.ring] = 1;
       // The bias has one value per column of C; a column group's ring reads its block's.
       const T* own_bias = bias == nullptr || plan.whole.rows ? bias : bias + gr.span.begin + gr.layout.offset(p);
-      run_ring<rs_op<T>>(ctx, ring, y, ring_options(opt), own_bias);
+      run_ring<rs_op<T>>(ctx, ring, y, ring_options(opt), own_bias, pack);
       if (x.c.data != dst) copy_block<T>(y.c, block_at(plan, gr, dst, p));
       start_gather(ctx, plan, gr, dst, &plan.gathers[i]);
     }

@@ -280,19 +280,36 @@ typename Op::plan& prepare(context& ctx, const typename Op::args& x, const typen
   return prepare_call<Op>(ctx, x, opt, call_use::asks).plan;
 }
 
-/// Packs B once for the pieces of a ring plan that read all of it (where
-/// the backend can: b_packing).
-template <class Plan, class Args>
-void pack_b(context& ctx, Plan& plan, const Args& x) {
-  run_local_step(ctx, plan, [&] { plan.pack.pack(x.b.data); });
-}
+/// A ring pattern that packs B (b_packing) just before its first product,
+/// after the first step's transfers are posted: packed before the ring, B
+/// delayed them by the pack (about 1 ms for the 8 MiB B of f32 2048^3,
+/// on the all-gather's path: SMPI's star mirror, docs/results.md). No
+/// transfer of a step reads B.
+template <class Pattern, class Plan, class Args>
+struct packing_first {
+  Pattern& p;
+  Plan& plan;
+  const Args& x;
+  bool packed = false;  ///< true from the start where B needs no packing this call
+  [[nodiscard]] int steps() const { return p.steps(); }
+  [[nodiscard]] engine::ring_window window() const { return p.window(); }
+  [[nodiscard]] engine::transfer recv(int t, int lane) const { return p.recv(t, lane); }
+  [[nodiscard]] engine::transfer send(int t, int lane) const { return p.send(t, lane); }
+  void compute(int t) {
+    if (!packed) plan.pack.pack(x.b.data), packed = true;
+    p.compute(t);
+  }
+};
 
-/// Runs a ring plan's steps with the op's ring pattern, B packed (pack_b).
+/// Runs a ring plan's steps with the op's ring pattern, B packed at the
+/// first product (packing_first) unless `pack` is false (B already packed
+/// in the plan this call: matmul_all_reduce's row groups share it).
 template <class Op>
 void run_ring(context& ctx, typename Op::plan& plan, const typename Op::args& x, const typename Op::options& opt,
-              const typename Op::element* bias) {
+              const typename Op::element* bias, bool pack = true) {
   typename Op::pattern pattern(plan, x, opt, bias, ctx.rank());
-  run_on_ring(ctx, plan, pattern, Op::tags, plan.lanes, plan.strategy == strategy::hierarchical);
+  packing_first<typename Op::pattern, typename Op::plan, typename Op::args> packing{pattern, plan, x, !pack};
+  run_on_ring(ctx, plan, packing, Op::tags, plan.lanes, plan.strategy == strategy::hierarchical);
 }
 
 /// Runs a prepared plan: C = the op's result. Bulk and the other-operands
@@ -316,7 +333,6 @@ void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, cons
       return;
     }
     Op::before_ring(ctx, plan, x);
-    pack_b(ctx, plan, x);
     run_ring<Op>(ctx, plan, x, opt, bias);
   }
 }

@@ -221,6 +221,7 @@ void finish_ring(const build_site& at, Plan& plan, const engine::ring_slots& slo
   const int64_t members = plan.batch.count;
   const auto piece_bytes = static_cast<int64_t>(slots.elems * members * unit * sizeof(*plan.slots.data()));
   plan.window.paced = paced_lanes(at.paced(), plan.window, piece_bytes);
+  plan.window.ahead = plan.window.paced && at.progress() == progress_policy::none;
   for (auto& st : plan.steps) {
     if (st.in_slot()) st.slot_offset *= slots.elems * members * unit;
     if ((st.send || st.recv) && !at.dry()) st.wire = plan.types.get(st.nr, st.nc, st.ld, members, member_stride(st));

@@ -72,6 +72,11 @@ class build_site {
   }
 
   [[nodiscard]] bool dry() const noexcept { return dry_; }
+  /// The progress policy the plan runs under (config().progress, resolved;
+  /// none when projected).
+  [[nodiscard]] progress_policy progress() const noexcept {
+    return ctx_ != nullptr ? ctx_->config().progress : progress_policy::none;
+  }
   /// config().paced (automatic when projected).
   [[nodiscard]] paced_sends paced() const noexcept {
     return ctx_ != nullptr ? ctx_->config().paced : paced_sends::automatic;

@@ -35,19 +35,23 @@ std::string ring_summary(overlap::strategy asked, const Plan& plan, int chunks, 
   s += ", piece kernel " + busiest->kernel->name() +
        (plan.pack.packer ? " reading b packed once per call (" + std::to_string(plan.pack.packed.size()) + " bytes)"
                          : std::string(""));
+  // Under progress none a lane's next send goes out when the one before is
+  // expected to complete during the next step (engine::ring_window::ahead).
+  const std::string ahead = plan.window.ahead ? ", the next released ahead of a step it would wait through" : "";
   if (plan.strategy == strategy::hierarchical)
     return s + ", lane 0 between nodes, lane 1 inside them, " + std::to_string(plan.n_steps) + " steps of " +
            (chunks == 1 ? std::string("one shard") : "one of " + std::to_string(chunks) + " pieces of a shard") +
            ", receives posted " + std::to_string(plan.window.lead) + " steps ahead" +
-           (plan.window.paced ? ", sends paced (one in flight per lane)" : "") + ", " + std::to_string(slot_bytes) +
-           " bytes of slots";
+           (plan.window.paced ? ", sends paced (one in flight per lane" + ahead + ")" : "") + ", " +
+           std::to_string(slot_bytes) + " bytes of slots";
   return s + ", " + std::to_string(plan.lanes) + (plan.lanes == 1 ? " lane, " : " lanes, ") +
          std::to_string(plan.n_steps) + " steps, " + std::to_string(chunks) + " chunks per shard" +
          (plan.lanes == 2 ? " half" : "") + (chosen ? " (plan's choice)" : " (configured)") + ", receives posted " +
          std::to_string(plan.window.lead) + " steps ahead, sends in flight up to " +
          std::to_string(plan.window.send_slack + 1) + " steps" +
-         (plan.window.paced ? " (paced: one in flight per lane)" : "") + ", " + std::to_string(slot_bytes) +
-         " bytes of slots, rank 0's first piece " + std::to_string(first.nr) + " x " + std::to_string(first.nc);
+         (plan.window.paced ? " (paced: one in flight per lane" + ahead + ")" : "") + ", " +
+         std::to_string(slot_bytes) + " bytes of slots, rank 0's first piece " + std::to_string(first.nr) + " x " +
+         std::to_string(first.nc);
 }
 
 /// Prints a built plan on rank 0 when the config is verbose: the op's own
