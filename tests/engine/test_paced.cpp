@@ -49,7 +49,7 @@ TEST(paced_sends, a_lane_holds_its_sends_until_the_one_before_completes) {
 // release_ahead (progress none: before a step no one tests the requests
 // through) posts a lane's held send when the one in flight is expected to
 // complete within the horizon, at the rate the lane's sends to that peer
-// were last seen to move: none before a wait has seen one complete, then
+// were seen to move (the fastest): none before a wait has seen one complete, then
 // the held send goes ahead while the first is still in flight (2 MiB:
 // rendezvous, its receive not yet posted). Every block arrives in order.
 TEST(paced_sends, release_ahead_posts_a_held_send_once_its_lane_has_a_rate) {

@@ -114,4 +114,31 @@ TEST(rs_double, matches_reference) {
       }
 }
 
+// On a flat ring whose accumulators are c's type and c dense, the owner
+// computes its product into c before the accumulator arrives in a slot and
+// adds it with the epilogue at the next step (the last after the ring); its
+// sends complete by the first step that rewrites their slot. Both element
+// types, both ring strategies, bias and both activations, accumulate, paced
+// and unpaced, chunk counts 1-4, uneven and empty K shards and outputs.
+TEST(rs_owner_ahead, matches_reference_with_the_epilogue) {
+  uint32_t seed = 40;
+  for (const overlap::paced_sends paced : {overlap::paced_sends::on, overlap::paced_sends::off})
+    for (const int chunks : {1, 2, 4}) {
+      overlap::config cfg;
+      cfg.paced = paced, cfg.rs_chunks = chunks == 1 ? 0 : chunks;  // 0: the plan chooses
+      overlap::context ctx(MPI_COMM_WORLD, cfg);
+      for (auto sc : {scattered::rows, scattered::cols})
+        for (auto s : {strategy::ring, strategy::bidirectional})
+          for (auto act : {overlap::activation::gelu, overlap::activation::relu, overlap::activation::none}) {
+            rs_case cs{sc, s, 14, 9, 13, split::skewed, split::first_empty, 0, seed++};
+            cs.bias = act != overlap::activation::none;
+            cs.act = act;
+            cs.accumulate = act == overlap::activation::none;
+            SCOPED_TRACE(cs.name() + " chunks=" + std::to_string(chunks));
+            run_rs_case<float>(ctx, cs);
+            run_rs_case<double>(ctx, cs);
+          }
+    }
+}
+
 }  // namespace

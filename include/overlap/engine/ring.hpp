@@ -38,6 +38,12 @@ struct transfer {
   /// pairwise exchange names a different peer each step; a ring leaves it
   /// to the lane (lane_neighbour).
   int peer = lane_neighbour;
+  /// The step before which it must complete; -1: for a receive, the step
+  /// that computes on it, for a send, the window's bound (t + 1 +
+  /// send_slack). A pattern that knows better says so: matmul_reduce_scatter's
+  /// owner computes before its accumulator is needed (rs_step::ahead), and its
+  /// sends' slots are rewritten only at a later step (rs_step::send_due).
+  int due = -1;
   [[nodiscard]] bool active() const noexcept { return type != MPI_DATATYPE_NULL; }  ///< something to move
   /// The rank it moves to or from on `lane`, whose neighbour is `neighbour`.
   [[nodiscard]] int peer_or(int neighbour) const noexcept { return peer == lane_neighbour ? neighbour : peer; }
@@ -104,7 +110,8 @@ void post_recv(const ring_links& links, Pattern& pattern, mpi::request_group& re
   const int from = in.peer_or(lane.from);
   mpi::request_group::about what{l, from, in.type, false};
   what.count = in.count;
-  OVERLAP_MPI(MPI_Irecv, in.buf, in.count, in.type, from, lane.tag, links.comm, requests.add(u, what));
+  OVERLAP_MPI(MPI_Irecv, in.buf, in.count, in.type, from, lane.tag, links.comm,
+              requests.add(in.due >= 0 ? in.due : u, what));
 }
 
 /// Step t's transfers: the receive for step t + lead, the send of step t.
@@ -119,12 +126,12 @@ void post_step(const ring_links& links, Pattern& pattern, mpi::request_group& re
     const int to = out.peer_or(lane.to);
     mpi::request_group::about what{l, to, out.type, true};
     what.count = out.count;
+    const int due = out.due >= 0 ? out.due : t + 1 + w.send_slack;
     if (w.paced) {
-      requests.send_paced(out.buf, out.count, out.type, to, lane.tag, links.comm, t + 1 + w.send_slack, what);
+      requests.send_paced(out.buf, out.count, out.type, to, lane.tag, links.comm, due, what);
       continue;
     }
-    OVERLAP_MPI(MPI_Isend, out.buf, out.count, out.type, to, lane.tag, links.comm,
-                requests.add(t + 1 + w.send_slack, what));
+    OVERLAP_MPI(MPI_Isend, out.buf, out.count, out.type, to, lane.tag, links.comm, requests.add(due, what));
   }
 }
 

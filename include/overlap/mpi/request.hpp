@@ -109,8 +109,8 @@ class request_group {
   /// Before `horizon_s` seconds in which this rank will not look at its
   /// requests (a GEMM step, under progress_policy::none): posts the held send
   /// of every lane whose in-flight paced send is expected to complete within
-  /// them, at the rate that lane's sends to that peer were last seen to move
-  /// (learnt where a wait saw one complete). The two then share the link for
+  /// them, at the fastest rate that lane's sends to that peer were seen to
+  /// move (learnt where a wait saw one complete). The two then share the link for
   /// the rest of the first, which finishes that much later, rather than the
   /// link idling until this rank looks again (docs/design.md, "Paced
   /// sends"). Nothing is posted where no rate is known yet.
@@ -130,8 +130,8 @@ class request_group {
       posted |= bit;
     }
   }
-  /// Bytes per second lane `lane`'s paced sends to `peer` were last seen to
-  /// move at (0: none seen yet).
+  /// Bytes per second lane `lane`'s paced sends to `peer` were seen to move
+  /// at, the fastest (0: none seen yet).
   [[nodiscard]] double paced_rate(int lane, int peer) const noexcept {
     for (const rate& r : rates_)
       if (r.lane == lane && r.peer == peer) return r.bytes_per_s;
@@ -286,7 +286,10 @@ class request_group {
     }
     return done;
   }
-  /// A wait saw paced send i complete just now: its lane's rate to its peer.
+  /// A wait saw paced send i complete: its lane's rate to its peer. A
+  /// completion may be seen late (it happened before the wait began), which
+  /// only understates the rate, never overstates it: the lane keeps the
+  /// fastest it saw.
   void learn(size_t i) {
     const about& a = about_[i];
     const double took = MPI_Wtime() - a.started;
@@ -294,7 +297,7 @@ class request_group {
     const double bytes_per_s = double(a.bytes()) / took;
     for (rate& r : rates_)
       if (r.lane == a.lane && r.peer == a.peer) {
-        r.bytes_per_s = bytes_per_s;
+        r.bytes_per_s = std::max(r.bytes_per_s, bytes_per_s);
         return;
       }
     rates_.push_back({a.lane, a.peer, bytes_per_s});
@@ -384,7 +387,7 @@ class request_group {
   std::vector<int> due_;  ///< deadline step of each request
   std::vector<about> about_;
   std::vector<held_send> held_;  ///< paced sends not yet posted, in order
-  /// The rate a lane's paced sends to a peer were last seen to move at.
+  /// The fastest rate a lane's paced sends to a peer were seen to move at.
   struct rate {
     int lane, peer;
     double bytes_per_s;

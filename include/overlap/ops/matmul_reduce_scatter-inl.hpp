@@ -45,7 +45,17 @@ struct rs_step : ring_step {
   bool acc_in_c = false;  ///< the accumulator lives in c (else in a slot, slot_offset in bytes)
   bool add_slot = false;  ///< c = product + the fp32 accumulator in the slot (bf16, final step)
   bool finish = false;    ///< final step, c's block strided: the product sums into the slot, a pass writes c
-  gemm_desc merge;        ///< hierarchical, lane 0, recv: adds the slot into lane 1's accumulator
+  /// Final step of a flat ring whose accumulators are c's type and c's block
+  /// dense: the owner's product goes into c without waiting for the
+  /// accumulator, which arrives in a slot and is added (with the epilogue)
+  /// at the next step, or after the ring for the last: the last piece's
+  /// GEMM no longer follows the last transfer (rs_ring_pattern::add_arrived).
+  bool ahead = false;
+  /// Flat rings: the step before which this step's send (posted at the
+  /// next step) must complete: the first later step that writes its slot
+  /// (send_deadlines); -1: the window's bound.
+  int send_due = -1;
+  gemm_desc merge;  ///< hierarchical, lane 0, recv: adds the slot into lane 1's accumulator
   [[nodiscard]] bool in_slot() const noexcept { return !acc_in_c; }
 };
 
@@ -88,6 +98,7 @@ struct rs_piece {
   bool first = false;         ///< the chain starts: nothing arrives to add to
   bool last = false;          ///< the chain ends on this rank: the sum goes to c
   int slot = 0;               ///< the slot its accumulator uses, unless it is in c
+  bool flat = false;          ///< on a flat ring (its last step may compute ahead: rs_step::ahead)
 };
 
 /// Where a GEMM of rs_others_build reads an operand: source, element offset,
@@ -311,7 +322,33 @@ struct rs_op : op_defaults,
     const engine::ring_slots slots =
         build_flat_ring(at, plan, travels::output, chunks,
                         [&](const ring_visit& v, engine::ring_slots& s) { return ring_step(at, plan, x, opt, v, s); });
+    send_deadlines(plan);
     finish_ring(at, plan, slots);
+  }
+
+  /// Each send's deadline on a flat ring (rs_step::send_due), while slot
+  /// offsets are still slot indices: the first later step that writes the
+  /// slot it reads, by a product into it or by a receive posted into it
+  /// (`lead` steps before the step that needs it); the end of the ring where
+  /// none does. The window's bound (t + 1 + send_slack) holds a paced send's
+  /// slot longer than that at the ring's end, where the owner's last product
+  /// would wait for the last send although it writes no slot.
+  static void send_deadlines(rs_plan<T>& plan) {
+    const int S = plan.n_steps, lanes = plan.lanes, lead = plan.window.lead;
+    for (int l = 0; l < lanes; ++l)
+      for (int t = 0; t < S; ++t) {
+        rs_step& st = plan.steps[static_cast<size_t>(t * lanes + l)];
+        if (!st.send || !st.in_slot()) continue;
+        int due = S;
+        for (int u = t + 1; u < S; ++u)
+          for (int k = 0; k < lanes; ++k) {
+            const rs_step& o = plan.step(u, k);
+            if (!o.in_slot() || o.slot_offset != st.slot_offset) continue;
+            if (o.recv) due = std::min(due, u - lead);
+            if (o.compute && !o.ahead && !o.add_slot) due = std::min(due, u);
+          }
+        st.send_due = due > t + 1 ? due : -1;
+      }
   }
 
   /// The hierarchical plan, the all-gather's (ag_build_hierarchical) run
@@ -377,6 +414,7 @@ struct rs_op : op_defaults,
     piece.part = at.lane, piece.parts = at.lanes, piece.chunk = at.chunk, piece.chunks = at.chunks;
     piece.first = v.first, piece.last = v.last;
     piece.slot = static_cast<int>(at.slot(slots));
+    piece.flat = true;
     return piece_step(site, plan, x, opt, piece, slots);
   }
 
@@ -397,11 +435,12 @@ struct rs_op : op_defaults,
     // sent from contiguous memory into a strided receive type (docs/design.md,
     // "Transfers land in contiguous blocks").
     const bool c_block = plan.batch.count == 1 && (st.nr <= 1 || x.c.ld == st.nc);
-    st.acc_in_c = st.dst_c && plan.acc == dtype_of<T>() && c_block;
+    st.ahead = st.dst_c && at.flat && !at.first && plan.acc == dtype_of<T>() && c_block && st.nonempty();
+    st.acc_in_c = st.dst_c && plan.acc == dtype_of<T>() && c_block && !st.ahead;
     // c = product + slot in the GEMM only where c's block is dense: oneDNN 2.6
     // runs that post-op against a strided c in its reference kernel (hundreds
     // of times slower); there the GEMM sums into the slot and a pass writes c.
-    st.add_slot = st.dst_c && !st.acc_in_c && !at.first && c_block;
+    st.add_slot = st.dst_c && !st.acc_in_c && !at.first && c_block && !st.ahead;
     st.finish = st.dst_c && !c_block;
     if (st.acc_in_c) {
       st.ld = x.c.ld;
@@ -413,8 +452,9 @@ struct rs_op : op_defaults,
     st.recv = st.nonempty() && !at.first;
     st.send = st.nonempty() && !at.last;
     const bool into_c = st.dst_c && !st.finish;
+    // Ahead: c = the product alone (no epilogue); add_arrived finishes it.
     st.desc = gemm(x, opt, plan.acc, {st.nr, st.nc}, into_c ? x.c.ld : st.ld,
-                   {!at.first && !st.add_slot, into_c, st.add_slot});
+                   {!at.first && !st.add_slot && !st.ahead, into_c && !st.ahead, st.add_slot});
     // Pieces of a row-scattered output read all of b (a batch's members read different b's).
     st.desc.pack_b = plan.whole.rows && plan.batch.count == 1;
     st.kernel = site.step_kernel(st.desc);
@@ -636,6 +676,24 @@ void write_block(T* c, int64_t ldc, const A* s, int64_t nr, int64_t nc, const T*
     }
 }
 
+/// c = act(c + s + bias) for an nr x nc block of c (leading dimension ldc)
+/// and a dense block s of the same type: an ahead step's accumulator added
+/// to the owner's product (rs_step::ahead).
+template <class T>
+void add_block(T* c, int64_t ldc, const T* s, int64_t nr, int64_t nc, const T* bias, activation act) {
+  using wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  for (int64_t i = 0; i < nr; ++i) {
+    T* row = c + i * ldc;
+    const T* add = s + i * nc;
+    for (int64_t j = 0; j < nc; ++j) {
+      auto v = static_cast<wide>(row[j]) + static_cast<wide>(add[j]);
+      if (bias != nullptr) v += static_cast<wide>(bias[j]);
+      if (act != activation::none) v = static_cast<wide>(activate(v, act));
+      row[j] = T(v);
+    }
+  }
+}
+
 /// The ring pattern of matmul_reduce_scatter, for engine::run_ring: a
 /// step's accumulator is sent at the next step, once computed.
 template <class T>
@@ -651,14 +709,24 @@ class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
         bias_(bias),
         own_(plan.whole.layout.offset(rank)),
         two_levels_(plan.strategy == strategy::hierarchical) {}
+  /// A step's accumulator; an ahead step's is needed only at the next step
+  /// (or after the ring, for the last), which adds it (add_arrived).
+  [[nodiscard]] engine::transfer recv(int t, int lane) const {
+    engine::transfer in = base::recv(t, lane);
+    if (plan_.step(t, lane).ahead) in.due = t + 1;  // the last step's: its due is past the steps, the final wait
+    return in;
+  }
   [[nodiscard]] engine::transfer send(int t, int lane) const {
     if (t == 0) return {};
     const rs_step& st = plan_.step(t - 1, lane);
     if (!st.send) return {};
     // Hierarchical: both lanes forward the accumulator lane 1's entry computed.
-    return this->transfer_of(st, two_levels_ ? plan_.step(t - 1, 1) : st);
+    engine::transfer out = this->transfer_of(st, two_levels_ ? plan_.step(t - 1, 1) : st);
+    out.due = st.send_due;
+    return out;
   }
   void compute(int t) {
+    if (t > 0) add_arrived(t - 1);
     for (int l = 0; l < plan_.lanes; ++l) {
       const rs_step& st = plan_.step(t, l);
       for (int64_t m = 0; m < plan_.batch.count; ++m) {
@@ -668,6 +736,9 @@ class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
       }
     }
   }
+
+  /// After the ring: the last step's accumulators, arrived (ahead steps).
+  void after_ring() { add_arrived(plan_.n_steps - 1); }
 
   /// The step's accumulator of batch member m (0 for the transfers: a
   /// step's datatype reaches the others): in c, or in its slot.
@@ -694,6 +765,18 @@ class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
       write_block(in_c(st, m), x_.c.ld, static_cast<const T*>(piece(st, m)), st.nr, st.nc, bias, act);
     else
       write_block(in_c(st, m), x_.c.ld, static_cast<const float*>(piece(st, m)), st.nr, st.nc, bias, act);
+  }
+
+  /// Step t's ahead entries, whose accumulators have arrived (their receive
+  /// was due before step t + 1): c = act(product + accumulator + bias).
+  void add_arrived(int t) {
+    for (int l = 0; l < plan_.lanes; ++l) {
+      const rs_step& st = plan_.step(t, l);
+      if (!st.ahead) continue;
+      const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.whole.rows ? st.c0 : st.c0 - own_);
+      add_block(in_c(st, 0), x_.c.ld, static_cast<const T*>(piece(st, 0)), st.nr, st.nc, bias,
+                opt_.epilogue.activation);
+    }
   }
 
   [[nodiscard]] T* in_c(const rs_step& st, int64_t m) const {

@@ -268,6 +268,9 @@ class ring_pattern {
     const auto& st = plan_.step(t, lane);
     return st.recv ? transfer_of(st, st) : engine::transfer{};
   }
+  /// After the ring's last wait (a local step): nothing, unless the op's
+  /// pattern has work left once every transfer completed.
+  void after_ring() {}
 
  protected:
   /// The message of `wire`'s step, at the place where `at` lives.
