@@ -4,6 +4,7 @@
 /// running): part of the header-only flavour, compiled once into the library
 /// otherwise (flavour.hpp).
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -335,20 +336,26 @@ struct rs_op : op_defaults,
   /// would wait for the last send although it writes no slot.
   static void send_deadlines(rs_plan<T>& plan) {
     const int S = plan.n_steps, lanes = plan.lanes, lead = plan.window.lead;
-    for (int l = 0; l < lanes; ++l)
-      for (int t = 0; t < S; ++t) {
+    // One sweep from the end: first_write[slot] is the earliest deadline any
+    // step after t imposes on that slot (O(steps), as plans of thousands of
+    // steps are built at scale).
+    int64_t slots = 0;
+    for (const rs_step& st : plan.steps) slots = std::max(slots, st.in_slot() ? st.slot_offset + 1 : 0);
+    std::vector<int> first_write(static_cast<size_t>(slots), S);
+    for (int t = S - 1; t >= 0; --t) {
+      for (int l = 0; l < lanes; ++l) {
         rs_step& st = plan.steps[static_cast<size_t>(t * lanes + l)];
-        if (!st.send || !st.in_slot()) continue;
-        int due = S;
-        for (int u = t + 1; u < S; ++u)
-          for (int k = 0; k < lanes; ++k) {
-            const rs_step& o = plan.step(u, k);
-            if (!o.in_slot() || o.slot_offset != st.slot_offset) continue;
-            if (o.recv) due = std::min(due, u - lead);
-            if (o.compute && !o.ahead && !o.add_slot) due = std::min(due, u);
-          }
-        st.send_due = due > t + 1 ? due : -1;
+        const int due = st.in_slot() ? first_write[static_cast<size_t>(st.slot_offset)] : S;
+        st.send_due = st.send && st.in_slot() && due > t + 1 ? due : -1;
       }
+      for (int l = 0; l < lanes; ++l) {
+        const rs_step& st = plan.step(t, l);
+        if (!st.in_slot()) continue;
+        int& w = first_write[static_cast<size_t>(st.slot_offset)];
+        if (st.recv) w = std::min(w, t - lead);
+        if (st.compute && !st.ahead && !st.add_slot) w = std::min(w, t);
+      }
+    }
   }
 
   /// The hierarchical plan, the all-gather's (ag_build_hierarchical) run
