@@ -122,7 +122,7 @@ class request_group {
     for (size_t h = 0; h < held_.size();) {
       const int lane = held_[h].what.lane, bit = 1 << lane;
       const double done = (posted & bit) != 0 ? now + horizon_s + 1 : expected_done(lane);
-      if (done > now + horizon_s || lane_holds_before(lane, h)) {
+      if (done > now + horizon_s || lane_holds_before(h)) {
         ++h;
         continue;
       }
@@ -268,10 +268,10 @@ class request_group {
     s.what.started = MPI_Wtime();
     OVERLAP_MPI(MPI_Isend, s.buf, s.count, s.type, s.to, s.tag, s.comm, add(s.deadline, s.what));
   }
-  /// Whether a held send of `lane` comes before held send h (sends of a lane go in order).
-  [[nodiscard]] bool lane_holds_before(int lane, size_t h) const noexcept {
+  /// Whether a held send of held send h's lane comes before it (sends of a lane go in order).
+  [[nodiscard]] bool lane_holds_before(size_t h) const noexcept {
     for (size_t i = 0; i < h; ++i)
-      if (held_[i].what.lane == lane) return true;
+      if (held_[i].what.lane == held_[h].what.lane) return true;
     return false;
   }
   /// When the last in-flight paced send of `lane` is expected to complete

@@ -344,7 +344,7 @@ struct rs_op : op_defaults,
     std::vector<int> first_write(static_cast<size_t>(slots), S);
     for (int t = S - 1; t >= 0; --t) {
       for (int l = 0; l < lanes; ++l) {
-        rs_step& st = plan.steps[static_cast<size_t>(t * lanes + l)];
+        rs_step& st = plan.steps[static_cast<size_t>(t) * static_cast<size_t>(lanes) + static_cast<size_t>(l)];
         const int due = st.in_slot() ? first_write[static_cast<size_t>(st.slot_offset)] : S;
         st.send_due = st.send && st.in_slot() && due > t + 1 ? due : -1;
       }
