@@ -40,7 +40,16 @@ struct options {
   int steps = 5, warmup = 1, tp = 0, cp = 1;
   bool check = true, sequence_parallel = true;
   std::string json, transport, save_calibration;
+  /// Where the weight gradients run (block_options): beside started ops,
+  /// in the ops' waits, or after the ops; empty: the block's default.
+  std::string weight_gradients;
 };
+
+/// The weight gradients' place as --weight-gradients names it.
+std::string weight_gradients_name(const overlap::layers::block_options& b) {
+  if (!b.overlap_weight_gradients) return "after";
+  return b.weight_gradients_in_waits ? "in-waits" : "started";
+}
 
 /// What a block computed in one step: out, dx and every gradient, as double.
 struct step_result {
@@ -196,6 +205,10 @@ int run(const options& o) {
   overlap::context* cp = o.cp > 1 ? &mesh.context("cp") : nullptr;
   overlap::layers::block_options bo;
   bo.sequence_parallel = o.sequence_parallel;
+  if (!o.weight_gradients.empty()) {
+    bo.overlap_weight_gradients = o.weight_gradients != "after";
+    bo.weight_gradients_in_waits = o.weight_gradients == "in-waits";
+  }
   std::vector<std::unique_ptr<runner<T>>> runners;
   std::vector<std::function<void()>> bodies;
   for (const auto& m : modes) {
@@ -269,6 +282,7 @@ int run(const options& o) {
              cp != nullptr ? ", ring attention's K/V gathers and gradient reduce-scatter" : "");
   fmt::print("{:<14}{:>12.1f}   (the step without communication; bulk / compute only = {:.2f}x bounds any overlap)\n",
              "compute only", compute_ms, bulk_ms > 0 ? bulk_ms / compute_ms : 0.0);
+  fmt::print("weight gradients: {} (--weight-gradients)\n", weight_gradients_name(bo));
   if (!choices.empty()) {
     fmt::print("automatic's schedules (rank 0's tp context; settled after {} unmeasured steps):\n", settling);
     for (const auto& c : choices)
@@ -296,6 +310,7 @@ int run(const options& o) {
                      {"cp", mesh.size("cp")},
                      {"tp", ctx.size()},
                      {"sequence_parallel", o.sequence_parallel},
+                     {"weight_gradients", weight_gradients_name(bo)},
                      {"steps", o.steps},
                      {"transport", o.transport}};
     if (r.mode == "automatic") j["automatic_choices"] = choices, j["automatic_settling_steps"] = settling;
@@ -341,6 +356,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("!--no-sequence-parallel", o.sequence_parallel,
                "every tensor-parallel rank holds all tokens; row-parallel outputs use matmul_all_reduce");
+  app.add_option("--weight-gradients", o.weight_gradients,
+                 "where the weight gradients run: started (beside the data gradients' started ops, on the "
+                 "context's worker), in-waits (in pieces inside those ops' waits, one thread; the default under "
+                 "SMPI), after (after each op)")
+      ->check(CLI::IsMember({"started", "in-waits", "after"}));
   overlap::apps::add_common_options(app, o.transport, &o.save_calibration);
   if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
   if (o.shape.ffn == 0) o.shape.ffn = 4 * o.shape.hidden;

@@ -133,7 +133,7 @@ const overlap::strategy strategies[] = {overlap::strategy::bulk, overlap::strate
 std::string describe(const block_shape& s, const overlap::layers::block_options& o, int cp) {
   return "seq " + std::to_string(s.seq) + " hidden " + std::to_string(s.hidden) + " heads " + std::to_string(s.heads) +
          " ffn " + std::to_string(s.ffn) + " strategy " + overlap::to_string(o.strategy) + " overlapped wgrad " +
-         std::to_string(o.overlap_weight_gradients) + " attention block " + std::to_string(o.attention_block) +
+         std::to_string(o.overlap_weight_gradients) + " in waits " + std::to_string(o.weight_gradients_in_waits) + " attention block " + std::to_string(o.attention_block) +
          " sequence parallel " + std::to_string(o.sequence_parallel) + " cp " + std::to_string(cp);
 }
 
@@ -142,10 +142,10 @@ void check_all(double tolerance) {
   overlap::context ctx(MPI_COMM_WORLD);
   for (const block_shape& s : {uneven, tiny})
     for (overlap::strategy st : strategies)
-      for (bool overlap_wgrad : {true, false})
+      for (int wgrad : {0, 1, 2})  // weight gradients after, beside a started op, in the op's waits
         for (bool sequence_parallel : {true, false}) {
           // Causal attention in blocks of 4 query rows (several blocks, the last one short) and in one block.
-          const overlap::layers::block_options o{st, overlap_wgrad, overlap_wgrad ? 4 : 256, sequence_parallel};
+          const overlap::layers::block_options o{st, wgrad > 0, wgrad > 0 ? 4 : 256, sequence_parallel, wgrad == 2};
           std::string worst;
           const double err = run_and_compare<T>(ctx, nullptr, s, o, worst);
           EXPECT_LT(err, tolerance) << describe(s, o, 1) << ": worst tensor " << worst;
@@ -270,6 +270,10 @@ TEST(transformer, bad_input_is_rejected_on_every_rank) {
   if (ctx.size() > 1)  // one rank without sequence parallelism
     expect_every_rank_rejects("different shapes or modes", [&] {
       transformer_block<float>(ctx, tiny, {overlap::strategy::ring, true, 4, ctx.rank() != last});
+    });
+  if (ctx.size() > 1)  // one rank's weight gradients in the ops' waits, the others' beside started ops
+    expect_every_rank_rejects("weight_gradients_in_waits must agree", [&] {
+      transformer_block<float>(ctx, tiny, {overlap::strategy::ring, true, 4, true, ctx.rank() == last});
     });
   transformer_block<float> blk(ctx, tiny);
   const int64_t n = blk.layout().rows(), d = tiny.hidden;

@@ -71,7 +71,15 @@ void transformer_block<T>::setup(const block_shape& s) {
                    std::to_string(s.heads) + ", ffn " + std::to_string(s.ffn));
   // What must agree: the shape and the mode on every rank, and along cp the
   // tp rank and size (the shares' tp groups line up).
-  const std::vector<int64_t> mine{s.seq, s.hidden, s.heads, s.ffn, opt_.sequence_parallel ? 1 : 0};
+  // The weight gradients' mode too: a started op's first call agrees on the
+  // context's worker, a collective that blocking calls do not make.
+  const std::vector<int64_t> mine{s.seq,
+                                  s.hidden,
+                                  s.heads,
+                                  s.ffn,
+                                  opt_.sequence_parallel ? 1 : 0,
+                                  opt_.overlap_weight_gradients ? 1 : 0,
+                                  opt_.weight_gradients_in_waits ? 1 : 0};
   const char* who = "overlap::layers::transformer_block";
   bool same = overlap::detail::same_everywhere(*ctx_, mine, who);
   if (cp_ != nullptr) {
@@ -80,7 +88,8 @@ void transformer_block<T>::setup(const block_shape& s) {
     same = overlap::detail::same_everywhere(*cp_, along_cp, who) && same;
   }
   agree(same,
-        "the ranks give different shapes or modes (seq, hidden, heads, ffn and sequence_parallel must agree, "
+        "the ranks give different shapes or modes (seq, hidden, heads, ffn, sequence_parallel, "
+        "overlap_weight_gradients and weight_gradients_in_waits must agree, "
         "and the cp context's ranks must have the same tp rank and size)");
   std::string what;
   try {
@@ -339,16 +348,39 @@ void transformer_block<T>::mlp_forward(matrix_view<T> out) {
 }
 
 template <class T>
-template <class Op, class Local>
-void transformer_block<T>::overlapped(Op&& op, Local&& local) {
+template <class Op>
+void transformer_block<T>::overlapped(Op&& op, engine::side_work& local) {
   if (opt_.strategy == strategy::bulk || !opt_.overlap_weight_gradients) {
     op(false);
-    local();
+    local.run_rest();
+    return;
+  }
+  if (opt_.weight_gradients_in_waits) {
+    {
+      engine::filling_waits fill(ctx_->requests(), local);
+      (void)op(false);
+    }
+    local.run_rest();  // what the op's waits left
     return;
   }
   pending started = op(true);
-  local();  // on an exception, started's destructor waits for the op
+  local.run_rest();  // on an exception, started's destructor waits for the op
   started.wait();
+}
+
+template <class T>
+void transformer_block<T>::weight_gradient(engine::side_work& work, const char* name, int64_t m, int64_t n, int64_t k,
+                                           const typename local_gemm<acc>::operands& x) {
+  // Pieces of c's rows (columns of a): each is a GEMM of its own, as
+  // efficient as the whole down to a few dozen rows, and short enough that a
+  // wait's transfer completing meanwhile is not kept waiting long.
+  engine::for_row_runs(m, engine::row_split{}, [&](int64_t first, int64_t rows) {
+    work.add([this, name, first, rows, n, k, x] {
+      detail::phase_span ph(ctx_->tracer(), name);
+      // Added: backward zeroed the gradients, and dW2 comes in parts of its sum.
+      gemm_.run(product::atb, rows, n, k, {x.a + first, x.lda, x.b, x.ldb, x.c + first * x.ldc, x.ldc}, into::add);
+    });
+  });
 }
 
 template <class T>
@@ -386,20 +418,22 @@ void transformer_block<T>::mlp_backward() {
   const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.share_rows(), f = l_.ffn_width();
   const bool sp = opt_.sequence_parallel;
   engine::trace_recorder* tr = ctx_->tracer();
-  {
-    detail::phase_span ph(tr, sp ? "MLP down backward (all-gather matmul)" : "MLP down backward (local)");
-    (void)gradient_in(false, dz_t_, {w_.w2.data(), f, d}, du_t_, dzg_t_.data());
-  }
-  {
-    detail::phase_span ph(tr, "GELU backward");
-    const acc* pre = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(upre_t_.data()) : upre_.data();
-    if constexpr (std::is_same_v<acc, double>) {
-      for (size_t i = 0; i < du_.size(); ++i) du_[i] = detail::cast<acc>(du_t_[i]) * math::gelu_grad(pre[i]);
-    } else {
-      prims_.gelu_backward(pre, detail::widen(du_t_, du_), du_.data(), int64_t(du_.size()));
-    }
-    detail::narrow(du_, du_t_);  // the pre-activation's gradient, input of the reduce-scatter
-  }
+  // dW2 = u^T dZ over the share's tokens. This rank's own tokens need only
+  // its own dZ: their part runs while dZ is gathered, the rest after.
+  const acc* u = detail::widen(u_t_, conv_a_);
+  const int64_t own = sp ? l_.seq_shards.offset(l_.rank) : 0, mine = sp ? n : 0;
+  engine::side_work early;
+  if (mine > 0)
+    weight_gradient(early, "MLP down weight gradient", f, d, mine,
+                    {u + own * f, f, detail::widen(dz_t_, dz_), d, g_.w2.data(), d});
+  auto gather = [&](bool started) {
+    detail::phase_span ph(tr, !sp       ? "MLP down backward (local)"
+                              : started ? "MLP down backward (started all-gather matmul)"
+                                        : "MLP down backward (all-gather matmul)");
+    return gradient_in(started && sp, dz_t_, {w_.w2.data(), f, d}, du_t_, dzg_t_.data());
+  };
+  overlapped(gather, early);
+  gelu_backward();
   auto op = [&](bool started) {
     detail::phase_span ph(
         tr, started ? (sp ? "MLP up backward (started matmul reduce-scatter)"
@@ -407,16 +441,29 @@ void transformer_block<T>::mlp_backward() {
                     : (sp ? "MLP up backward (matmul reduce-scatter)" : "MLP up backward (matmul all-reduce)"));
     return gradient_out(started, {du_t_.data(), S, f}, {w_.w1.data(), d, f}, {dy_t_.data(), n, d});
   };
-  overlapped(op, [&] {
-    detail::phase_span ph(tr, "MLP down weight gradient");
-    const acc* u = detail::widen(u_t_, conv_a_);
-    const acc* dzg = detail::widen(share_of(dz_t_, dzg_t_), conv_b_);
-    gemm_.run(product::atb, f, d, S, {u, f, dzg, d, g_.w2.data(), d});  // dW2 = u^T dZ
-    detail::add_column_sums<acc>({du_.data(), S, f}, g_.b1);
-  });
+  engine::side_work local;
+  const acc* dzg = detail::widen(share_of(dz_t_, dzg_t_), conv_b_);
+  for (const auto& [first, rows] : {std::pair{int64_t(0), own}, std::pair{own + mine, S - own - mine}})
+    if (rows > 0)
+      weight_gradient(local, "MLP down weight gradient", f, d, rows,
+                      {u + first * f, f, dzg + first * d, d, g_.w2.data(), d});
+  local.add([this, S, f] { detail::add_column_sums<acc>({du_.data(), S, f}, g_.b1); });
+  overlapped(op, local);
   detail::phase_span ph(tr, "layer norm 2 backward");
   const acc* dy = detail::widen(dy_t_, dy_);
   norm_backward(h_, dy, w_.ln2_g, w_.ln2_b, mean2_, stat2_, g_.ln2_g, g_.ln2_b);
+}
+
+template <class T>
+void transformer_block<T>::gelu_backward() {
+  detail::phase_span ph(ctx_->tracer(), "GELU backward");
+  const acc* pre = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(upre_t_.data()) : upre_.data();
+  if constexpr (std::is_same_v<acc, double>) {
+    for (size_t i = 0; i < du_.size(); ++i) du_[i] = detail::cast<acc>(du_t_[i]) * math::gelu_grad(pre[i]);
+  } else {
+    prims_.gelu_backward(pre, detail::widen(du_t_, du_), du_.data(), int64_t(du_.size()));
+  }
+  detail::narrow(du_, du_t_);  // the pre-activation's gradient, input of the reduce-scatter
 }
 
 template <class T>
@@ -431,12 +478,13 @@ void transformer_block<T>::attention_backward() {
                                         : "output projection backward (all-gather matmul)");
     return gradient_in(started && sp, dh_t_, {w_.wo.data(), w, d}, do_t_, dhg_t_.data());
   };
-  overlapped(gather, [&] {  // the MLP up projection's weight gradient meanwhile
-    detail::phase_span ph(tr, "MLP up weight gradient");
+  {  // the MLP up projection's weight gradient meanwhile
+    engine::side_work local;
     const int64_t f = l_.ffn_width();
     const acc* y2g = detail::widen(share_of(y2_, y2g_), conv_a_);
-    gemm_.run(product::atb, d, f, S, {y2g, d, du_.data(), f, g_.w1.data(), f});  // dW1 = y2^T dU
-  });
+    weight_gradient(local, "MLP up weight gradient", d, f, S, {y2g, d, du_.data(), f, g_.w1.data(), f});  // dW1 = y2^T dU
+    overlapped(gather, local);
+  }
   const acc* dqkv = attention_core_backward();
   auto op = [&](bool started) {
     detail::phase_span ph(
@@ -444,14 +492,15 @@ void transformer_block<T>::attention_backward() {
                     : (sp ? "QKV backward (matmul reduce-scatter)" : "QKV backward (matmul all-reduce)"));
     return gradient_out(started, {dqkv_t_.data(), S, 3 * w}, {w_.wqkv.data(), d, 3 * w}, {dy_t_.data(), n, d});
   };
-  overlapped(op, [&] {
-    detail::phase_span ph(tr, "attention weight gradients");
-    const acc* dhg = detail::widen(share_of(dh_t_, dhg_t_), conv_a_);
-    gemm_.run(product::atb, w, d, S, {attention_output(), w, dhg, d, g_.wo.data(), d});  // dWo = o^T dA
-    const acc* y1g = detail::widen(share_of(y1_, y1g_), conv_b_);
-    gemm_.run(product::atb, d, 3 * w, S, {y1g, d, dqkv, 3 * w, g_.wqkv.data(), 3 * w});  // dWqkv = y1^T dQKV
-    detail::add_column_sums<acc>({dqkv, S, 3 * w}, g_.bqkv);
-  });
+  engine::side_work local;
+  const acc* dhg = detail::widen(share_of(dh_t_, dhg_t_), conv_a_);
+  const acc* y1g = detail::widen(share_of(y1_, y1g_), conv_b_);
+  weight_gradient(local, "attention weight gradients", w, d, S,
+                  {attention_output(), w, dhg, d, g_.wo.data(), d});  // dWo = o^T dA
+  weight_gradient(local, "attention weight gradients", d, 3 * w, S,
+                  {y1g, d, dqkv, 3 * w, g_.wqkv.data(), 3 * w});  // dWqkv = y1^T dQKV
+  local.add([this, dqkv, S, w] { detail::add_column_sums<acc>({dqkv, S, 3 * w}, g_.bqkv); });
+  overlapped(op, local);
 }
 
 template <class T>

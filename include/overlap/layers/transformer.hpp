@@ -15,9 +15,12 @@
 /// all-gather matmul is a reduce-scatter matmul and the other way round);
 /// the weight gradients use the gathered activations kept by the forward
 /// pass, and with a decomposed strategy they are computed while the data
-/// gradients' ops run (started ops): dW2 during the MLP up projection's
-/// reduce-scatter, dW1 during the output projection's all-gather, dWo and
-/// dWqkv during the QKV reduce-scatter.
+/// gradients' ops run (started ops, or pieces in the ops' waits under
+/// SMPI: block_options::weight_gradients_in_waits): dW2's part over this
+/// rank's own tokens during the MLP down projection's all-gather of dZ and
+/// the rest during the MLP up projection's reduce-scatter, dW1 during the
+/// output projection's all-gather, dWo and dWqkv during the QKV
+/// reduce-scatter.
 ///
 /// Without sequence parallelism (block_options::sequence_parallel = false)
 /// every rank holds all tokens: the AG_rows products are local and the
@@ -43,6 +46,7 @@
 #include "overlap/attention/softmax_attention.hpp"
 #include "overlap/core/bfloat16.hpp"
 #include "overlap/core/flavour.hpp"
+#include "overlap/engine/side_work.hpp"
 #include "overlap/engine/trace.hpp"
 #include "overlap/kernels/element_cast.hpp"
 #include "overlap/kernels/local_gemm.hpp"
@@ -51,6 +55,7 @@
 #include "overlap/layers/block_params.hpp"
 #include "overlap/layers/phase_span.hpp"
 #include "overlap/mpi/communicator.hpp"
+#include "overlap/mpi/simulator.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/matmul_all_reduce.hpp"
 #include "overlap/ops/matmul_reduce_scatter.hpp"
@@ -65,7 +70,7 @@ struct block_options {
   overlap::strategy strategy = overlap::strategy::automatic;
   /// Compute the weight gradients while the data gradients' ops run
   /// (started ops). Ignored with strategy bulk, which runs every step
-  /// in turn (the baseline).
+  /// in turn (the baseline). Must agree across ranks.
   bool overlap_weight_gradients = true;
   /// Query rows per block of the causal attention: each block multiplies
   /// only the keys up to its last row. Local; must be positive.
@@ -77,6 +82,13 @@ struct block_options {
   /// parallel products are local and the row-parallel ones are
   /// matmul_all_reduce. Must agree across ranks.
   bool sequence_parallel = true;
+  /// With overlap_weight_gradients: run the weight gradients in pieces
+  /// inside the data gradient op's waits for its transfers, on the caller's
+  /// thread (engine/side_work.hpp), rather than beside a started op on the
+  /// context's worker thread. The default under SimGrid SMPI, where a
+  /// started op runs on the caller's thread and nothing would overlap it.
+  /// Must agree across ranks, as overlap_weight_gradients must.
+  bool weight_gradients_in_waits = mpi::simulated;
 };
 
 /// One block on the ranks of a context. T: float, double or bfloat16 (the
@@ -155,6 +167,8 @@ class transformer_block {
   void attention_forward();
   void mlp_forward(matrix_view<T> out);
   void mlp_backward();
+  /// du_ = d(loss)/d(pre-activation) from du_t_ (GELU's backward), narrowed into du_t_.
+  void gelu_backward();
   void attention_backward();
   /// dQKV of the attention (ring over cp, or local), as acc (share rows x 3 width).
   [[nodiscard]] const acc* attention_core_backward();
@@ -168,8 +182,14 @@ class transformer_block {
                      std::vector<acc>& mean, std::vector<acc>& stat, std::vector<acc>& gg, std::vector<acc>& gb);
   /// The shapes of this rank's attention (its heads over the whole sequence).
   [[nodiscard]] attention::dims attention_dims() const;
-  template <class Op, class Local>
-  void overlapped(Op&& op, Local&& local);
+  /// Runs op (its data gradient, started or blocking) and the weight
+  /// gradients in `local` beside it, as the options say.
+  template <class Op>
+  void overlapped(Op&& op, engine::side_work& local);
+  /// Adds "c += a^T b" (a: k x m, b: k x n; c: m x n) to work, in pieces
+  /// of c's rows, each traced as `name`.
+  void weight_gradient(engine::side_work& work, const char* name, int64_t m, int64_t n, int64_t k,
+                       const typename local_gemm<acc>::operands& x);
   /// The ops' options: the block's strategy, B transposed or not.
   template <class Options>
   [[nodiscard]] Options options(bool transpose_b) const;
@@ -198,6 +218,7 @@ class transformer_block {
   std::vector<acc> qkv_, o_, lse_, upre_, amax_, asum_;  // qkv_, upre_: widened once (bf16), read again backward
   // Backward scratch.
   std::vector<acc> dh_, dy_, du_, dqkv_, do_, conv_a_, conv_b_, delta_, packed_;
+  std::vector<acc> dz_;  ///< dout widened (bf16): this rank's rows of dW2's operand, before dZ is gathered
   std::vector<acc> ln_y_, ln_dx_, ln_g_, ln_b_, ln_dg_, ln_db_;  // the layer norms' float scratch
   std::vector<T> dz_t_, dzg_t_, du_t_, dy_t_, dh_t_, dhg_t_, do_t_, dqkv_t_;
 };

@@ -24,6 +24,16 @@ namespace overlap::mpi {
 /// posted it.
 class request_group {
  public:
+  /// Work this rank may do, a piece at a time, while it waits for its
+  /// requests (engine::side_work): on a single thread, the caller's own
+  /// products run in the gaps an op's transfers leave, where no second
+  /// thread may call MPI (SimGrid SMPI) or none is wanted.
+  class idle_work {
+   public:
+    virtual ~idle_work() = default;
+    /// Runs one piece; false when none was left.
+    virtual bool run_one() = 0;
+  };
   /// What a request moves, for the watchdog's report.
   struct about {
     int lane = 0;                           ///< the ring lane
@@ -144,6 +154,12 @@ class request_group {
   /// The world rank of every peer, for messages (mpi::world_ranks: empty when
   /// the numbers are the world's).
   void set_world_ranks(std::vector<int> world) { world_ = std::move(world); }
+  /// While w is set (null: none), a wait whose requests have not all
+  /// completed runs w's pieces first, one at a time, testing the requests
+  /// between pieces, and blocks only once they are complete or w has none
+  /// left. The owner keeps w alive until it sets null again. Returns the
+  /// work set before.
+  idle_work* fill_waits(idle_work* w) noexcept { return std::exchange(idle_, w); }
   /// Tracing: o sees every point-to-point request complete (null: off).
   void observe(observer* o) noexcept { observer_ = o; }
   [[nodiscard]] bool empty() const noexcept { return reqs_.empty(); }                 ///< no request held
@@ -176,6 +192,7 @@ class request_group {
   void wait_all() {
     post_held_due(std::numeric_limits<int>::max());
     if (reqs_.empty()) return;
+    fill_until_done(reqs_.size());
     if (timeout_s_ > 0) {
       bounded_wait(reqs_.size(), "the end of the ring");
     } else {
@@ -200,6 +217,7 @@ class request_group {
         ++n_due;
       }
     if (n_due == 0) return;
+    fill_until_done(n_due);
     if (timeout_s_ > 0) {
       bounded_wait(n_due, "step " + std::to_string(step + 1));
     } else {
@@ -213,6 +231,16 @@ class request_group {
   }
 
  private:
+  /// Runs idle work while the first n requests have not all completed (the
+  /// wait after it then returns at once, or blocks once no work is left).
+  void fill_until_done(size_t n) {
+    if (idle_ == nullptr) return;
+    for (;;) {
+      int done = 0;
+      OVERLAP_MPI(MPI_Testall, static_cast<int>(n), reqs_.data(), &done, MPI_STATUSES_IGNORE);
+      if (done != 0 || !idle_->run_one()) return;
+    }
+  }
   /// Tracing: the first n requests (now complete) to the observer.
   void report(size_t n) {
     if (observer_ == nullptr) return;
@@ -333,7 +361,13 @@ class request_group {
       }
       if (!needed || watch_.empty()) return;
       int index = MPI_UNDEFINED, flag = 0;
-      if (timeout_s_ > 0) {
+      if (idle_ != nullptr && timeout_s_ <= 0) {  // a piece of idle work rather than a blocking wait
+        OVERLAP_MPI(MPI_Testany, static_cast<int>(watch_.size()), watch_.data(), &index, &flag, MPI_STATUS_IGNORE);
+        if (flag == 0 && idle_->run_one()) continue;  // nothing completed: watch_ holds the same requests
+        if (flag == 0) {
+          OVERLAP_MPI(MPI_Waitany, static_cast<int>(watch_.size()), watch_.data(), &index, MPI_STATUS_IGNORE);
+        }
+      } else if (timeout_s_ > 0) {
         OVERLAP_MPI(MPI_Testany, static_cast<int>(watch_.size()), watch_.data(), &index, &flag, MPI_STATUS_IGNORE);
         if (flag == 0 && MPI_Wtime() - start > timeout_s_)  // reports what is pending and throws
           bounded_wait(reqs_.size(), step == std::numeric_limits<int>::max() ? std::string("the end of the ring")
@@ -401,6 +435,7 @@ class request_group {
   double timeout_s_ = 0;
   std::vector<int> world_;
   observer* observer_ = nullptr;
+  idle_work* idle_ = nullptr;  ///< fill_waits: not owned
 };
 
 }  // namespace overlap::mpi

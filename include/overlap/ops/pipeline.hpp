@@ -344,8 +344,13 @@ void run(context& ctx, typename Op::plan& plan, const typename Op::args& x, cons
 template <class Op>
 void run_call(context& ctx, const call_plan<Op>& p, const typename Op::args& x, const typename Op::options& opt) {
   const double t0 = p.timed ? MPI_Wtime() : 0;
+  // A timed call times its candidate alone: the caller's side work, if any
+  // (request_group::fill_waits), waits until after it rather than be charged
+  // to whichever candidate's waits happened to run it.
+  mpi::request_group::idle_work* const side = p.timed ? ctx.requests().fill_waits(nullptr) : nullptr;
   run_accumulating(ctx, p.plan, p.plan.saved, x.c, [&] { run<Op>(ctx, p.plan, x, opt); });
   if (p.timed) ctx.last_timed() = {p.timed, MPI_Wtime() - t0};
+  if (side != nullptr) ctx.requests().fill_waits(side);
 }
 
 /// The call: prepared and run on this thread (a timed call's time agreed at once).
