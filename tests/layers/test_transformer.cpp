@@ -133,8 +133,9 @@ const overlap::strategy strategies[] = {overlap::strategy::bulk, overlap::strate
 std::string describe(const block_shape& s, const overlap::layers::block_options& o, int cp) {
   return "seq " + std::to_string(s.seq) + " hidden " + std::to_string(s.hidden) + " heads " + std::to_string(s.heads) +
          " ffn " + std::to_string(s.ffn) + " strategy " + overlap::to_string(o.strategy) + " overlapped wgrad " +
-         std::to_string(o.overlap_weight_gradients) + " in waits " + std::to_string(o.weight_gradients_in_waits) + " attention block " + std::to_string(o.attention_block) +
-         " sequence parallel " + std::to_string(o.sequence_parallel) + " cp " + std::to_string(cp);
+         std::to_string(o.overlap_weight_gradients) + " in waits " + std::to_string(o.weight_gradients_in_waits) +
+         " attention block " + std::to_string(o.attention_block) + " sequence parallel " +
+         std::to_string(o.sequence_parallel) + " cp " + std::to_string(cp);
 }
 
 template <class T>

@@ -51,6 +51,7 @@ class side_work final : public mpi::request_group::idle_work {
 /// While it lives, the waits of `group` run `work`'s pieces (then what they ran before).
 class filling_waits {
  public:
+  /// From now on group's waits run work's pieces.
   filling_waits(mpi::request_group& group, side_work& work) noexcept : group_(group), was_(group.fill_waits(&work)) {}
   filling_waits(const filling_waits&) = delete;
   filling_waits& operator=(const filling_waits&) = delete;
@@ -64,8 +65,8 @@ class filling_waits {
 /// How to cut a product's rows into pieces of side work: at most `pieces`
 /// runs of at least `least` rows each.
 struct row_split {
-  int pieces = 8;
-  int64_t least = 32;
+  int pieces = 8;      ///< the most runs
+  int64_t least = 32;  ///< the fewest rows in a run (when there are enough rows)
 };
 
 /// Calls f(first, count) for each run of rows [0, rows) cut as s says (one

@@ -369,16 +369,17 @@ void transformer_block<T>::overlapped(Op&& op, engine::side_work& local) {
 }
 
 template <class T>
-void transformer_block<T>::weight_gradient(engine::side_work& work, const char* name, int64_t m, int64_t n, int64_t k,
+void transformer_block<T>::weight_gradient(engine::side_work& work, const char* name, gradient_dims dims,
                                            const typename local_gemm<acc>::operands& x) {
   // Pieces of c's rows (columns of a): each is a GEMM of its own, as
   // efficient as the whole down to a few dozen rows, and short enough that a
   // wait's transfer completing meanwhile is not kept waiting long.
-  engine::for_row_runs(m, engine::row_split{}, [&](int64_t first, int64_t rows) {
-    work.add([this, name, first, rows, n, k, x] {
+  engine::for_row_runs(dims.m, engine::row_split{}, [&](int64_t first, int64_t rows) {
+    work.add([this, name, first, rows, dims, x] {
       detail::phase_span ph(ctx_->tracer(), name);
       // Added: backward zeroed the gradients, and dW2 comes in parts of its sum.
-      gemm_.run(product::atb, rows, n, k, {x.a + first, x.lda, x.b, x.ldb, x.c + first * x.ldc, x.ldc}, into::add);
+      gemm_.run(product::atb, rows, dims.n, dims.k, {x.a + first, x.lda, x.b, x.ldb, x.c + first * x.ldc, x.ldc},
+                into::add);
     });
   });
 }
@@ -424,7 +425,7 @@ void transformer_block<T>::mlp_backward() {
   const int64_t own = sp ? l_.seq_shards.offset(l_.rank) : 0, mine = sp ? n : 0;
   engine::side_work early;
   if (mine > 0)
-    weight_gradient(early, "MLP down weight gradient", f, d, mine,
+    weight_gradient(early, "MLP down weight gradient", {f, d, mine},
                     {u + own * f, f, detail::widen(dz_t_, dz_), d, g_.w2.data(), d});
   auto gather = [&](bool started) {
     detail::phase_span ph(tr, !sp       ? "MLP down backward (local)"
@@ -445,7 +446,7 @@ void transformer_block<T>::mlp_backward() {
   const acc* dzg = detail::widen(share_of(dz_t_, dzg_t_), conv_b_);
   for (const auto& [first, rows] : {std::pair{int64_t(0), own}, std::pair{own + mine, S - own - mine}})
     if (rows > 0)
-      weight_gradient(local, "MLP down weight gradient", f, d, rows,
+      weight_gradient(local, "MLP down weight gradient", {f, d, rows},
                       {u + first * f, f, dzg + first * d, d, g_.w2.data(), d});
   local.add([this, S, f] { detail::add_column_sums<acc>({du_.data(), S, f}, g_.b1); });
   overlapped(op, local);
@@ -482,7 +483,8 @@ void transformer_block<T>::attention_backward() {
     engine::side_work local;
     const int64_t f = l_.ffn_width();
     const acc* y2g = detail::widen(share_of(y2_, y2g_), conv_a_);
-    weight_gradient(local, "MLP up weight gradient", d, f, S, {y2g, d, du_.data(), f, g_.w1.data(), f});  // dW1 = y2^T dU
+    weight_gradient(local, "MLP up weight gradient", {d, f, S},
+                    {y2g, d, du_.data(), f, g_.w1.data(), f});  // dW1 = y2^T dU
     overlapped(gather, local);
   }
   const acc* dqkv = attention_core_backward();
@@ -495,9 +497,9 @@ void transformer_block<T>::attention_backward() {
   engine::side_work local;
   const acc* dhg = detail::widen(share_of(dh_t_, dhg_t_), conv_a_);
   const acc* y1g = detail::widen(share_of(y1_, y1g_), conv_b_);
-  weight_gradient(local, "attention weight gradients", w, d, S,
+  weight_gradient(local, "attention weight gradients", {w, d, S},
                   {attention_output(), w, dhg, d, g_.wo.data(), d});  // dWo = o^T dA
-  weight_gradient(local, "attention weight gradients", d, 3 * w, S,
+  weight_gradient(local, "attention weight gradients", {d, 3 * w, S},
                   {y1g, d, dqkv, 3 * w, g_.wqkv.data(), 3 * w});  // dWqkv = y1^T dQKV
   local.add([this, dqkv, S, w] { detail::add_column_sums<acc>({dqkv, S, 3 * w}, g_.bqkv); });
   overlapped(op, local);

@@ -186,9 +186,13 @@ class transformer_block {
   /// gradients in `local` beside it, as the options say.
   template <class Op>
   void overlapped(Op&& op, engine::side_work& local);
+  /// The extents of a weight gradient: c (m x n) = a^T b over k rows.
+  struct gradient_dims {
+    int64_t m, n, k;
+  };
   /// Adds "c += a^T b" (a: k x m, b: k x n; c: m x n) to work, in pieces
   /// of c's rows, each traced as `name`.
-  void weight_gradient(engine::side_work& work, const char* name, int64_t m, int64_t n, int64_t k,
+  void weight_gradient(engine::side_work& work, const char* name, gradient_dims dims,
                        const typename local_gemm<acc>::operands& x);
   /// The ops' options: the block's strategy, B transposed or not.
   template <class Options>
