@@ -19,6 +19,7 @@
 
 #include <overlap/backend/onednn.hpp>
 #include <overlap/core/version.hpp>
+#include <overlap/mpi/simulator.hpp>
 
 namespace overlap::apps {
 
@@ -76,8 +77,14 @@ inline std::string utc_date() {
 /// The fields every JSON line of the apps carries: cpu, isa (oneDNN's, after
 /// ONEDNN_MAX_CPU_ISA), mpi, onednn, overlap and date.
 inline nlohmann::json provenance() {
-  return {{"cpu", cpu_model()},         {"isa", overlap::backend::cpu_isa()}, {"mpi", mpi_library()},
-          {"onednn", onednn_version()}, {"overlap", overlap::version()},      {"date", utc_date()}};
+  nlohmann::json j{{"cpu", cpu_model()},         {"isa", overlap::backend::cpu_isa()}, {"mpi", mpi_library()},
+                   {"onednn", onednn_version()}, {"overlap", overlap::version()},      {"date", utc_date()}};
+  // Under SMPI, what a second of this machine's computation was charged:
+  // smpi/host-speed against the simulated host's speed (docs/smpi.md).
+  if (overlap::mpi::simulated)
+    j["smpi_host_speed_flops"] = overlap::mpi::host_speed(),
+    j["smpi_platform_speed_flops"] = overlap::mpi::platform_speed();
+  return j;
 }
 
 /// The same as one line above a printed table (the MPI library's name and

@@ -5,6 +5,7 @@
 #include "overlap/backend/eigen.hpp"
 #include "overlap/backend/onednn.hpp"
 #include "overlap/backend/simulated.hpp"
+#include "overlap/mpi/simulator.hpp"
 #include "overlap/core/matrix.hpp"
 #include "reference.hpp"
 
@@ -365,5 +366,28 @@ TEST(simulated_kernel, calibrated_mode_charges_flops_over_the_calibrated_rate) {
     ADD_FAILURE() << "a type without calibrated rates was accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("no GEMM rates for f64"), std::string::npos) << e.what();
+  }
+}
+
+// A host speed that charges this machine's computation as next to nothing
+// (SimGrid's default smpi/host-speed, 20 kflop/s, against a 100 Gflop/s
+// host: a 50 ms GEMM charged 10 ns) is named, with the figures and the fix;
+// tools/smpi/run's 100Gf on its mirrors, and a fat tree's node of 32 cores
+// (3.2 Tflop/s) against it, are not. Under SMPI the running simulation's own
+// speeds are checked against tools/smpi/run's flag, which the tests pass.
+TEST(simulated, a_host_speed_that_charges_nothing_is_named) {
+  const std::string p = overlap::mpi::compute_charge_problem(20000, 100e9);
+  EXPECT_NE(p.find("smpi/host-speed is 2e+04 flop/s"), std::string::npos) << p;
+  EXPECT_NE(p.find("1e+11"), std::string::npos) << p;
+  EXPECT_NE(p.find("--cfg=smpi/host-speed"), std::string::npos) << p;
+  EXPECT_EQ(overlap::mpi::compute_charge_problem(100e9, 100e9), "");
+  EXPECT_EQ(overlap::mpi::compute_charge_problem(100e9, 3.2e12), "");
+  EXPECT_EQ(overlap::mpi::compute_charge_problem(0, 0), "") << "a real MPI: nothing to say";
+  if (overlap::mpi::simulated) {
+    EXPECT_DOUBLE_EQ(overlap::mpi::host_speed(), 100e9);
+    EXPECT_GT(overlap::mpi::platform_speed(), 0);
+  } else {
+    EXPECT_EQ(overlap::mpi::host_speed(), 0);
+    EXPECT_EQ(overlap::mpi::platform_speed(), 0);
   }
 }

@@ -87,5 +87,27 @@ for r in rows:
     assert r["max_rel_err"] < 1e-3, r
     assert r.get("time_ms", r.get("step_ms", 1)) > 0, r
     assert r["cpu"] and "SimGrid" in r["mpi"] and r["onednn"] and len(r["date"]) == 10, r
+    # tools/smpi/run's smpi/host-speed (100Gf), and the platform's host speed.
+    assert r["smpi_host_speed_flops"] == 100e9 and r["smpi_platform_speed_flops"] > 0, r
 print(f"smpi apps: {len(rows)} JSON lines, every transport smpi, every result checked")
 PY
+# No silent zero compute: through plain smpirun, without smpi/host-speed,
+# SimGrid charges a second of this machine's computation as 20 kflop, next to
+# nothing on the mirror's 100 Gflop/s hosts. The library says so once (rank
+# 0, one line), and the JSON records the speeds; tools/smpi/run says nothing.
+plain=$(mktemp /tmp/overlap-smpi-plain.XXXXXX.json)
+trap 'rm -f "$json" "$calibration" "$cal_json" "$half" "$plain"' EXIT
+said=$(smpirun -np 2 -platform "$src/tools/smpi/star2-1gbit.xml" -hostfile "$src/tools/smpi/star2-1gbit.hosts" \
+  --log=root.thres:error "$bench" --op ag -m 256 -n 256 -k 256 --iters 1 --warmup 0 --strategies ring \
+  --json "$plain" 2>&1 >/dev/null | grep -c "overlap: SMPI's smpi/host-speed is") || true
+[ "$said" = 1 ] || { echo "plain smpirun: the host-speed warning was printed $said times, expected once" >&2; exit 1; }
+python3 - "$plain" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+assert r["smpi_host_speed_flops"] < 1e-3 * r["smpi_platform_speed_flops"], r
+print(f"smpi plain smpirun: said once; host speed {r['smpi_host_speed_flops']:.3g} against "
+      f"{r['smpi_platform_speed_flops']:.3g} flop/s recorded")
+PY
+quiet=$(smpi star2-1gbit 2 "$bench" --op ag -m 64 -n 64 -k 64 --iters 1 --warmup 0 --no-check 2>&1 >/dev/null |
+  grep -c "smpi/host-speed is") || true
+[ "$quiet" = 0 ] || { echo "tools/smpi/run: the host-speed warning was printed" >&2; exit 1; }

@@ -9,13 +9,14 @@
 
 #include <mpi.h>
 
+#include <cstdio>
+#include <string>
+
 #if defined(SMPI_H)
 #include <simgrid/host.h>
 #include <simgrid/zone.h>
 #include <smpi/smpi.h>
 #include <cstdint>
-#include <cstdio>
-#include <string>
 #include <xbt/config.hpp>
 #include <xbt/parse_units.hpp>
 #endif
@@ -48,6 +49,45 @@ class untimed_scope {
   }
 };
 
+/// smpi/host-speed in flop/s: the rate at which SMPI converts this
+/// machine's measured computation into flops (0 on a real MPI).
+inline double host_speed() {
+#if defined(SMPI_H)
+  return xbt_parse_get_speed("smpi/host-speed", 0, simgrid::config::get_value<std::string>("smpi/host-speed"),
+                             "configuration option");
+#else
+  return 0;
+#endif
+}
+
+/// The flop rate of this rank's simulated host (0 on a real MPI).
+inline double platform_speed() {
+#if defined(SMPI_H)
+  return sg_host_get_speed(sg_host_self());
+#else
+  return 0;
+#endif
+}
+
+/// Why a simulation with these speeds (flop/s) would charge this machine's
+/// computation as next to nothing, or empty when it would not. A second of
+/// it is charged host / platform simulated seconds: below a thousandth, a
+/// 50 ms GEMM becomes microseconds and every schedule times as its
+/// transfers alone. SimGrid's default smpi/host-speed (20 kflop/s) against
+/// a platform's Gflop/s is such a case; a simulated node of 32 of this
+/// machine's cores (docs/scaling.md) is not.
+inline std::string compute_charge_problem(double host, double platform) {
+  if (host <= 0 || platform <= 0 || host >= 1e-3 * platform) return {};
+  char text[640];
+  std::snprintf(text, sizeof text,
+                "overlap: SMPI's smpi/host-speed is %.3g flop/s against this platform's hosts at %.3g flop/s: a "
+                "second of computation on this machine is charged %.2g simulated seconds, so GEMMs and local work "
+                "cost next to nothing and every schedule times as its transfers alone. Set --cfg=smpi/host-speed to "
+                "this machine's rate (tools/smpi/run sets 100Gf, or $SMPI_HOST_SPEED)",
+                host, platform, host / platform);
+  return text;
+}
+
 /// Inside an untimed_scope: charges `seconds` of this machine's computation
 /// to this rank's simulated clock (scaled by the platform's host speed
 /// against smpi/host-speed). Charged as flops, not through smpi_execute,
@@ -55,9 +95,7 @@ class untimed_scope {
 /// time altogether. Does nothing on a real MPI.
 inline void charge_compute([[maybe_unused]] double seconds) {
 #if defined(SMPI_H)
-  // smpi/host-speed is a string with units ("100Gf"); read once per rank.
-  static const double reference_flops = xbt_parse_get_speed(
-      "smpi/host-speed", 0, simgrid::config::get_value<std::string>("smpi/host-speed"), "configuration option");
+  static const double reference_flops = host_speed();  // a string with units ("100Gf"): parsed once per rank
   if (seconds > 0) smpi_execute_flops(seconds * reference_flops);
 #endif
 }
