@@ -5,8 +5,8 @@
 #include "overlap/backend/eigen.hpp"
 #include "overlap/backend/onednn.hpp"
 #include "overlap/backend/simulated.hpp"
-#include "overlap/mpi/simulator.hpp"
 #include "overlap/core/matrix.hpp"
+#include "overlap/mpi/simulator.hpp"
 #include "reference.hpp"
 
 using namespace testing_support;

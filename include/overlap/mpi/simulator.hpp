@@ -136,6 +136,21 @@ T& process_wide([[maybe_unused]] const char* name) {
 #endif
 }
 
+/// Under SMPI, prints compute_charge_problem for this simulation's speeds
+/// to stderr, once per simulation, on world rank 0 (every rank's figures
+/// are the same). Does nothing on a real MPI.
+inline void say_compute_charge_problem() {
+  if (!simulated) return;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) return;
+  bool& said = process_wide<bool>("overlap/compute-charge-said");
+  if (said) return;
+  said = true;
+  const std::string problem = compute_charge_problem(host_speed(), platform_speed());
+  if (!problem.empty()) std::fprintf(stderr, "%s\n", problem.c_str());
+}
+
 /// Whether this rank's new workspaces are shared by every simulated rank
 /// (SMPI_SHARED_MALLOC): their contents are then garbage, and neither their
 /// memory nor their transfers' copies grow with the ranks. Set for timing-

@@ -82,15 +82,7 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
                  nodes_ == 1 ? " (all on one node)" : (" on " + std::to_string(nodes_) + " nodes").c_str(),
                  describe(cfg_).c_str(), gemm_path(dtype::bf16).c_str(),
                  progress_why_.empty() ? "" : ("; progress chosen on rank 0's node: " + progress_why_).c_str());
-  // SMPI: a host speed that charges computation as nothing is said once per
-  // simulation, by world rank 0 (every rank's figures are the same).
-  if (mpi::simulated && detail::world_rank() == 0) {
-    bool& said = mpi::process_wide<bool>("overlap/compute-charge-said");
-    const std::string problem =
-        said ? std::string() : mpi::compute_charge_problem(mpi::host_speed(), mpi::platform_speed());
-    said = true;
-    if (!problem.empty()) std::fprintf(stderr, "%s\n", problem.c_str());
-  }
+  mpi::say_compute_charge_problem();
 }
 
 [[noreturn]] OVERLAP_FUNC void context::fatal(const std::string& what, const char* call, int code,
