@@ -16,6 +16,7 @@
 #include "overlap/engine/buffer.hpp"
 #include "overlap/engine/ring.hpp"
 #include "overlap/mpi/datatype.hpp"
+#include "overlap/mpi/timing_only.hpp"
 #include "overlap/ops/accumulate.hpp"
 #include "overlap/ops/block_types.hpp"
 #include "overlap/ops/call_agreement.hpp"
@@ -654,10 +655,23 @@ struct rs_op : op_defaults,
     const bool via_ws = plan.finish.addend;
     void* dst = mpi::any_buffer(via_ws ? static_cast<void*>(plan.result_ws.data()) : static_cast<void*>(x.c.data));
     const MPI_Datatype type = mpi_type_of(plan.acc);
+    // Timing only under SMPI (shared workspaces of garbage): the collective's
+    // ring pattern, its sums charged, not SimGrid's MPI_Reduce_scatter,
+    // which allocates every rank's whole input (mpi/timing_only.hpp).
+    const bool pattern_only = mpi::simulated && mpi::shared_workspaces();
+    const mpi::reduce_scatter_blocks pattern{ws, plan.counts.data(), type,
+                                             engine::tag_value(engine::message_tag::timing_reduce_scatter)};
     run_collective(
         ctx, plan, "MPI_Reduce_scatter",
-        [&] { return MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm()); },
-        [&](MPI_Request* r) { return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r); });
+        [&] {
+          return pattern_only ? mpi::timing_reduce_scatter(pattern, ctx.comm())
+                              : MPI_Reduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm());
+        },
+        [&](MPI_Request* r) {
+          if (!pattern_only) return MPI_Ireduce_scatter(ws, dst, plan.counts.data(), type, MPI_SUM, ctx.comm(), r);
+          *r = MPI_REQUEST_NULL;  // done before the watchdog waits
+          return mpi::timing_reduce_scatter(pattern, ctx.comm());
+        });
     // c = act(reduced + bias) (the pass also converts an fp32 result to bf16).
     run_local_step(ctx, plan, [&] {
       run_degenerate(plan.finish, gemm_operands().c(x.c.data).bias(bias).addend(plan.result_ws.data()));
