@@ -758,6 +758,12 @@ class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
     }
   }
 
+  /// Whether the last step has an accumulator that arrives after the ring (an ahead step).
+  [[nodiscard]] bool work_after_ring() const {
+    for (int l = 0; l < plan_.lanes; ++l)
+      if (plan_.step(plan_.n_steps - 1, l).ahead) return true;
+    return false;
+  }
   /// After the ring: the last step's accumulators, arrived (ahead steps).
   void after_ring() { add_arrived(plan_.n_steps - 1); }
 

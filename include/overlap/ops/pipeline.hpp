@@ -310,7 +310,7 @@ void run_ring(context& ctx, typename Op::plan& plan, const typename Op::args& x,
   typename Op::pattern pattern(plan, x, opt, bias, ctx.rank());
   packing_first<typename Op::pattern, typename Op::plan, typename Op::args> packing{pattern, plan, x, !pack};
   run_on_ring(ctx, plan, packing, Op::tags, plan.lanes, plan.strategy == strategy::hierarchical);
-  run_local_step(ctx, plan, [&] { pattern.after_ring(); });
+  if (pattern.work_after_ring()) run_local_step(ctx, plan, [&] { pattern.after_ring(); });
 }
 
 /// Runs a prepared plan: C = the op's result. Bulk and the other-operands

@@ -268,6 +268,9 @@ class ring_pattern {
     const auto& st = plan_.step(t, lane);
     return st.recv ? transfer_of(st, st) : engine::transfer{};
   }
+  /// Whether after_ring has work this call (the pipeline runs and traces a
+  /// local step only then): none, unless the op's pattern says otherwise.
+  [[nodiscard]] bool work_after_ring() const { return false; }
   /// After the ring's last wait (a local step): nothing, unless the op's
   /// pattern has work left once every transfer completed.
   void after_ring() {}
