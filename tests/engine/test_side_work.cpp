@@ -11,19 +11,12 @@
 
 #include "overlap/engine/side_work.hpp"
 #include "overlap/mpi/request.hpp"
+#include "reference.hpp"
 
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-int world_rank() {
-  int p = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &p);
-  return p;
-}
+using testing_support::world_rank;
+using testing_support::world_size;
 
 TEST(side_work, a_wait_runs_pieces_in_order_until_its_requests_complete) {
   const int R = world_size(), p = world_rank();

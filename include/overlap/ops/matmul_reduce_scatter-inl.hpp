@@ -683,36 +683,25 @@ struct rs_op : op_defaults,
   }
 };
 
-/// c (nr x nc, ldc) = act(s + bias): the sums s (dense, the accumulators'
-/// type A) written to their strided place in c, in T's wide type.
+/// How write_block treats what c's block holds: replaced by the sums, or
+/// added to them (an ahead step's product in c, rs_step::ahead).
+enum class block_write { replace, add };
+
+/// c (nr x nc, ldc) = act(s + bias), or act(c + s + bias) with
+/// block_write::add: the sums s (dense, the accumulators' type A) written to
+/// their strided place in c, in T's wide type.
 template <class T, class A>
-void write_block(T* c, int64_t ldc, const A* s, int64_t nr, int64_t nc, const T* bias, activation act) {
+void write_block(T* c, int64_t ldc, const A* s, int64_t nr, int64_t nc, const T* bias, activation act,
+                 block_write how = block_write::replace) {
   using wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
   for (int64_t i = 0; i < nr; ++i)
     for (int64_t j = 0; j < nc; ++j) {
       auto v = static_cast<wide>(s[i * nc + j]);
+      if (how == block_write::add) v += static_cast<wide>(c[i * ldc + j]);
       if (bias != nullptr) v += static_cast<wide>(bias[j]);
       if (act != activation::none) v = static_cast<wide>(activate(v, act));
       c[i * ldc + j] = T(v);
     }
-}
-
-/// c = act(c + s + bias) for an nr x nc block of c (leading dimension ldc)
-/// and a dense block s of the same type: an ahead step's accumulator added
-/// to the owner's product (rs_step::ahead).
-template <class T>
-void add_block(T* c, int64_t ldc, const T* s, int64_t nr, int64_t nc, const T* bias, activation act) {
-  using wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  for (int64_t i = 0; i < nr; ++i) {
-    T* row = c + i * ldc;
-    const T* add = s + i * nc;
-    for (int64_t j = 0; j < nc; ++j) {
-      auto v = static_cast<wide>(row[j]) + static_cast<wide>(add[j]);
-      if (bias != nullptr) v += static_cast<wide>(bias[j]);
-      if (act != activation::none) v = static_cast<wide>(activate(v, act));
-      row[j] = T(v);
-    }
-  }
 }
 
 /// The ring pattern of matmul_reduce_scatter, for engine::run_ring: a
@@ -801,8 +790,8 @@ class rs_ring_pattern : public ring_pattern<rs_ring_pattern<T>, rs_plan<T>> {
       const rs_step& st = plan_.step(t, l);
       if (!st.ahead) continue;
       const T* bias = bias_ == nullptr ? nullptr : bias_ + (plan_.whole.rows ? st.c0 : st.c0 - own_);
-      add_block(in_c(st, 0), x_.c.ld, static_cast<const T*>(piece(st, 0)), st.nr, st.nc, bias,
-                opt_.epilogue.activation);
+      write_block(in_c(st, 0), x_.c.ld, static_cast<const T*>(piece(st, 0)), st.nr, st.nc, bias,
+                  opt_.epilogue.activation, block_write::add);
     }
   }
 
