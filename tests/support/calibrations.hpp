@@ -2,7 +2,10 @@
 // Calibrations the tests give a context, so that strategy::automatic asks
 // the cost model on one machine as it does across nodes.
 #include <mpi.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -24,10 +27,26 @@ inline overlap::calibration slow_network() {
   return c;
 }
 
-/// Rank 0 writes `text` to a file every rank's config then names.
+/// Rank 0 writes `text` to a file every rank's config then names. The name
+/// holds rank 0's process id: ctest runs suites side by side in one
+/// folder, and two suites at the same rank count writing one name read each
+/// other's half-written file.
 inline std::string write_file(const std::string& text, const std::string& name = "calibration") {
-  const std::string path = "overlap-test-" + name + "-" + std::to_string(world_size()) + ".json";
-  if (world_rank() == 0) std::ofstream(path) << text;
+  int pid = world_rank() == 0 ? static_cast<int>(getpid()) : 0;
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const std::string path =
+      "overlap-test-" + name + "-" + std::to_string(world_size()) + "-" + std::to_string(pid) + ".json";
+  // Removed when the suite ends (a name per process would otherwise pile up).
+  static struct removed_at_exit {
+    std::vector<std::string> paths;
+    ~removed_at_exit() {
+      for (const std::string& p : paths) std::remove(p.c_str());
+    }
+  } files;
+  if (world_rank() == 0) {
+    std::ofstream(path) << text;
+    if (std::find(files.paths.begin(), files.paths.end(), path) == files.paths.end()) files.paths.push_back(path);
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   return path;
 }
