@@ -9,8 +9,11 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #if defined(SMPI_H)
 #include <simgrid/host.h>
@@ -175,21 +178,66 @@ class shared_workspaces_scope {
   bool before_;
 };
 
+namespace detail {
+/// The shared blocks of a simulation (SMPI_SHARED_MALLOC'd, never freed
+/// before it ends), each lent to any number of ranks at once.
+struct shared_block {
+  void* at = nullptr;
+  size_t bytes = 0;
+};
+/// The blocks this rank holds now (SMPI gives every rank its own statics).
+inline std::vector<void*>& shared_blocks_held() {
+  static std::vector<void*> held;
+  return held;
+}
+}  // namespace detail
+
+/// Under SMPI: a block of at least `bytes` shared by the simulated ranks,
+/// the smallest of the simulation's blocks that this rank does not hold
+/// already (a new one when none fits), so that a rank's live workspaces
+/// never overlap while every rank's i-th workspace is the same memory.
+/// SMPI maps and populates each shared allocation once per call, page
+/// table included: a 1024-rank all-gather of 2 GiB per rank spent most of
+/// its real time there, with allocations of their own per rank.
+inline void* lend_shared_block([[maybe_unused]] size_t bytes) {
+#if defined(SMPI_H)
+  auto& blocks = process_wide<std::vector<detail::shared_block>>("overlap/shared-blocks");
+  std::vector<void*>& held = detail::shared_blocks_held();
+  detail::shared_block* best = nullptr;
+  for (detail::shared_block& b : blocks)
+    if (b.bytes >= bytes && (best == nullptr || b.bytes < best->bytes) &&
+        std::find(held.begin(), held.end(), b.at) == held.end())
+      best = &b;
+  if (best == nullptr) {
+    void* p = smpi_shared_malloc(bytes, __FILE__, __LINE__);  // page-aligned mappings
+    if (p == nullptr) return nullptr;
+    blocks.push_back({p, bytes});
+    best = &blocks.back();
+  }
+  held.push_back(best->at);
+  return best->at;
+#else
+  return nullptr;
+#endif
+}
+/// Gives back a block of lend_shared_block's; it stays mapped for the
+/// other ranks and the next lend.
+inline void return_shared_block(void* p) noexcept {
+  std::vector<void*>& held = detail::shared_blocks_held();
+  if (auto it = std::find(held.begin(), held.end(), p); it != held.end()) held.erase(it);
+}
+
 /// `bytes` (a multiple of `alignment`, > 0) aligned to `alignment` (<= a page),
 /// shared by the simulated ranks when shared_workspaces(); nullptr on failure.
 /// `shared` says how to free it (free_workspace).
 inline void* allocate_workspace(size_t alignment, size_t bytes, bool& shared) {
   shared = simulated && shared_workspaces();
-#if defined(SMPI_H)
-  if (shared) return smpi_shared_malloc(bytes, __FILE__, __LINE__);  // page-aligned mappings
-#endif
+  if (shared) return lend_shared_block(bytes);
   return std::aligned_alloc(alignment, bytes);
 }
 /// Frees what allocate_workspace returned (with the `shared` it reported).
-inline void free_workspace(void* p, [[maybe_unused]] bool shared) noexcept {
-#if defined(SMPI_H)
-  if (shared) return smpi_shared_free(p);
-#endif
+inline void free_workspace(void* p, bool shared) noexcept {
+  if (shared) return return_shared_block(p);
   std::free(p);
 }
 
