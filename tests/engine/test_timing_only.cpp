@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdint>
 #include <numeric>
 #include <vector>
 
@@ -39,6 +40,69 @@ TEST(timing_only, reduce_scatter_moves_the_ring_pattern) {
   }
   EXPECT_GT(overlap::mpi::add_seconds(1 << 20, 4), 0);
   EXPECT_NEAR(overlap::mpi::add_seconds(2 << 20, 4), 2 * overlap::mpi::add_seconds(1 << 20, 4), 1e-12);
+}
+
+// Under SMPI every simulated rank gets the same object, even ranks that ask
+// for it first in the same scheduling round (each a barrier apart from the
+// others' increments would see its own object otherwise); on a real MPI,
+// each process has its own.
+TEST(timing_only, process_wide_is_one_object_for_the_simulation) {
+  int R = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &R);
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank asks in the same round
+  int& counter = overlap::mpi::process_wide<int>("test/process-wide-counter");
+  MPI_Barrier(MPI_COMM_WORLD);
+  ++counter;
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(counter, overlap::mpi::simulated ? R : 1);
+  const auto at = reinterpret_cast<uintptr_t>(&counter);
+  uintptr_t lowest = at, highest = at;
+  MPI_Allreduce(&at, &lowest, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&at, &highest, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  if (overlap::mpi::simulated) {
+    EXPECT_EQ(lowest, highest) << "ranks got different objects";
+  }
+}
+
+// Shared workspaces (timing-only runs under SMPI): a rank's live ones never
+// overlap, a block given back is lent again, and every rank's i-th block is
+// the same memory. On a real MPI they are the rank's own allocations.
+TEST(timing_only, shared_workspaces_are_distinct_within_a_rank) {
+  const overlap::mpi::shared_workspaces_scope shared;
+  bool s1 = false, s2 = false, s3 = false;
+  void* a = overlap::mpi::allocate_workspace(64, 1 << 16, s1);
+  void* b = overlap::mpi::allocate_workspace(64, 1 << 16, s2);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(s1, overlap::mpi::simulated);
+  const auto at = reinterpret_cast<uintptr_t>(a);
+  uintptr_t lowest = at, highest = at;
+  MPI_Allreduce(&at, &lowest, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&at, &highest, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  if (overlap::mpi::simulated) {
+    EXPECT_EQ(lowest, highest) << "a rank's first block is not the others'";
+  }
+  overlap::mpi::free_workspace(a, s1);
+  void* c = overlap::mpi::allocate_workspace(64, 1 << 12, s3);  // a smaller one fits the block given back
+  if (overlap::mpi::simulated) {
+    EXPECT_EQ(c, a);
+  }
+  EXPECT_NE(c, b);
+  overlap::mpi::free_workspace(b, s2);
+  overlap::mpi::free_workspace(c, s3);
+}
+
+// A copy is made on a real MPI and in runs that compute; skipped (and its
+// time charged) only where the workspaces are shared garbage.
+TEST(timing_only, copies_are_charged_only_in_timing_only_runs) {
+  EXPECT_FALSE(overlap::mpi::copies_charged());
+  {
+    const overlap::mpi::shared_workspaces_scope shared;
+    EXPECT_EQ(overlap::mpi::copies_charged(), overlap::mpi::simulated);
+  }
+  EXPECT_GT(overlap::mpi::copy_seconds(1 << 20), 0);
+  EXPECT_NEAR(overlap::mpi::copy_seconds(2 << 20), 2 * overlap::mpi::copy_seconds(1 << 20), 1e-12);
 }
 
 }  // namespace

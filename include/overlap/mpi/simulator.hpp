@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -17,7 +18,6 @@
 
 #if defined(SMPI_H)
 #include <simgrid/host.h>
-#include <simgrid/zone.h>
 #include <smpi/smpi.h>
 #include <cstdint>
 #include <xbt/config.hpp>
@@ -116,14 +116,19 @@ inline void charge_simulated([[maybe_unused]] double seconds) {
 /// One object of type T for every simulated rank of this simulation, made
 /// on first use and never freed; a plain static on a real MPI. SMPI gives
 /// each rank its own copy of the program's globals, statics included, so
-/// what the ranks share hangs off the simulation itself (a property of the
-/// platform's root zone, `name`, holding its address). Safe without locks:
-/// SMPI runs the ranks one at a time, and this makes no MPI call.
+/// what the ranks share hangs off the process environment, which every
+/// rank's copy shares with the C library (a variable named after `name`
+/// holding the object's address). Not a property of the platform: reading
+/// or setting one is a simcall, which lets the other ranks run in between,
+/// and ranks that met the first use in the same scheduling round each made
+/// an object of their own. Safe without locks: SMPI runs the ranks one at
+/// a time, and nothing here yields.
 template <class T>
 T& process_wide([[maybe_unused]] const char* name) {
 #if defined(SMPI_H)
-  sg_netzone_t root = sg_zone_get_root();
-  if (const char* at = sg_zone_get_property_value(root, name)) {
+  std::string key = "OVERLAP_SIMULATION_SHARED_";
+  for (const char* c = name; *c != '\0'; ++c) key += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
+  if (const char* at = std::getenv(key.c_str())) {
     void* p = nullptr;
     std::sscanf(at, "%p", &p);  // written by the snprintf below
     return *static_cast<T*>(p);
@@ -131,7 +136,7 @@ T& process_wide([[maybe_unused]] const char* name) {
   T* made = new T();  // lives as long as the simulation
   char at[32];
   std::snprintf(at, sizeof at, "%p", static_cast<void*>(made));
-  sg_zone_set_property_value(root, name, at);
+  setenv(key.c_str(), at, 1);
   return *made;
 #else
   static T one;
