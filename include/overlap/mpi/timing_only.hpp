@@ -53,8 +53,8 @@ namespace overlap::mpi {
 [[nodiscard]] inline double copy_seconds(double bytes) {
   double& seconds_per_byte = process_wide<double>("overlap/copy-seconds-per-byte");
   if (seconds_per_byte > 0) return seconds_per_byte * bytes;
-  {
-    untimed_scope measuring;  // not charged to the rank that happens to measure
+  untimed_scope measuring;  // ends this rank's timed burst: other ranks run meanwhile, and may measure first
+  if (seconds_per_byte <= 0) {
     constexpr size_t count = size_t{64} << 20;
     std::vector<std::byte> from(count, std::byte{1}), to(count, std::byte{2});
     double best = 1e30;
