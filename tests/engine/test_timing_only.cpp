@@ -42,6 +42,45 @@ TEST(timing_only, reduce_scatter_moves_the_ring_pattern) {
   EXPECT_NEAR(overlap::mpi::add_seconds(2 << 20, 4), 2 * overlap::mpi::add_seconds(1 << 20, 4), 1e-12);
 }
 
+// The all-gather's pattern forwards block b unchanged from rank b, so every
+// rank ends with each block as its owner held it.
+TEST(timing_only, all_gather_moves_the_ring_pattern) {
+  int R = 1, p = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &R);
+  MPI_Comm_rank(MPI_COMM_WORLD, &p);
+  std::vector<int> counts(static_cast<size_t>(R));
+  for (int q = 0; q < R; ++q) counts[static_cast<size_t>(q)] = (q % 3) * 2;  // empty blocks too
+  std::vector<int> at(static_cast<size_t>(R) + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), at.begin() + 1);
+  std::vector<double> data(static_cast<size_t>(at.back()));
+  for (int b = 0; b < R; ++b)
+    for (int i = at[static_cast<size_t>(b)]; i < at[static_cast<size_t>(b) + 1]; ++i)
+      data[static_cast<size_t>(i)] = double(1000 * p + b);
+  ASSERT_EQ(overlap::mpi::timing_all_gather({data.data(), counts.data(), MPI_DOUBLE, 7}, MPI_COMM_WORLD), MPI_SUCCESS);
+  for (int b = 0; b < R; ++b)
+    for (int i = at[static_cast<size_t>(b)]; i < at[static_cast<size_t>(b) + 1]; ++i)
+      ASSERT_EQ(data[static_cast<size_t>(i)], double(1001 * b)) << "block " << b << " on rank " << p;
+}
+
+// The all-reduce's pattern is the reduce-scatter's then the all-gather's over
+// count / R blocks (the first count % R one longer): block b ends on every
+// rank as the reduce-scatter left it on rank b.
+TEST(timing_only, all_reduce_moves_the_ring_patterns) {
+  int R = 1, p = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &R);
+  MPI_Comm_rank(MPI_COMM_WORLD, &p);
+  for (const int count : {3 * R + 2, R - 1, 0}) {
+    std::vector<int> owner;  // each element's block
+    for (int b = 0; b < R; ++b) owner.insert(owner.end(), size_t(count / R + (b < count % R ? 1 : 0)), b);
+    ASSERT_EQ(owner.size(), size_t(count));
+    std::vector<float> data(owner.size());
+    for (size_t i = 0; i < data.size(); ++i) data[i] = float(1000 * p + owner[i]);
+    ASSERT_EQ(overlap::mpi::timing_all_reduce(data.data(), count, MPI_FLOAT, 7, MPI_COMM_WORLD), MPI_SUCCESS);
+    for (size_t i = 0; i < data.size(); ++i)
+      ASSERT_EQ(data[i], float(1000 * ((owner[i] + 1) % R) + owner[i])) << "count " << count << ", element " << i;
+  }
+}
+
 // Under SMPI every simulated rank gets the same object, even ranks that ask
 // for it first in the same scheduling round (each a barrier apart from the
 // others' increments would see its own object otherwise); on a real MPI,

@@ -20,7 +20,7 @@ enum class message_tag : int {
   slowdown_backward = 904,  ///< and to the next one
   latency_chain = 905,      ///< a chain of small messages round the ring
   // bulk collectives timed in their message pattern under SMPI (mpi/timing_only.hpp)
-  timing_reduce_scatter = 906,  ///< a block of the ring reduce-scatter, to the next rank
+  timing_ring = 906,  ///< a block of a ring reduce-scatter, all-gather or all-reduce, to the next rank
 };
 
 /// The tag's value for MPI calls.

@@ -17,7 +17,9 @@
 
 #include "overlap/core/matrix.hpp"
 #include "overlap/engine/buffer.hpp"
+#include "overlap/engine/tags.hpp"
 #include "overlap/mpi/datatype.hpp"
+#include "overlap/mpi/timing_only.hpp"
 #include "overlap/ops/call_agreement.hpp"
 #include "overlap/ops/checks.hpp"
 #include "overlap/ops/choose.hpp"
@@ -410,9 +412,23 @@ struct ar_op : op_defaults,
     run_local_step(ctx, plan, [&] { plan.bulk_kernel->run(gemm_operands().a(x.a.data).b(x.b.data).c(sum)); });
     const int count = plan.sum_count;
     const MPI_Datatype type = mpi_type_of(plan.acc);
+    // Timing only under SMPI (shared workspaces of garbage): the ring
+    // all-reduce's pattern, its sums charged, not SimGrid's MPI_Allreduce,
+    // which allocates and sums the whole buffer on every rank
+    // (mpi/timing_only.hpp).
+    const bool pattern_only = mpi::simulated && mpi::shared_workspaces();
+    const int tag = engine::tag_value(engine::message_tag::timing_ring);
     run_collective(
-        ctx, plan, "MPI_Allreduce", [&] { return MPI_Allreduce(MPI_IN_PLACE, sum, count, type, MPI_SUM, ctx.comm()); },
-        [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, sum, count, type, MPI_SUM, ctx.comm(), r); });
+        ctx, plan, "MPI_Allreduce",
+        [&] {
+          return pattern_only ? mpi::timing_all_reduce(sum, count, type, tag, ctx.comm())
+                              : MPI_Allreduce(MPI_IN_PLACE, sum, count, type, MPI_SUM, ctx.comm());
+        },
+        [&](MPI_Request* r) {
+          if (!pattern_only) return MPI_Iallreduce(MPI_IN_PLACE, sum, count, type, MPI_SUM, ctx.comm(), r);
+          *r = MPI_REQUEST_NULL;  // done before the watchdog waits
+          return mpi::timing_all_reduce(sum, count, type, tag, ctx.comm());
+        });
     // c = act(sum + bias) (the pass also converts an fp32 sum to bf16).
     run_local_step(ctx, plan, [&] {
       run_degenerate(plan.finish, gemm_operands().c(x.c.data).bias(bias).addend(plan.sum_ws.data()));

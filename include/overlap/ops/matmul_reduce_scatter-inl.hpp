@@ -659,8 +659,7 @@ struct rs_op : op_defaults,
     // ring pattern, its sums charged, not SimGrid's MPI_Reduce_scatter,
     // which allocates every rank's whole input (mpi/timing_only.hpp).
     const bool pattern_only = mpi::simulated && mpi::shared_workspaces();
-    const mpi::reduce_scatter_blocks pattern{ws, plan.counts.data(), type,
-                                             engine::tag_value(engine::message_tag::timing_reduce_scatter)};
+    const mpi::ring_blocks pattern{ws, plan.counts.data(), type, engine::tag_value(engine::message_tag::timing_ring)};
     run_collective(
         ctx, plan, "MPI_Reduce_scatter",
         [&] {
