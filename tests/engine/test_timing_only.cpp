@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -101,6 +102,26 @@ TEST(timing_only, process_wide_is_one_object_for_the_simulation) {
   if (overlap::mpi::simulated) {
     EXPECT_EQ(lowest, highest) << "ranks got different objects";
   }
+}
+
+// A rate measured once per simulation is measured once even when every rank
+// asks in the same round: ending the timed burst before measuring is a
+// simcall that lets the other ranks in. On a real MPI, once per process.
+TEST(timing_only, a_rate_is_measured_once) {
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank asks in the same round
+  int& measured = overlap::mpi::process_wide<int>("test/measured-once-count");
+  // Work worth charging (SMPI drops bursts under smpi/cpu-threshold), so
+  // that ending the burst is a simcall, as it is after a rank's real work.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  const double rate = overlap::mpi::measured_once("test/measured-once-rate", [&] {
+    ++measured;
+    return 2.5e-10;
+  });
+  EXPECT_EQ(rate, 2.5e-10);
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(measured, 1);
 }
 
 // Shared workspaces (timing-only runs under SMPI): a rank's live ones never
