@@ -13,6 +13,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -114,7 +115,7 @@ inline void charge_simulated([[maybe_unused]] double seconds) {
 }
 
 /// One object of type T for every simulated rank of this simulation, made
-/// on first use and never freed; a plain static on a real MPI. SMPI gives
+/// on first use and never freed; one per process and name on a real MPI. SMPI gives
 /// each rank its own copy of the program's globals, statics included, so
 /// what the ranks share hangs off the process environment, which every
 /// rank's copy shares with the C library (a variable named after `name`
@@ -139,8 +140,8 @@ T& process_wide([[maybe_unused]] const char* name) {
   setenv(key.c_str(), at, 1);
   return *made;
 #else
-  static T one;
-  return one;
+  static std::map<std::string, T> objects;  // by name (map nodes stay put)
+  return objects[name];
 #endif
 }
 
