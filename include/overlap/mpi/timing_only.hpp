@@ -85,11 +85,11 @@ template <class Measure>
   return seconds_per_byte * bytes;
 }
 
-/// Whether a local copy of matrix data is skipped and charged instead:
-/// under SMPI's timing-only runs, whose workspaces are garbage shared by
-/// every simulated rank. At 1024 ranks of a dp x tp mesh (tp 8, the
-/// 65536 x 8192 all-gather) bulk's copy of each rank's 256 MiB shard into
-/// the gathered buffer was 95% of the simulation's real time.
+/// Whether a local copy or element-wise pass over matrix data is skipped
+/// and charged instead: under SMPI's timing-only runs, whose workspaces are
+/// garbage shared by every simulated rank. At 1024 ranks of a dp x tp mesh
+/// (tp 8, the 65536 x 8192 all-gather) bulk's copy of each rank's 256 MiB
+/// shard into the gathered buffer was 95% of the simulation's real time.
 [[nodiscard]] inline bool copies_charged() noexcept { return simulated && shared_workspaces(); }
 
 /// Charges a skipped copy of `bytes` to this rank's simulated clock, as
@@ -97,6 +97,14 @@ template <class Measure>
 inline void charge_copy(double bytes) {
   untimed_scope charged;
   charge_compute(copy_seconds(bytes));
+}
+
+/// Charges a skipped element-wise pass that adds n elements of `size`
+/// bytes into others (add_seconds), as SMPI would have charged its real
+/// time.
+inline void charge_add(long long n, int size) {
+  untimed_scope charged;
+  charge_compute(add_seconds(n, size));
 }
 
 /// A ring collective's buffer: R blocks in rank order, counts[q] elements
