@@ -125,7 +125,7 @@ inline void charge_simulated([[maybe_unused]] double seconds) {
 /// an object of their own. Safe without locks: SMPI runs the ranks one at
 /// a time, and nothing here yields.
 template <class T>
-T& process_wide([[maybe_unused]] const char* name) {
+T& process_wide(const char* name) {
 #if defined(SMPI_H)
   std::string key = "OVERLAP_SIMULATION_SHARED_";
   for (const char* c = name; *c != '\0'; ++c) key += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';

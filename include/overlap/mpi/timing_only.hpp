@@ -141,9 +141,7 @@ inline int ring_pass(const ring_blocks& x, MPI_Comm comm, int lag, bool sums) {
     if (rc == MPI_SUCCESS)
       rc = MPI_Isend(any_buffer(base + at[static_cast<size_t>(out)]), x.counts[out], x.type, next, x.tag, comm, &r[1]);
     if (rc == MPI_SUCCESS) rc = MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
-    if (!sums) continue;
-    untimed_scope charged;
-    charge_compute(add_seconds(x.counts[in], size));
+    if (sums) charge_add(x.counts[in], size);
   }
   return rc;
 }
@@ -169,8 +167,8 @@ inline int timing_all_gather(const ring_blocks& x, MPI_Comm comm) { return detai
 /// beyond its small-message algorithms, and what SimGrid's ompi selector
 /// runs for them): `count` elements in R blocks of count / R (the first
 /// count % R one more), timing_reduce_scatter, then timing_all_gather.
-/// SimGrid's own MPI_Allreduce allocates the whole buffer twice per rank and
-/// really sums it. As timing_reduce_scatter, for garbage only.
+/// SimGrid's own MPI_Allreduce allocates buffers of the whole size on every
+/// rank and really sums them. As timing_reduce_scatter, for garbage only.
 inline int timing_all_reduce(void* data, int count, MPI_Datatype type, int tag, MPI_Comm comm) {
   int R = 1;
   MPI_Comm_size(comm, &R);
