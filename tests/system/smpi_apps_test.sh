@@ -54,7 +54,14 @@ refused() {  # refused EXPECTED_MESSAGE ENV...: overlap-bench under ENV fails, s
   fi
   [ "$(grep -c "$1" <<< "$out")" -ge 2 ] || { echo "expected '$1' from both ranks, got:"; echo "$out"; exit 1; } >&2
 }
-refused "set OVERLAP_CALIBRATION" OVERLAP_SIM_COMPUTE=calibrated
+# Set and empty: tools/smpi/run leaves it so, and the library refuses.
+refused "set OVERLAP_CALIBRATION" OVERLAP_SIM_COMPUTE=calibrated OVERLAP_CALIBRATION=
+# Unset: tools/smpi/run takes the platform's calibration from docs/results/smpi/ and names it.
+out=$(env -u OVERLAP_CALIBRATION OVERLAP_SIM_COMPUTE=calibrated "$src/tools/smpi/run" star2-1gbit 2 "$bench" --op ag -m 64 \
+  -n 64 -k 64 --iters 1 --warmup 0 --no-check --no-peers --strategies ring 2>&1) ||
+  { echo "calibrated mode with the platform's calibration failed:"; echo "$out"; exit 1; } >&2
+grep -q "OVERLAP_CALIBRATION=.*/docs/results/smpi/mirror-star2-1gbit-calibration.json" <<< "$out" ||
+  { echo "tools/smpi/run named no calibration:"; echo "$out"; exit 1; } >&2
 refused "has no GEMM rates" OVERLAP_SIM_COMPUTE=calibrated OVERLAP_CALIBRATION="$calibration"
 smpi fattree1024-200gbit 2 "$calibrate" --dtypes f32 --sizes 64 512 -o "$calibration" > /dev/null
 python3 - "$calibration" "$half" <<'PY'
