@@ -156,10 +156,10 @@ TEST(timing_only, shared_workspaces_are_distinct_within_a_rank) {
 // A copy is made on a real MPI and in runs that compute; skipped (and its
 // time charged) only where the workspaces are shared garbage.
 TEST(timing_only, copies_are_charged_only_in_timing_only_runs) {
-  EXPECT_FALSE(overlap::mpi::copies_charged());
+  EXPECT_FALSE(overlap::mpi::timing_only_buffers());
   {
     const overlap::mpi::shared_workspaces_scope shared;
-    EXPECT_EQ(overlap::mpi::copies_charged(), overlap::mpi::simulated);
+    EXPECT_EQ(overlap::mpi::timing_only_buffers(), overlap::mpi::simulated);
   }
   EXPECT_GT(overlap::mpi::copy_seconds(1 << 20), 0);
   EXPECT_NEAR(overlap::mpi::copy_seconds(2 << 20), 2 * overlap::mpi::copy_seconds(1 << 20), 1e-12);

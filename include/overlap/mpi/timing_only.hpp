@@ -85,12 +85,16 @@ template <class Measure>
   return seconds_per_byte * bytes;
 }
 
-/// Whether a local copy or element-wise pass over matrix data is skipped
-/// and charged instead: under SMPI's timing-only runs, whose workspaces are
-/// garbage shared by every simulated rank. At 1024 ranks of a dp x tp mesh
-/// (tp 8, the 65536 x 8192 all-gather) bulk's copy of each rank's 256 MiB
-/// shard into the gathered buffer was 95% of the simulation's real time.
-[[nodiscard]] inline bool copies_charged() noexcept { return simulated && shared_workspaces(); }
+/// Whether this is one of SMPI's timing-only runs, whose workspaces are
+/// garbage shared by every simulated rank. There a local copy or
+/// element-wise pass over matrix data is skipped and charged instead (at
+/// 1024 ranks of a dp x tp mesh, tp 8, the 65536 x 8192 all-gather, bulk's
+/// copy of each rank's 256 MiB shard into the gathered buffer was 95% of
+/// the simulation's real time), and bulk's reduce-scatter and all-reduce
+/// run the ring's message pattern with its sums charged
+/// (timing_reduce_scatter, timing_all_reduce) rather than SimGrid's
+/// collectives, which allocate and sum whole buffers on every rank.
+[[nodiscard]] inline bool timing_only_buffers() noexcept { return simulated && shared_workspaces(); }
 
 /// Charges a skipped copy of `bytes` to this rank's simulated clock, as
 /// SMPI would have charged the copy's real time.

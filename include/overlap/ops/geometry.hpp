@@ -37,10 +37,10 @@ struct range {
 };
 
 /// Copies src into dst (the same shape). In SMPI's timing-only runs the
-/// copy is skipped and its time charged (mpi::copies_charged).
+/// copy is skipped and its time charged (mpi::timing_only_buffers).
 template <class T>
 void copy_block(matrix_view<const T> src, matrix_view<T> dst) {
-  if (mpi::copies_charged()) return mpi::charge_copy(double(src.rows) * double(src.cols) * double(sizeof(T)));
+  if (mpi::timing_only_buffers()) return mpi::charge_copy(double(src.rows) * double(src.cols) * double(sizeof(T)));
   for (int64_t i = 0; i < src.rows; ++i) std::copy_n(src.data + i * src.ld, src.cols, dst.data + i * dst.ld);
 }
 

@@ -416,7 +416,7 @@ struct ar_op : op_defaults,
     // all-reduce's pattern, its sums charged, not SimGrid's MPI_Allreduce,
     // which allocates and sums the whole buffer on every rank
     // (mpi/timing_only.hpp).
-    const bool pattern_only = mpi::simulated && mpi::shared_workspaces();
+    const bool pattern_only = mpi::timing_only_buffers();
     const int tag = engine::tag_value(engine::message_tag::timing_ring);
     run_collective(
         ctx, plan, "MPI_Allreduce",

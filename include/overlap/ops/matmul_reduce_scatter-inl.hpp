@@ -658,7 +658,7 @@ struct rs_op : op_defaults,
     // Timing only under SMPI (shared workspaces of garbage): the collective's
     // ring pattern, its sums charged, not SimGrid's MPI_Reduce_scatter,
     // which allocates every rank's whole input (mpi/timing_only.hpp).
-    const bool pattern_only = mpi::simulated && mpi::shared_workspaces();
+    const bool pattern_only = mpi::timing_only_buffers();
     const mpi::ring_blocks pattern{ws, plan.counts.data(), type, engine::tag_value(engine::message_tag::timing_ring)};
     run_collective(
         ctx, plan, "MPI_Reduce_scatter",
@@ -689,13 +689,13 @@ enum class block_write { replace, add };
 /// c (nr x nc, ldc) = act(s + bias), or act(c + s + bias) with
 /// block_write::add: the sums s (dense, the accumulators' type A) written to
 /// their strided place in c, in T's wide type. Charged, not made, in SMPI's
-/// timing-only runs (mpi::copies_charged: c and s are shared garbage; at
+/// timing-only runs (mpi::timing_only_buffers: c and s are shared garbage; at
 /// 1024 ranks, tp 8, these passes over 256 MiB blocks took most of a
 /// reduce-scatter's simulation).
 template <class T, class A>
 void write_block(T* c, int64_t ldc, const A* s, int64_t nr, int64_t nc, const T* bias, activation act,
                  block_write how = block_write::replace) {
-  if (mpi::copies_charged()) return mpi::charge_add(static_cast<long long>(nr) * nc, static_cast<int>(sizeof(A)));
+  if (mpi::timing_only_buffers()) return mpi::charge_add(static_cast<long long>(nr) * nc, static_cast<int>(sizeof(A)));
   using wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
   for (int64_t i = 0; i < nr; ++i)
     for (int64_t j = 0; j < nc; ++j) {
