@@ -185,6 +185,10 @@ inline void require_equal(arg_checks& checks, bool trans_a, bool trans_b, int64_
 inline void check_common_options(arg_checks& checks, const char* opts, overlap::strategy s, overlap::algorithm alg,
                                  const epilogue& e) {
   checks.valid(opts, ".strategy", s);
+  checks.require(s != strategy::pairwise, [&] {
+    return std::string(opts) + ".strategy pairwise is a schedule of the all-to-all ops; this op runs bulk, ring, " +
+           "bidirectional, hierarchical or automatic";
+  });
   checks.valid(opts, ".algorithm", alg);
   checks.valid(opts, ".epilogue.activation", e.activation);
   if (alg == algorithm::others && (s == strategy::ring || s == strategy::bidirectional || s == strategy::hierarchical))

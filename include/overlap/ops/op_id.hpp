@@ -23,6 +23,8 @@ enum class op_id : int64_t {
   matmul_all_reduce = 3,
   ring_attention = 4,
   ring_attention_backward = 5,
+  all_to_all_matmul = 6,
+  matmul_all_to_all = 7,
   /// Ops defined outside this list (a program's or a test's own op, in one
   /// file: docs/design.md, "Adding an op") take ids from here to
   /// extension_last, one each; the library's own never do.
@@ -85,12 +87,14 @@ namespace overlap {
 /// its op from the id it sent (ops/call_agreement.hpp).
 template <>
 struct enum_names<detail::op_id> {
-  static constexpr std::array<enum_entry<detail::op_id>, 5> entries{
+  static constexpr std::array<enum_entry<detail::op_id>, 7> entries{
       {{detail::op_id::all_gather_matmul, "all_gather_matmul"},
        {detail::op_id::matmul_reduce_scatter, "matmul_reduce_scatter"},
        {detail::op_id::matmul_all_reduce, "matmul_all_reduce"},
        {detail::op_id::ring_attention, "ring_attention"},
-       {detail::op_id::ring_attention_backward, "ring_attention_backward"}}};
+       {detail::op_id::ring_attention_backward, "ring_attention_backward"},
+       {detail::op_id::all_to_all_matmul, "all_to_all_matmul"},
+       {detail::op_id::matmul_all_to_all, "matmul_all_to_all"}}};
 };
 // Every op's tags stay below the calibration's (the last id owns the highest).
 static_assert(detail::op_tags::owned_by(detail::op_id::extension_last).blocks <=

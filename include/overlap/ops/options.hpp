@@ -139,4 +139,13 @@ struct ar_options {
   overlap::batch batch;
 };
 
+/// Options of the all-to-all ops (all_to_all_matmul, matmul_all_to_all).
+/// strategy may be bulk (MPI_Alltoallv and the experts' GEMMs one after the
+/// other), pairwise (one peer's block computed while the next one's
+/// travels) or automatic (the cost model prices both for this call's
+/// counts; bulk on one rank, and on one node without a calibration).
+struct a2a_options {
+  overlap::strategy strategy = overlap::strategy::automatic;  ///< bulk, pairwise or automatic; must agree
+};
+
 }  // namespace overlap

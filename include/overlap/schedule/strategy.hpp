@@ -31,6 +31,13 @@ enum class strategy {
   /// and cross to the next node once per node. Where the ranks are not on
   /// several such nodes both ops run their ring. Never chosen by automatic.
   hierarchical,
+  /// the all-to-all ops' decomposition (all_to_all_matmul,
+  /// matmul_all_to_all): one step per peer, in rotating order (at step t
+  /// rank p sends to p + t and receives from p - t, so every link carries
+  /// data at every step), each peer's block computed while the next one
+  /// travels. The matmul ops and ring attention have no such plan and
+  /// reject it.
+  pairwise,
 };
 
 /// Which data an op moves between the ranks (the result and its
@@ -60,11 +67,12 @@ enum class algorithm {
 template <>
 struct enum_names<strategy> {
   /// Every value with its name.
-  static constexpr std::array<enum_entry<strategy>, 5> entries{{{strategy::bulk, "bulk"},
+  static constexpr std::array<enum_entry<strategy>, 6> entries{{{strategy::bulk, "bulk"},
                                                                 {strategy::ring, "ring"},
                                                                 {strategy::bidirectional, "bidirectional"},
                                                                 {strategy::automatic, "automatic"},
-                                                                {strategy::hierarchical, "hierarchical"}}};
+                                                                {strategy::hierarchical, "hierarchical"},
+                                                                {strategy::pairwise, "pairwise"}}};
 };
 /// The names of algorithm's values, as the environment, messages and JSON spell them.
 template <>

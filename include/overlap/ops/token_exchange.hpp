@@ -1,0 +1,636 @@
+#pragma once
+/// @file
+/// What the two all-to-all ops share (ops/all_to_all_matmul.hpp: dispatch,
+/// then the experts' product; ops/matmul_all_to_all.hpp: the experts'
+/// product, then combine): a token exchange whose blocks name their peers.
+///
+/// Rows are grouped by peer q, then by local expert e (expert_counts). The
+/// products are always computed on the rows this rank received in dispatch,
+/// in that order (recv counts): block (q, e) is multiplied by expert e's
+/// weight. What travels is the op's (`travels`, ops/plan.hpp):
+/// - travels::input (dispatch): the input's rows go to their expert's rank,
+///   and each block is computed once it arrived;
+/// - travels::output (combine): each block is computed, then returned to
+///   the rank its tokens came from.
+///
+/// Strategies: bulk runs MPI_Alltoallv and the GEMMs one after the other;
+/// pairwise runs the exchange on the ring engine, one peer per step, in
+/// rotating order (step t: rank p sends to p + t and receives from p - t,
+/// a permutation, so that every link carries data at every step), each
+/// peer's block computed while the next one's travels; automatic prices
+/// both plans for the call's counts with the cost model.
+///
+/// A call is prepared in three collective steps: the common agreement on
+/// the cached plan (sizes that stay fixed from call to call: experts and
+/// widths), then the call's counts, checked against the peers' (one
+/// MPI_Alltoall), and, for automatic, the slowest rank's prices.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "overlap/backend/gemm.hpp"
+#include "overlap/calibrate/measure.hpp"
+#include "overlap/core/matrix.hpp"
+#include "overlap/engine/ring.hpp"
+#include "overlap/mpi/datatype.hpp"
+#include "overlap/ops/call_agreement.hpp"
+#include "overlap/ops/checks.hpp"
+#include "overlap/ops/choose.hpp"
+#include "overlap/ops/expert_counts.hpp"
+#include "overlap/ops/op_id.hpp"
+#include "overlap/ops/options.hpp"
+#include "overlap/ops/pending.hpp"
+#include "overlap/ops/plan.hpp"
+#include "overlap/ops/run.hpp"
+#include "overlap/ops/site.hpp"
+#include "overlap/runtime/agreement.hpp"
+#include "overlap/runtime/context.hpp"
+#include "overlap/schedule/model.hpp"
+
+namespace overlap::detail {
+
+/// One call of an all-to-all op in the exchange's terms.
+template <class T>
+struct exchange_args {
+  matrix_view<const T> in;  ///< the rows this rank holds (dispatch: by send counts; combine: by recv counts)
+  matrix_view<const T> w;   ///< the local experts' weights, stacked: expert e's are rows [e * in.cols, (e + 1) * in.cols)
+  matrix_view<T> out;       ///< the products' rows (dispatch: by recv counts; combine: by send counts)
+  matrix_view<T> moved;     ///< dispatch: where the received rows land, when has_moved
+  bool has_moved = false;
+  const expert_counts* counts = nullptr;
+};
+
+/// What an all-to-all op tells the shared code about itself, as a traits
+/// type `Op` (its file defines it): `id` (op_info<id> holds its names and
+/// tags), `what` (what travels), and how messages name its views
+/// (`in_name`, `out_name`).
+
+/// What the ranks exchange on a plan miss: the sizes that stay fixed from
+/// call to call (the rows change with every routing and are checked per
+/// call).
+struct exchange_row {
+  int64_t experts, k, n, strategy, phases, automatic;
+  static constexpr std::array<agreed_field<exchange_row>, 6> agreed{{
+      {"expert_counts.experts", &exchange_row::experts, field_scope::plain},
+      {"the width of the input (its cols)", &exchange_row::k, field_scope::plain},
+      {"the width of the output (the weights' cols)", &exchange_row::n, field_scope::plain},
+      {"strategy", &exchange_row::strategy},
+      {"phases", &exchange_row::phases, field_scope::setting},
+      {"automatic", &exchange_row::automatic, field_scope::setting},
+  }};
+  static constexpr std::array<agreed_field<exchange_row>, 0> more_agreed{};
+};
+
+/// Rows of width `cols`, `ld` apart, as MPI moves them: `cols` values of
+/// the base type per row where the rows are dense (one contiguous message),
+/// else one row of a derived type (resized to the leading dimension).
+class row_layout {
+ public:
+  row_layout() = default;
+  row_layout(int64_t cols, int64_t ld, MPI_Datatype base) : per_row_(cols), base_(base) {
+    if (ld == cols) return;
+    MPI_Datatype row = MPI_DATATYPE_NULL, resized = MPI_DATATYPE_NULL;
+    OVERLAP_MPI(MPI_Type_contiguous, mpi::detail::to_count(cols, "row length"), base, &row);
+    const mpi::datatype owned_row(row);
+    int size = 0;
+    OVERLAP_MPI(MPI_Type_size, base, &size);
+    OVERLAP_MPI(MPI_Type_create_resized, row, 0, static_cast<MPI_Aint>(ld) * size, &resized);
+    type_ = mpi::datatype(resized);
+    OVERLAP_MPI(MPI_Type_commit, &resized);
+    per_row_ = 1;
+  }
+  [[nodiscard]] MPI_Datatype type() const { return type_.get() != MPI_DATATYPE_NULL ? type_.get() : base_; }
+  /// The count of type() that carries `rows` rows (checked against MPI's int).
+  [[nodiscard]] int count(int64_t rows) const { return mpi::detail::to_count(rows * per_row_, "message elements"); }
+
+ private:
+  int64_t per_row_ = 0;
+  MPI_Datatype base_ = MPI_DATATYPE_NULL;
+  mpi::datatype type_;
+};
+
+/// The offsets of one call's blocks: by peer (sum over the peer's experts)
+/// and by (peer, expert), for both sides of the counts.
+struct block_offsets {
+  int ranks = 1, experts = 1;
+  std::vector<int64_t> send, recv;        ///< R * E + 1 prefix sums of the counts
+  void set(const expert_counts& c, int R) {
+    ranks = R, experts = c.experts;
+    auto prefix = [](const std::vector<int64_t>& v, std::vector<int64_t>& out) {
+      out.assign(v.size() + 1, 0);
+      for (size_t i = 0; i < v.size(); ++i) out[i + 1] = out[i] + v[i];
+    };
+    prefix(c.send, send);
+    prefix(c.recv, recv);
+  }
+  /// The first row of peer q's block, and its rows, on one side.
+  [[nodiscard]] static int64_t at(const std::vector<int64_t>& side, int q, int E) { return side[size_t(q) * size_t(E)]; }
+  [[nodiscard]] static int64_t rows(const std::vector<int64_t>& side, int q, int E) {
+    return side[size_t(q + 1) * size_t(E)] - side[size_t(q) * size_t(E)];
+  }
+};
+
+/// A plan of an all-to-all op: what stays fixed across calls (sizes, the
+/// datatypes of rows, the cost model's rates, the kernels by shape) and
+/// what one call sets (its offsets and its schedule).
+template <class T>
+struct exchange_plan final : plan_base {
+  int ranks = 1, rank = 0, experts = 1;
+  int64_t k = 0, n = 0;
+  overlap::strategy asked = overlap::strategy::automatic;
+  bool automatic_is_bulk = true;
+  std::optional<link_rates> links;  ///< automatic's model inputs (none: automatic is bulk)
+  std::optional<gemm_rates> gemms;
+  row_layout in_rows, out_rows, moved_rows, staged_rows;
+  std::vector<T> moved, staged;  ///< the received rows (dispatch, without moved), the products that leave (combine)
+  /// Kernels by (m, lda, ldc): a routing's counts vary, so shapes do; kept
+  /// up to kernel_bound (then dropped together: the backend caches its own).
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::shared_ptr<const gemm_kernel>> kernels;
+  static constexpr size_t kernel_bound = 1024;
+  // The call in flight.
+  block_offsets off;
+  std::vector<int64_t> theirs;  ///< the peers' send counts for this rank
+  overlap::strategy runs = overlap::strategy::bulk;
+};
+
+/// C (m x n, ldc) = A (m x k, lda) @ B (k x n), with this plan's kernel for the shape.
+template <class T>
+void expert_gemm(context& ctx, exchange_plan<T>& plan, int64_t m, const T* a, int64_t lda, const T* b, int64_t ldb,
+                 T* c, int64_t ldc) {
+  if (m == 0 || plan.n == 0) return;
+  gemm_desc d = gemm_desc::shape(m, plan.n, plan.k).strides(lda, ldb, ldc);
+  d.types(dtype_of<T>(), dtype_of<T>());
+  const gemm_operands io = gemm_operands().a(a).b(b).c(c);
+  if (run_degenerate(d, io)) return;
+  auto& slot = plan.kernels[{m, lda, ldc}];
+  if (!slot) {
+    if (plan.kernels.size() > exchange_plan<T>::kernel_bound) {
+      plan.kernels.clear();
+      return expert_gemm(ctx, plan, m, a, lda, b, ldb, c, ldc);
+    }
+    slot = make_step_kernel(ctx, d);
+  }
+  slot->run(io);
+}
+
+/// The products of peer q's blocks: block (q, e) of `src` (rows by the
+/// recv counts, from row `src_row0` on) times expert e's weight, into
+/// `dst` from row `dst_row0` on.
+template <class T>
+void peer_products(context& ctx, exchange_plan<T>& plan, const exchange_args<T>& x, int q, const T* src,
+                   int64_t src_ld, int64_t src_row0, T* dst, int64_t dst_ld, int64_t dst_row0) {
+  const int E = plan.experts;
+  const int64_t first = plan.off.recv[size_t(q) * size_t(E)];
+  for (int e = 0; e < E; ++e) {
+    const int64_t r0 = plan.off.recv[size_t(q) * size_t(E) + size_t(e)] - first;
+    const int64_t m = plan.off.recv[size_t(q) * size_t(E) + size_t(e) + 1] - first - r0;
+    expert_gemm(ctx, plan, m, src + (src_row0 + r0) * src_ld, src_ld, x.w.data + int64_t(e) * plan.k * x.w.ld,
+                x.w.ld, dst + (dst_row0 + r0) * dst_ld, dst_ld);
+  }
+}
+
+/// Where dispatch's received rows live: the caller's `moved`, or the plan's.
+template <class T>
+matrix_view<T> moved_rows(exchange_plan<T>& plan, const exchange_args<T>& x) {
+  if (x.has_moved) return x.moved;
+  return {plan.moved.data(), plan.off.recv.back(), plan.k, plan.k};
+}
+
+/// The pairwise exchange on the ring engine (engine/ring.hpp): R steps, one
+/// peer each; every transfer names its peer. Dispatch: step t computes on
+/// the block from rank p - t (its own first, read in place), whose receive
+/// was posted a step ahead, and sends rank p + t + 1 its block for step
+/// t + 1. Combine: step t computes the block for rank p + t + 1 (its own
+/// last, straight into the output), and sends the block computed at the
+/// step before; the returned blocks complete by the end. No buffer is
+/// rewritten while it travels (each peer's block has its own rows), so
+/// sends may stay in flight to the end.
+template <class T>
+class pairwise_pattern {
+ public:
+  pairwise_pattern(context& ctx, exchange_plan<T>& plan, const exchange_args<T>& x, travels what)
+      : ctx_(ctx), plan_(plan), x_(x), what_(what), moved_(what == travels::input ? moved_rows(plan, x) : matrix_view<T>{}) {}
+  [[nodiscard]] int steps() const { return plan_.ranks; }
+  [[nodiscard]] engine::ring_window window() const { return {1, plan_.ranks}; }
+  [[nodiscard]] engine::transfer recv(int u, int /*lane*/) const {
+    if (u == 0) return {};
+    const int q = peer(-u), E = plan_.experts;
+    if (what_ == travels::input) {
+      const int64_t rows = block_offsets::rows(plan_.off.recv, q, E);
+      if (rows == 0) return {};
+      return {moved_.data + block_offsets::at(plan_.off.recv, q, E) * moved_.ld, plan_.moved_rows.type(),
+              plan_.moved_rows.count(rows), q};
+    }
+    const int64_t rows = block_offsets::rows(plan_.off.send, q, E);
+    if (rows == 0) return {};
+    // Nothing computes on a returned block: it completes by the end.
+    return {x_.out.data + block_offsets::at(plan_.off.send, q, E) * x_.out.ld, plan_.out_rows.type(),
+            plan_.out_rows.count(rows), q, plan_.ranks};
+  }
+  [[nodiscard]] engine::transfer send(int t, int /*lane*/) {
+    const int E = plan_.experts;
+    if (what_ == travels::input) {
+      if (t + 1 >= plan_.ranks) return {};
+      const int q = peer(t + 1);
+      const int64_t rows = block_offsets::rows(plan_.off.send, q, E);
+      if (rows == 0) return {};
+      return {const_cast<T*>(x_.in.data) + block_offsets::at(plan_.off.send, q, E) * x_.in.ld,
+              plan_.in_rows.type(), plan_.in_rows.count(rows), q};
+    }
+    if (t == 0) return {};
+    const int q = peer(t);  // computed at step t - 1
+    const int64_t rows = block_offsets::rows(plan_.off.recv, q, E);
+    if (rows == 0) return {};
+    return {plan_.staged.data() + block_offsets::at(plan_.off.recv, q, E) * plan_.n, plan_.staged_rows.type(),
+            plan_.staged_rows.count(rows), q};
+  }
+  void compute(int t) {
+    const int E = plan_.experts, p = plan_.rank;
+    if (what_ == travels::input) {
+      const int q = peer(-t);
+      const int64_t to = block_offsets::at(plan_.off.recv, q, E);
+      if (q != p) {
+        peer_products(ctx_, plan_, x_, q, static_cast<const T*>(moved_.data), moved_.ld, to, x_.out.data, x_.out.ld, to);
+        return;
+      }
+      // This rank's own block is read where it is; the caller's moved gets a copy.
+      const int64_t from = block_offsets::at(plan_.off.send, p, E);
+      if (x_.has_moved) copy_rows(x_.in, from, moved_, to, block_offsets::rows(plan_.off.send, p, E));
+      peer_products(ctx_, plan_, x_, p, x_.in.data + from * x_.in.ld, x_.in.ld, 0, x_.out.data + to * x_.out.ld,
+                    x_.out.ld, 0);
+      return;
+    }
+    const int q = t + 1 < plan_.ranks ? peer(t + 1) : p;
+    const int64_t from = block_offsets::at(plan_.off.recv, q, E);
+    if (q != p) {
+      peer_products(ctx_, plan_, x_, q, x_.in.data, x_.in.ld, from, plan_.staged.data(), plan_.n, from);
+      return;
+    }
+    const int64_t to = block_offsets::at(plan_.off.send, p, E);
+    peer_products(ctx_, plan_, x_, p, x_.in.data + from * x_.in.ld, x_.in.ld, 0, x_.out.data + to * x_.out.ld,
+                  x_.out.ld, 0);
+  }
+
+  /// `rows` rows of `src` from row r0 into `dst` from row d0.
+  template <class U>
+  static void copy_rows(const matrix_view<const U>& src, int64_t r0, const matrix_view<U>& dst, int64_t d0,
+                        int64_t rows) {
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(dst.data + (d0 + i) * dst.ld, src.data + (r0 + i) * src.ld, size_t(src.cols) * sizeof(U));
+  }
+
+ private:
+  [[nodiscard]] int peer(int offset) const {
+    return ((plan_.rank + offset) % plan_.ranks + plan_.ranks) % plan_.ranks;
+  }
+  context& ctx_;
+  exchange_plan<T>& plan_;
+  const exchange_args<T>& x_;
+  travels what_;
+  matrix_view<T> moved_;
+};
+
+/// Alltoallv's counts and displacements (in `layout`'s units) of one side's blocks.
+inline void alltoallv_counts(const std::vector<int64_t>& side, int R, int E, const row_layout& layout,
+                             std::vector<int>& counts, std::vector<int>& displs) {
+  counts.resize(size_t(R)), displs.resize(size_t(R));
+  for (int q = 0; q < R; ++q) {
+    counts[size_t(q)] = layout.count(block_offsets::rows(side, q, E));
+    displs[size_t(q)] = layout.count(block_offsets::at(side, q, E));
+  }
+}
+
+/// Bulk: MPI_Alltoallv and the experts' GEMMs, one after the other.
+template <class T>
+void run_bulk_exchange(context& ctx, exchange_plan<T>& plan, const exchange_args<T>& x, travels what) {
+  const int R = plan.ranks, E = plan.experts;
+  std::vector<int> sc, sd, rc, rd;
+  auto alltoallv = [&](const void* sbuf, const row_layout& sl, const std::vector<int64_t>& sside, void* rbuf,
+                       const row_layout& rl, const std::vector<int64_t>& rside) {
+    alltoallv_counts(sside, R, E, sl, sc, sd);
+    alltoallv_counts(rside, R, E, rl, rc, rd);
+    const MPI_Datatype st = sl.type(), rt = rl.type();
+    run_collective(
+        ctx, plan, "MPI_Alltoallv",
+        [&] {
+          return MPI_Alltoallv(mpi::any_buffer(const_cast<void*>(sbuf)), sc.data(), sd.data(), st,
+                               mpi::any_buffer(rbuf), rc.data(), rd.data(), rt, ctx.comm());
+        },
+        [&](MPI_Request* r) {
+          return MPI_Ialltoallv(mpi::any_buffer(const_cast<void*>(sbuf)), sc.data(), sd.data(), st,
+                                mpi::any_buffer(rbuf), rc.data(), rd.data(), rt, ctx.comm(), r);
+        });
+  };
+  if (what == travels::input) {
+    const matrix_view<T> moved = moved_rows(plan, x);
+    alltoallv(x.in.data, plan.in_rows, plan.off.send, moved.data, plan.moved_rows, plan.off.recv);
+    run_local_step(ctx, plan, [&] {
+      for (int q = 0; q < R; ++q) {
+        const int64_t at = block_offsets::at(plan.off.recv, q, E);
+        peer_products(ctx, plan, x, q, static_cast<const T*>(moved.data), moved.ld, at, x.out.data, x.out.ld, at);
+      }
+    });
+    return;
+  }
+  run_local_step(ctx, plan, [&] {
+    for (int q = 0; q < R; ++q) {
+      const int64_t at = block_offsets::at(plan.off.recv, q, E);
+      peer_products(ctx, plan, x, q, x.in.data, x.in.ld, at, plan.staged.data(), plan.n, at);
+    }
+  });
+  alltoallv(plan.staged.data(), plan.staged_rows, plan.off.recv, x.out.data, plan.out_rows, plan.off.send);
+}
+
+/// One candidate of this call on this rank, as the cost model prices it
+/// (schedule/model.hpp): bulk's exchange and GEMMs, or the pairwise steps
+/// as a ring's (each step's products and the bytes it moves).
+template <class T>
+work exchange_work(const exchange_plan<T>& plan, travels what, bool pairwise) {
+  const int R = plan.ranks, E = plan.experts, p = plan.rank;
+  const block_offsets& o = plan.off;
+  // Bytes of peer q's block each way: what leaves (in dispatch the input's
+  // rows, in combine the products) and what arrives.
+  const double in_bytes = double(plan.k * int64_t(sizeof(T))), out_bytes = double(plan.n * int64_t(sizeof(T)));
+  const double row_bytes = what == travels::input ? in_bytes : out_bytes;
+  auto products = [&](int q) {
+    std::vector<gemm_work> g;
+    for (int e = 0; e < E; ++e) {
+      const int64_t m = o.recv[size_t(q) * size_t(E) + size_t(e) + 1] - o.recv[size_t(q) * size_t(E) + size_t(e)];
+      if (m > 0) g.push_back({m, plan.n, plan.k, 1});
+    }
+    return g;
+  };
+  auto peer = [&](int offset) { return ((p + offset) % R + R) % R; };
+  // Rows moved to and from q: dispatch sends by send counts and receives by
+  // recv counts; combine the other way.
+  auto sent = [&](int q) {
+    return double(block_offsets::rows(what == travels::input ? o.send : o.recv, q, E)) * row_bytes;
+  };
+  auto got = [&](int q) {
+    return double(block_offsets::rows(what == travels::input ? o.recv : o.send, q, E)) * row_bytes;
+  };
+  work w;
+  if (!pairwise) {
+    double out = 0, in = 0;
+    for (int q = 0; q < R; ++q) {
+      if (q == p) continue;
+      out += sent(q), in += got(q);
+      for (const gemm_work& g : products(q)) w.gemms.push_back(g);
+    }
+    for (const gemm_work& g : products(p)) w.gemms.insert(w.gemms.begin(), g);
+    w.alltoall_bytes = std::max(out, in);
+    return w;
+  }
+  w.ring = true;
+  w.lanes = 1;
+  w.output_moves = what == travels::output;
+  for (int t = 0; t < R; ++t) {
+    ring_step_work s;
+    if (what == travels::input) {
+      s.products = products(peer(-t));
+      if (t > 0) s.recv = got(peer(-t)), s.moved += s.recv;
+      if (t + 1 < R) s.moved += sent(peer(t + 1));
+    } else {
+      s.products = products(t + 1 < R ? peer(t + 1) : p);
+      if (t > 0) s.recv = got(peer(-t)), s.moved += s.recv + sent(peer(t));
+    }
+    w.ring_steps.push_back(std::move(s));
+  }
+  return w;
+}
+
+/// The strategy this call runs: a forced one as asked; automatic is bulk
+/// where the context allows nothing else (allowed(): one rank, or one node
+/// without a calibration), else the simplest of bulk and pairwise that the
+/// cost model predicts within its margin of the faster, for this call's
+/// counts, at the slowest rank's prices. Collective where it prices.
+template <class T>
+overlap::strategy choose_exchange(context& ctx, exchange_plan<T>& plan, travels what) {
+  if (plan.asked != strategy::automatic) return plan.asked;
+  if (plan.automatic_is_bulk) return strategy::bulk;
+  std::vector<schedule> options(2);
+  options[0].strategy = strategy::bulk, options[1].strategy = strategy::pairwise;
+  options[1].chunks = 1;
+  predict_slowest(ctx, *plan.links, *plan.gemms, options,
+                  [&](const schedule& s) { return exchange_work(plan, what, s.strategy == strategy::pairwise); });
+  std::vector<candidate> table;
+  for (const schedule& s : options) table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
+  schedule chosen = options[simplest_within_margin(options)];
+  chosen.by_model = true;
+  chosen.candidates = std::move(table);
+  plan.schedule_words = to_string(chosen);
+  return chosen.strategy;
+}
+
+/// This rank's checks of a call (before any agreement): the options, the
+/// views and the counts, against each other.
+template <class Op, class T>
+void check_exchange(const context& ctx, arg_checks& checks, const exchange_args<T>& x, const a2a_options& opt) {
+  checks.valid("a2a_options", ".strategy", opt.strategy);
+  checks.require(opt.strategy == strategy::bulk || opt.strategy == strategy::pairwise ||
+                     opt.strategy == strategy::automatic,
+                 [&] {
+                   return std::string("a2a_options.strategy must be bulk, pairwise or automatic; got ") + to_string(opt.strategy);
+                 });
+  checks.view(Op::in_name, x.in);
+  checks.view("w", x.w);
+  checks.view(Op::out_name, x.out);
+  if (x.has_moved) checks.view("dispatched_out", x.moved);
+  checks.disjoint(Op::out_name, x.out, Op::in_name, x.in);
+  checks.disjoint(Op::out_name, x.out, "w", x.w);
+  if (x.has_moved) {
+    checks.disjoint("dispatched_out", x.moved, Op::in_name, x.in);
+    checks.disjoint("dispatched_out", x.moved, "w", x.w);
+    checks.disjoint("dispatched_out", x.moved, Op::out_name, x.out);
+  }
+  if (checks.failed()) return;
+  const expert_counts& c = *x.counts;
+  const int R = ctx.size(), E = c.experts;
+  const size_t want = size_t(R) * size_t(std::max(E, 0));
+  checks.require(E > 0, [&] { return "expert_counts.experts must be positive; got " + std::to_string(E); });
+  checks.require(c.send.size() == want && c.recv.size() == want, [&] {
+    return "expert_counts.send and .recv must hold ranks x experts = " + std::to_string(R) + " x " +
+           std::to_string(E) + " counts; they hold " + std::to_string(c.send.size()) + " and " +
+           std::to_string(c.recv.size());
+  });
+  if (checks.failed()) return;
+  for (size_t i = 0; i < want; ++i)
+    checks.require(c.send[i] >= 0 && c.recv[i] >= 0, [&] {
+      return "expert_counts entry " + std::to_string(i) + " is negative (send " + std::to_string(c.send[i]) +
+             ", recv " + std::to_string(c.recv[i]) + ")";
+    });
+  const int p = ctx.rank();
+  for (int e = 0; e < E; ++e)
+    checks.require(c.send[size_t(p) * size_t(E) + size_t(e)] == c.recv[size_t(p) * size_t(E) + size_t(e)], [&] {
+      return "expert_counts: this rank sends " + std::to_string(c.send[size_t(p) * size_t(E) + size_t(e)]) +
+             " rows to its own expert " + std::to_string(e) + " but receives " +
+             std::to_string(c.recv[size_t(p) * size_t(E) + size_t(e)]) + " from itself";
+    });
+  const bool dispatch = Op::what == travels::input;
+  const int64_t in_rows = dispatch ? c.sent_rows() : c.received_rows();
+  const int64_t out_rows = dispatch ? c.received_rows() : c.sent_rows();
+  const int64_t k = x.in.cols, n = x.w.cols;
+  auto shape = [&](const char* name, const auto& v, int64_t rows, int64_t cols, const char* why) {
+    checks.require(v.rows == rows && v.cols == cols, [&] {
+      return std::string(name) + " must be " + std::to_string(rows) + " x " + std::to_string(cols) + " (" + why +
+             "); got " + std::to_string(v.rows) + " x " + std::to_string(v.cols);
+    });
+  };
+  shape(Op::in_name, x.in, in_rows, k, dispatch ? "the rows the counts send" : "the rows the counts receive");
+  shape("w", x.w, int64_t(E) * k, n, "experts stacked, each input width x output width");
+  shape(Op::out_name, x.out, out_rows, n, dispatch ? "the rows the counts receive" : "the rows the counts send");
+  if (x.has_moved) shape("dispatched_out", x.moved, out_rows, k, "the rows the counts receive");
+}
+
+/// Collective: the call's counts against the peers' (rank q's send counts
+/// for this rank must be this rank's recv counts from q). A disagreement
+/// raises std::invalid_argument on every rank, naming the lowest rank that
+/// saw one; so does `local`, this rank's failure so far.
+inline void agree_on_counts(context& ctx, const std::string& op, const expert_counts& c, std::vector<int64_t>& theirs,
+                            failure local) {
+  const int E = c.experts, R = ctx.size();
+  theirs.assign(c.send.size(), 0);
+  watched_collective(
+      ctx, "MPI_Alltoall",
+      [&] { return MPI_Alltoall(c.send.data(), E, MPI_INT64_T, theirs.data(), E, MPI_INT64_T, ctx.comm()); },
+      [&](MPI_Request* r) {
+        return MPI_Ialltoall(c.send.data(), E, MPI_INT64_T, theirs.data(), E, MPI_INT64_T, ctx.comm(), r);
+      },
+      [&] { return op + " (comparing the expert counts)"; });
+  for (int q = 0; q < R && !local.failed(); ++q)
+    for (int e = 0; e < E; ++e) {
+      const size_t i = size_t(q) * size_t(E) + size_t(e);
+      if (theirs[i] == c.recv[i]) continue;
+      local = failure(failure::kind::invalid_argument,
+                      "expert_counts disagree: " + ctx.rank_name(q) + " sends " + std::to_string(theirs[i]) +
+                          " rows to expert " + std::to_string(e) + " of " + ctx.rank_name(ctx.rank()) +
+                          ", whose recv count from it is " + std::to_string(c.recv[i]) +
+                          " (exchange_expert_counts makes recv from the send counts)");
+      break;
+    }
+  agree_on(ctx, local, op);
+}
+
+/// Collective: a call of op `Op` prepared: this rank's checks, the
+/// agreement on the cached plan (built on a miss anywhere: the row types,
+/// and automatic's calibration, measured where it lacks one), the counts
+/// agreed with the peers (and the buffers this call's counts need), and
+/// the strategy it runs. Bad input on any rank raises std::invalid_argument
+/// on every rank before any transfer.
+template <class Op, class T>
+exchange_plan<T>& prepare_exchange(context& ctx, const exchange_args<T>& x, const a2a_options& opt) {
+  using info = op_info<Op::id>;
+  const dtype t = dtype_of<T>();
+  arg_checks checks(Op::id, info::names, t, to_string(opt.strategy));
+  check_exchange<Op>(ctx, checks, x, opt);
+  const int backend = checked_backend<T>(ctx, checks);
+  const exchange_row mine{x.counts->experts,
+                          x.in.cols,
+                          x.w.cols,
+                          static_cast<int64_t>(opt.strategy),
+                          static_cast<int64_t>(ctx.config().phases),
+                          static_cast<int64_t>(ctx.config().automatic)};
+  plan_key& key = ctx.scratch().key;
+  key.clear();
+  append_values(key, mine);
+  key.insert(key.end(), {static_cast<int64_t>(Op::id), static_cast<int64_t>(t), backend, x.in.ld, x.out.ld,
+                         x.has_moved ? x.moved.ld : -1});
+  const agreement<exchange_row> agreed_on = agree_or_exchange(ctx, checks, key, mine);
+  auto* plan = static_cast<exchange_plan<T>*>(agreed_on.cached);
+  if (plan == nullptr) {
+    const plan_key stored = key;  // the scratch is the next call's
+    auto built = std::make_unique<exchange_plan<T>>();
+    exchange_plan<T>& b = *built;
+    b.ranks = ctx.size(), b.rank = ctx.rank(), b.experts = static_cast<int>(mine.experts), b.k = mine.k, b.n = mine.n;
+    b.asked = opt.strategy;
+    schedule_request req;
+    req.strategy = opt.strategy;
+    b.automatic_is_bulk = allowed(ctx, req).automatic_is_bulk;
+    b.fingerprint = agreed_on.fingerprint(Op::id);
+    b.summary = checks.op() + " " + to_string(t) + " on " + std::to_string(b.ranks) + " ranks: " +
+                to_string(opt.strategy) + ", " + std::to_string(b.experts) + " experts per rank, " +
+                std::to_string(b.k) + " -> " + std::to_string(b.n);
+    b.schedule_words = to_string(opt.strategy);
+    b.automatic = opt.strategy == strategy::automatic;
+    if (b.automatic && !b.automatic_is_bulk) {  // collective: every rank missed
+      calibration& cal = ctx.calibration_to_complete();
+      measure_missing(ctx, cal, ctx.links(), t);
+      b.links = cal.links.at(ctx.links());
+      b.gemms = cal.gemm.at(t);
+    }
+    const MPI_Datatype base = mpi_type_of(t);
+    build_agreed(ctx, checks.op(), [&] {
+      b.in_rows = row_layout(b.k, x.in.ld, base);
+      b.out_rows = row_layout(b.n, x.out.ld, base);
+      b.moved_rows = row_layout(b.k, x.has_moved ? x.moved.ld : b.k, base);
+      b.staged_rows = row_layout(b.n, b.n, base);
+      return 0;
+    });
+    plan = static_cast<exchange_plan<T>*>(ctx.store_plan(stored, std::move(built)));
+  }
+  // This call's buffers (they only grow) and its messages' counts may fail
+  // on one rank: agreed together with the counts.
+  failure local;
+  try {
+    plan->off.set(*x.counts, plan->ranks);
+    const int64_t received = plan->off.recv.back();
+    if (Op::what == travels::input && !x.has_moved && int64_t(plan->moved.size()) < received * plan->k)
+      plan->moved.resize(size_t(received * plan->k));
+    if (Op::what == travels::output && int64_t(plan->staged.size()) < received * plan->n)
+      plan->staged.resize(size_t(received * plan->n));
+    for (const row_layout* l : {&plan->in_rows, &plan->out_rows, &plan->moved_rows, &plan->staged_rows})
+      (void)l->count(std::max(plan->off.send.back(), received));
+  } catch (...) {
+    local = failure::capture(std::current_exception());
+  }
+  agree_on_counts(ctx, checks.op(), *x.counts, plan->theirs, local);
+  plan->runs = choose_exchange(ctx, *plan, Op::what);
+  return *plan;
+}
+
+/// Runs a prepared call: the pairwise exchange on the ring engine, or bulk.
+template <class Op, class T>
+void run_exchange(context& ctx, exchange_plan<T>& plan, const exchange_args<T>& x) {
+  if (plan.runs == strategy::pairwise) {
+    pairwise_pattern<T> pattern(ctx, plan, x, Op::what);
+    run_on_ring(ctx, plan, pattern, op_info<Op::id>::tags, 1);
+    return;
+  }
+  run_bulk_exchange(ctx, plan, x, Op::what);
+}
+
+/// The call: prepared and run on this thread. Collective over ctx.
+template <class Op, class T>
+void exchange_call(context& ctx, const exchange_args<T>& x, const a2a_options& opt) {
+  ctx.check_usable(op_info<Op::id>::names.call);
+  exchange_plan<T>& plan = prepare_exchange<Op>(ctx, x, opt);
+  run_exchange<Op>(ctx, plan, x);
+}
+
+/// The call, started: prepared here (collective), run as the context's
+/// worker's job; the views must stay valid until pending::wait. The counts
+/// are read here only.
+template <class Op, class T>
+pending exchange_start(context& ctx, const exchange_args<T>& x, const a2a_options& opt) {
+  const char* name = op_info<Op::id>::names.start;
+  ctx.check_usable(name);
+  engine::worker& w = ctx.start_worker(name);
+  exchange_plan<T>& plan = prepare_exchange<Op>(ctx, x, opt);
+  exchange_args<T> y = x;
+  y.counts = nullptr;
+  w.post([&ctx, &plan, y] { run_exchange<Op>(ctx, plan, y); });
+  return pending(&w);
+}
+
+}  // namespace overlap::detail
