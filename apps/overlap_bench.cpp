@@ -29,8 +29,10 @@
 #include "common/bench_ops.hpp"
 #include "common/cli.hpp"
 #include "common/measure.hpp"
+#include "common/moe_bench.hpp"
 #include "common/pipeline_peer.hpp"
 #include "common/provenance.hpp"
+#include "common/values.hpp"
 #ifdef OVERLAP_HAVE_SCALAPACK
 #include "common/scalapack_peer.hpp"
 #endif
@@ -51,6 +53,9 @@ struct options {
   int tp = 0;            ///< tensor-parallel group size; 0: one group of every rank
   int64_t batch = 1;     ///< products per call (overlap::batch), members one after the other
   std::string json, transport, save_calibration;
+  // --op moe (common/moe_bench.hpp)
+  int experts = 8, topk = 2;
+  std::string skew = "uniform";
 };
 
 struct range2 {
@@ -90,18 +95,9 @@ slicing slice_for(const options& o, int R, int p) {
   return {block(v->a, o.m, M, o.k, K), block(v->b, o.k, K, o.n, N), block(v->c, o.m, M, o.n, N)};
 }
 
-template <class T>
-T from_float(float f) {
-  return static_cast<T>(f);
-}
-
-/// Element (i, j) of the global A or B: the same on every rank.
-float global_value(int64_t i, int64_t j, uint32_t salt) {
-  uint64_t h =
-      static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(j) + salt) * 0xC2B2AE3D27D4EB4Full;
-  h ^= h >> 29;
-  return static_cast<float>(static_cast<int64_t>(h % 2001) - 1000) / 1000.0f;
-}
+using overlap::apps::from_float;
+using overlap::apps::global_value;
+using overlap::apps::tolerance;
 
 template <class T>
 std::vector<T> make_slice(range2 r, uint32_t salt) {
@@ -153,16 +149,6 @@ double check(const T* c, const Eigen::MatrixXd& ref, range2 cr, int64_t members)
   for (Eigen::Index i = 0; i < nr; ++i)
     for (Eigen::Index j = 0; j < nc; ++j) out[static_cast<size_t>(i * nc + j)] = ref(i, j);
   return out;
-}
-
-template <class T>
-double tolerance() {
-  if constexpr (std::is_same_v<T, double>)
-    return 1e-10;
-  else if constexpr (std::is_same_v<T, float>)
-    return 1e-4;
-  else
-    return 2e-2;  // bf16: inputs rounded to 8 bits, one output rounding
 }
 
 struct result {
@@ -557,6 +543,13 @@ class bench_run {
 /// The run of the op that --op names.
 template <class T>
 int run(const options& o) {
+  if (o.op == "moe") {
+    overlap::apps::moe_setup s;
+    s.tokens = o.m, s.width = o.k, s.ffn = o.n, s.experts = o.experts, s.topk = o.topk, s.skew = o.skew;
+    s.strategies = o.strategies, s.iters = o.iters, s.warmup = o.warmup, s.check = o.check;
+    s.drain_bytes = o.drain_bytes, s.tp = o.tp, s.json = o.json, s.transport = o.transport;
+    return overlap::apps::moe_bench<T>(s).run();
+  }
   int rc = 2;
   overlap::apps::bench_ops::for_each([&](auto op) {
     if (o.op == decltype(op)::flag) rc = bench_run<T, decltype(op)>(o).run();
@@ -588,17 +581,27 @@ int main(int argc, char** argv) {
     }
   });
   o.op = flags.front();
+  // The mixture-of-experts step has its own run (common/moe_bench.hpp), not a variant of C = A @ B.
+  flags.emplace_back("moe");
+  op_help += ", moe (all_to_all_matmul + matmul_all_to_all: dispatch, experts, combine; -m tokens of a group, "
+             "-k model width, -n expert ffn width)";
   app.add_option("--op", o.op, op_help)->check(CLI::IsMember(flags));
+  app.add_option("--experts", o.experts, "--op moe: experts of a group in all (a multiple of its ranks)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--topk", o.topk, "--op moe: experts per token")->check(CLI::PositiveNumber);
+  app.add_option("--skew", o.skew, "--op moe: routing: uniform, or hot (expert 0 receives 4x the mean)")
+      ->check(CLI::IsMember({"uniform", "hot"}));
   app.add_option("--variant", o.variant, variant_help + " (default: the op's first)")->check(CLI::IsMember(variants));
   app.add_option("-m", o.m, "global M: C = A @ B is M x N, A is M x K (see the shards below)")
       ->check(CLI::PositiveNumber);
   app.add_option("-n", o.n, "global N")->check(CLI::PositiveNumber);
   app.add_option("-k", o.k, "global K, the contracting dimension")->check(CLI::PositiveNumber);
   app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember(overlap::enum_name_list<overlap::dtype>()));
-  app.add_option(
+  CLI::Option* strategies = app.add_option(
          "--strategies", o.strategies,
          "strategies to compare with bulk (always measured): ring, bidirectional, others (bulk moving the "
-         "other operands), hierarchical (two levels on nodes of several ranks), automatic (the library's choice)")
+         "other operands), hierarchical (two levels on nodes of several ranks), automatic (the library's choice); "
+         "--op moe: pairwise, automatic (its default)")
       ->check(CLI::IsMember([] {
         std::vector<std::string> names = overlap::enum_name_list<overlap::strategy>();
         names.emplace_back("others");  // a label of overlap-bench: bulk moving the other operands
@@ -638,6 +641,7 @@ int main(int argc, char** argv) {
     overlap::apps::bench_ops::for_each([&](auto op) {
       if (o.op == decltype(op)::flag) o.variant = decltype(op)::variants().front().name;
     });
+  if (o.op == "moe" && strategies->count() == 0) o.strategies = {"pairwise", "automatic"};
   o.strategies.erase(std::remove(o.strategies.begin(), o.strategies.end(), "bulk"), o.strategies.end());
   if (o.strategies.empty()) {
     if (rank == 0) fmt::print(stderr, "overlap-bench: --strategies needs more than bulk (bulk is always run)\n");
@@ -649,7 +653,7 @@ int main(int argc, char** argv) {
     if (rank == 0) fmt::print(stderr, "overlap-bench: --tp {} does not divide the {} ranks\n", o.tp, world);
     return 2;
   }
-  if (o.tp > 0 && o.tp < world && o.peers) {
+  if (o.tp > 0 && o.tp < world && o.peers && o.op != "moe") {
     // The peers run on the whole world; beside groups they would measure another problem.
     if (rank == 0) fmt::print(stderr, "overlap-bench: --tp {} < {} ranks: the peers are skipped\n", o.tp, world);
     o.peers = false;

@@ -118,7 +118,7 @@ TEST(enum_names, every_table_round_trips) {
   round_trip<overlap::ring_phases>();
   round_trip<overlap::dtype>();
   round_trip<overlap::link_class>();
-  EXPECT_EQ(overlap::enum_choices<overlap::strategy>(), "bulk|ring|bidirectional|automatic|hierarchical");
+  EXPECT_EQ(overlap::enum_choices<overlap::strategy>(), "bulk|ring|bidirectional|automatic|hierarchical|pairwise");
 }
 
 }  // namespace

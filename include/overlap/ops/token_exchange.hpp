@@ -544,7 +544,8 @@ exchange_plan<T>& prepare_exchange(context& ctx, const exchange_args<T>& x, cons
   plan_key& key = ctx.scratch().key;
   key.clear();
   append_values(key, mine);
-  key.insert(key.end(), {static_cast<int64_t>(Op::id), static_cast<int64_t>(t), backend, x.in.ld, x.out.ld,
+  // The leading dimensions are this rank's own: its datatypes and kernels.
+  key.insert(key.end(), {static_cast<int64_t>(Op::id), static_cast<int64_t>(t), backend, x.in.ld, x.w.ld, x.out.ld,
                          x.has_moved ? x.moved.ld : -1});
   const agreement<exchange_row> agreed_on = agree_or_exchange(ctx, checks, key, mine);
   auto* plan = static_cast<exchange_plan<T>*>(agreed_on.cached);
@@ -561,7 +562,8 @@ exchange_plan<T>& prepare_exchange(context& ctx, const exchange_args<T>& x, cons
     b.summary = checks.op() + " " + to_string(t) + " on " + std::to_string(b.ranks) + " ranks: " +
                 to_string(opt.strategy) + ", " + std::to_string(b.experts) + " experts per rank, " +
                 std::to_string(b.k) + " -> " + std::to_string(b.n);
-    b.schedule_words = to_string(opt.strategy);
+    b.schedule_words = b.automatic && b.automatic_is_bulk ? "bulk (automatic: one rank, or one node without a calibration)"
+                                                          : to_string(opt.strategy);
     b.automatic = opt.strategy == strategy::automatic;
     if (b.automatic && !b.automatic_is_bulk) {  // collective: every rank missed
       calibration& cal = ctx.calibration_to_complete();
