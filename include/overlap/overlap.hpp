@@ -19,6 +19,7 @@
 #include "overlap/core/matrix.hpp"
 #include "overlap/core/version.hpp"
 #include "overlap/mpi/communicator.hpp"
+#include "overlap/layers/moe.hpp"
 #include "overlap/mpi/environment.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/all_to_all_matmul.hpp"

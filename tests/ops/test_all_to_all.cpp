@@ -58,9 +58,10 @@ struct a2a_case {
   uint32_t seed = 1;
   bool with_moved = true;
   bool started = false;
+  bool transpose_w = false;  ///< the weights passed transposed (a2a_options::transpose_w)
   [[nodiscard]] std::string name() const {
     return std::string(overlap::to_string(strategy)) + ", " + std::to_string(experts) + " experts, " + to_string(how) +
-           ", pad " + std::to_string(pad) + (started ? ", started" : "");
+           ", pad " + std::to_string(pad) + (started ? ", started" : "") + (transpose_w ? ", transpose_w" : "");
   }
 };
 
@@ -112,20 +113,31 @@ void run_case(overlap::context& ctx, const a2a_case& cs) {
   auto w1_of = [&](int r) { return random_matrix<T>(E * cs.k, cs.n, cs.seed + 100 + r, cs.pad); };
   auto h_of = [&](int r) { return random_matrix<T>(counts_of(cs, R, r).received_rows(), cs.n, cs.seed + 200 + r, cs.pad); };
   auto w2_of = [&](int r) { return random_matrix<T>(E * cs.n, cs.k, cs.seed + 300 + r, cs.pad); };
-  const overlap::a2a_options opt{cs.strategy};
+  overlap::a2a_options opt{cs.strategy};
+  opt.transpose_w = cs.transpose_w;
+  // The weights as the op reads them: each expert's block transposed with transpose_w.
+  auto as_passed = [&](const matrix<T>& w, int64_t in) {
+    if (!cs.transpose_w) return w;
+    const int64_t out = w.cols;
+    matrix<T> t(E * out, in, cs.pad);
+    for (int e = 0; e < E; ++e)
+      for (int64_t i = 0; i < in; ++i)
+        for (int64_t j = 0; j < out; ++j) t(e * out + j, i) = w(e * in + i, j);
+    return t;
+  };
 
   // Dispatch: y's block (q, e) is rank q's rows for expert e of this rank times w1[e].
-  const matrix<T> x = x_of(p), w1 = w1_of(p);
+  const matrix<T> x = x_of(p), w1 = w1_of(p), w1_passed = as_passed(w1, cs.k);
   matrix<T> y(counts.received_rows(), cs.n, cs.pad), moved(counts.received_rows(), cs.k, cs.pad);
   if (cs.started) {
-    overlap::pending op = overlap::start_all_to_all_matmul(ctx, x.cview(), w1.cview(), y.view(), counts, opt);
+    overlap::pending op = overlap::start_all_to_all_matmul(ctx, x.cview(), w1_passed.cview(), y.view(), counts, opt);
     volatile double busy = 0;  // the caller's own work meanwhile
     for (int i = 0; i < 10000; ++i) busy = busy + i;
     op.wait();
   } else if (cs.with_moved) {
-    overlap::all_to_all_matmul(ctx, x.cview(), w1.cview(), y.view(), moved.view(), counts, opt);
+    overlap::all_to_all_matmul(ctx, x.cview(), w1_passed.cview(), y.view(), moved.view(), counts, opt);
   } else {
-    overlap::all_to_all_matmul(ctx, x.cview(), w1.cview(), y.view(), counts, opt);
+    overlap::all_to_all_matmul(ctx, x.cview(), w1_passed.cview(), y.view(), counts, opt);
   }
   reference ref{matrix<double>(y.rows, cs.n), matrix<double>(y.rows, cs.n)};
   for (int q = 0; q < R; ++q) {
@@ -146,7 +158,7 @@ void run_case(overlap::context& ctx, const a2a_case& cs) {
 
   // Combine: out's block (q, e) is rank q's h rows from this rank for its
   // expert e times rank q's w2[e].
-  const matrix<T> h = h_of(p), w2 = w2_of(p);
+  const matrix<T> h = h_of(p), w2 = as_passed(w2_of(p), cs.n);
   matrix<T> out(counts.sent_rows(), cs.k, cs.pad);
   if (cs.started) {
     overlap::pending op = overlap::start_matmul_all_to_all(ctx, h.cview(), w2.cview(), out.view(), counts, opt);
@@ -180,6 +192,7 @@ TYPED_TEST(all_to_all, every_strategy_and_routing_matches_the_reference) {
         cs.strategy = s, cs.experts = experts, cs.how = how, cs.seed = seed++;
         cs.with_moved = seed % 2 == 0;
         cs.pad = seed % 3 == 0 ? 3 : 0;
+        cs.transpose_w = seed % 4 == 1;
         run_case<TypeParam>(ctx, cs);
       }
 }

@@ -45,7 +45,8 @@ struct a2a_dispatch {
 ///   rows each, E = counts.experts); a token routed to several experts
 ///   appears once per expert.
 /// - w (E * K x N): this rank's experts' weights, stacked: expert e's K x N
-///   weight is rows [e * K, (e + 1) * K).
+///   weight is rows [e * K, (e + 1) * K); with a2a_options::transpose_w,
+///   E * N x K, expert e's weight transposed at rows [e * N, (e + 1) * N).
 /// - y (counts.received_rows() x N), output: the received rows times their
 ///   expert's weight, grouped by source rank q, then by local expert e
 ///   (counts.recv[q * E + e] rows each), each block in the order rank q sent
@@ -66,7 +67,7 @@ template <class T>
 void all_to_all_matmul(context& ctx, matrix_view<const T> x, matrix_view<const T> w, matrix_view<T> y,
                        const expert_counts& counts, const a2a_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  detail::exchange_call<detail::a2a_dispatch>(ctx, detail::exchange_args<T>{x, w, y, {}, false, &counts}, opt);
+  detail::exchange_call<detail::a2a_dispatch>(ctx, detail::exchange_args<T>{x, w, y, {}, false, &counts, opt.transpose_w}, opt);
 }
 
 /// As above, and also writes the received rows themselves into
@@ -76,7 +77,7 @@ template <class T>
 void all_to_all_matmul(context& ctx, matrix_view<const T> x, matrix_view<const T> w, matrix_view<T> y,
                        matrix_view<T> dispatched_out, const expert_counts& counts, const a2a_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  detail::exchange_call<detail::a2a_dispatch>(ctx, detail::exchange_args<T>{x, w, y, dispatched_out, true, &counts},
+  detail::exchange_call<detail::a2a_dispatch>(ctx, detail::exchange_args<T>{x, w, y, dispatched_out, true, &counts, opt.transpose_w},
                                               opt);
 }
 
@@ -91,7 +92,7 @@ template <class T>
                                               matrix_view<T> y, const expert_counts& counts,
                                               const a2a_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  return detail::exchange_start<detail::a2a_dispatch>(ctx, detail::exchange_args<T>{x, w, y, {}, false, &counts},
+  return detail::exchange_start<detail::a2a_dispatch>(ctx, detail::exchange_args<T>{x, w, y, {}, false, &counts, opt.transpose_w},
                                                       opt);
 }
 

@@ -44,7 +44,8 @@ struct a2a_combine {
 ///   in all_to_all_matmul's output order (by source rank q, then local
 ///   expert e, counts.recv[q * E + e] rows each).
 /// - w (E * F x K): this rank's experts' weights, stacked: expert e's F x K
-///   weight is rows [e * F, (e + 1) * F).
+///   weight is rows [e * F, (e + 1) * F); with a2a_options::transpose_w,
+///   E * K x F, expert e's weight transposed at rows [e * K, (e + 1) * K).
 /// - out (counts.sent_rows() x K), output: row i is the product for row i
 ///   of the x that all_to_all_matmul dispatched with the same counts (by
 ///   destination rank q, then q's expert e, counts.send[q * E + e] rows
@@ -58,7 +59,7 @@ template <class T>
 void matmul_all_to_all(context& ctx, matrix_view<const T> h, matrix_view<const T> w, matrix_view<T> out,
                        const expert_counts& counts, const a2a_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  detail::exchange_call<detail::a2a_combine>(ctx, detail::exchange_args<T>{h, w, out, {}, false, &counts}, opt);
+  detail::exchange_call<detail::a2a_combine>(ctx, detail::exchange_args<T>{h, w, out, {}, false, &counts, opt.transpose_w}, opt);
 }
 
 /// matmul_all_to_all, started (see start_all_to_all_matmul): out is
@@ -68,7 +69,7 @@ template <class T>
                                               matrix_view<T> out, const expert_counts& counts,
                                               const a2a_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  return detail::exchange_start<detail::a2a_combine>(ctx, detail::exchange_args<T>{h, w, out, {}, false, &counts},
+  return detail::exchange_start<detail::a2a_combine>(ctx, detail::exchange_args<T>{h, w, out, {}, false, &counts, opt.transpose_w},
                                                      opt);
 }
 

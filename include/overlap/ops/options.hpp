@@ -146,6 +146,10 @@ struct ar_options {
 /// counts; bulk on one rank, and on one node without a calibration).
 struct a2a_options {
   overlap::strategy strategy = overlap::strategy::automatic;  ///< bulk, pairwise or automatic; must agree
+  /// w holds each expert's weight transposed (this rank's own layout): w is
+  /// E * N x K, expert e's N x K block at rows [e * N, (e + 1) * N), read as
+  /// its transpose (the backward pass's product with the forward's weight).
+  bool transpose_w = false;
 };
 
 }  // namespace overlap

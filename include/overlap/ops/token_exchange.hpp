@@ -64,11 +64,15 @@ namespace overlap::detail {
 template <class T>
 struct exchange_args {
   matrix_view<const T> in;  ///< the rows this rank holds (dispatch: by send counts; combine: by recv counts)
-  matrix_view<const T> w;   ///< the local experts' weights, stacked: expert e's are rows [e * in.cols, (e + 1) * in.cols)
+  /// The local experts' weights, stacked: expert e's k x n weight is rows
+  /// [e * k, (e + 1) * k) (k = in.cols, n = out.cols), or with transpose_w
+  /// its n x k transpose is rows [e * n, (e + 1) * n).
+  matrix_view<const T> w;
   matrix_view<T> out;       ///< the products' rows (dispatch: by recv counts; combine: by send counts)
   matrix_view<T> moved;     ///< dispatch: where the received rows land, when has_moved
   bool has_moved = false;
   const expert_counts* counts = nullptr;
+  bool transpose_w = false;
 };
 
 /// What an all-to-all op tells the shared code about itself, as a traits
@@ -84,7 +88,7 @@ struct exchange_row {
   static constexpr std::array<agreed_field<exchange_row>, 6> agreed{{
       {"expert_counts.experts", &exchange_row::experts, field_scope::plain},
       {"the width of the input (its cols)", &exchange_row::k, field_scope::plain},
-      {"the width of the output (the weights' cols)", &exchange_row::n, field_scope::plain},
+      {"the width of the output (its cols)", &exchange_row::n, field_scope::plain},
       {"strategy", &exchange_row::strategy},
       {"phases", &exchange_row::phases, field_scope::setting},
       {"automatic", &exchange_row::automatic, field_scope::setting},
@@ -148,6 +152,7 @@ template <class T>
 struct exchange_plan final : plan_base {
   int ranks = 1, rank = 0, experts = 1;
   int64_t k = 0, n = 0;
+  bool transpose_w = false;
   overlap::strategy asked = overlap::strategy::automatic;
   bool automatic_is_bulk = true;
   std::optional<link_rates> links;  ///< automatic's model inputs (none: automatic is bulk)
@@ -169,7 +174,7 @@ template <class T>
 void expert_gemm(context& ctx, exchange_plan<T>& plan, int64_t m, const T* a, int64_t lda, const T* b, int64_t ldb,
                  T* c, int64_t ldc) {
   if (m == 0 || plan.n == 0) return;
-  gemm_desc d = gemm_desc::shape(m, plan.n, plan.k).strides(lda, ldb, ldc);
+  gemm_desc d = gemm_desc::shape(m, plan.n, plan.k).strides(lda, ldb, ldc).transposed(false, plan.transpose_w);
   d.types(dtype_of<T>(), dtype_of<T>());
   const gemm_operands io = gemm_operands().a(a).b(b).c(c);
   if (run_degenerate(d, io)) return;
@@ -195,7 +200,8 @@ void peer_products(context& ctx, exchange_plan<T>& plan, const exchange_args<T>&
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = plan.off.recv[size_t(q) * size_t(E) + size_t(e)] - first;
     const int64_t m = plan.off.recv[size_t(q) * size_t(E) + size_t(e) + 1] - first - r0;
-    expert_gemm(ctx, plan, m, src + (src_row0 + r0) * src_ld, src_ld, x.w.data + int64_t(e) * plan.k * x.w.ld,
+    const int64_t w_rows = plan.transpose_w ? plan.n : plan.k;  // rows of one expert's block of w
+    expert_gemm(ctx, plan, m, src + (src_row0 + r0) * src_ld, src_ld, x.w.data + int64_t(e) * w_rows * x.w.ld,
                 x.w.ld, dst + (dst_row0 + r0) * dst_ld, dst_ld);
   }
 }
@@ -480,7 +486,7 @@ void check_exchange(const context& ctx, arg_checks& checks, const exchange_args<
   const bool dispatch = Op::what == travels::input;
   const int64_t in_rows = dispatch ? c.sent_rows() : c.received_rows();
   const int64_t out_rows = dispatch ? c.received_rows() : c.sent_rows();
-  const int64_t k = x.in.cols, n = x.w.cols;
+  const int64_t k = x.in.cols, n = x.out.cols;
   auto shape = [&](const char* name, const auto& v, int64_t rows, int64_t cols, const char* why) {
     checks.require(v.rows == rows && v.cols == cols, [&] {
       return std::string(name) + " must be " + std::to_string(rows) + " x " + std::to_string(cols) + " (" + why +
@@ -488,7 +494,10 @@ void check_exchange(const context& ctx, arg_checks& checks, const exchange_args<
     });
   };
   shape(Op::in_name, x.in, in_rows, k, dispatch ? "the rows the counts send" : "the rows the counts receive");
-  shape("w", x.w, int64_t(E) * k, n, "experts stacked, each input width x output width");
+  if (x.transpose_w)
+    shape("w", x.w, int64_t(E) * n, k, "transpose_w: experts stacked, each output width x input width");
+  else
+    shape("w", x.w, int64_t(E) * k, n, "experts stacked, each input width x output width");
   shape(Op::out_name, x.out, out_rows, n, dispatch ? "the rows the counts receive" : "the rows the counts send");
   if (x.has_moved) shape("dispatched_out", x.moved, out_rows, k, "the rows the counts receive");
 }
@@ -537,7 +546,7 @@ exchange_plan<T>& prepare_exchange(context& ctx, const exchange_args<T>& x, cons
   const int backend = checked_backend<T>(ctx, checks);
   const exchange_row mine{x.counts->experts,
                           x.in.cols,
-                          x.w.cols,
+                          x.out.cols,
                           static_cast<int64_t>(opt.strategy),
                           static_cast<int64_t>(ctx.config().phases),
                           static_cast<int64_t>(ctx.config().automatic)};
@@ -546,7 +555,7 @@ exchange_plan<T>& prepare_exchange(context& ctx, const exchange_args<T>& x, cons
   append_values(key, mine);
   // The leading dimensions are this rank's own: its datatypes and kernels.
   key.insert(key.end(), {static_cast<int64_t>(Op::id), static_cast<int64_t>(t), backend, x.in.ld, x.w.ld, x.out.ld,
-                         x.has_moved ? x.moved.ld : -1});
+                         x.has_moved ? x.moved.ld : -1, x.transpose_w ? 1 : 0});
   const agreement<exchange_row> agreed_on = agree_or_exchange(ctx, checks, key, mine);
   auto* plan = static_cast<exchange_plan<T>*>(agreed_on.cached);
   if (plan == nullptr) {
@@ -555,6 +564,7 @@ exchange_plan<T>& prepare_exchange(context& ctx, const exchange_args<T>& x, cons
     exchange_plan<T>& b = *built;
     b.ranks = ctx.size(), b.rank = ctx.rank(), b.experts = static_cast<int>(mine.experts), b.k = mine.k, b.n = mine.n;
     b.asked = opt.strategy;
+    b.transpose_w = x.transpose_w;
     schedule_request req;
     req.strategy = opt.strategy;
     b.automatic_is_bulk = allowed(ctx, req).automatic_is_bulk;
