@@ -213,25 +213,47 @@ matrix_view<T> moved_rows(exchange_plan<T>& plan, const exchange_args<T>& x) {
   return {plan.moved.data(), plan.off.recv.back(), plan.k, plan.k};
 }
 
-/// The pairwise exchange on the ring engine (engine/ring.hpp): R steps, one
-/// peer each; every transfer names its peer. Dispatch: step t computes on
-/// the block from rank p - t (its own first, read in place), whose receive
-/// was posted a step ahead, and sends rank p + t + 1 its block for step
-/// t + 1. Combine: step t computes the block for rank p + t + 1 (its own
-/// last, straight into the output), and sends the block computed at the
-/// step before; the returned blocks complete by the end. No buffer is
-/// rewritten while it travels (each peer's block has its own rows), so
-/// sends may stay in flight to the end.
+/// The peers of a pairwise exchange's step: at distance s, lane 0 sends to
+/// rank p + s and receives from p - s, lane 1 the other way, so that both
+/// directions of every link of a ring (or torus) carry data at every step;
+/// on a switch each rank sends two blocks and receives two. Distances
+/// 1 .. R / 2 cover every peer; where p + s is p - s (R even, s = R / 2)
+/// lane 1 has nothing to move.
+struct pairwise_peers {
+  int ranks = 1, rank = 0;
+  [[nodiscard]] int distances() const { return ranks / 2; }
+  [[nodiscard]] int at(int offset) const { return ((rank + offset) % ranks + ranks) % ranks; }
+  /// Whether lane l moves a block at distance s.
+  [[nodiscard]] bool active(int s, int l) const { return s >= 1 && s <= distances() && (l == 0 || 2 * s != ranks); }
+  [[nodiscard]] int to(int s, int l) const { return at(l == 0 ? s : -s); }
+  [[nodiscard]] int from(int s, int l) const { return at(l == 0 ? -s : s); }
+};
+
+/// The pairwise exchange on the ring engine (engine/ring.hpp): 1 + R / 2
+/// steps, every transfer naming its peer (pairwise_peers: two lanes, one
+/// per direction). Dispatch: step 0 computes this rank's own block, read in
+/// place; step s computes the blocks from ranks p - s and p + s, whose
+/// receives were posted a step ahead, and sends the blocks for distance
+/// s + 1. Combine: step t computes the blocks for ranks p + t + 1 and
+/// p - t - 1 and sends them at the next step; the last step computes this
+/// rank's own, straight into the output, and the returned blocks complete
+/// by the end. No buffer is rewritten while it travels (each peer's block
+/// has rows of its own), so sends may stay in flight to the end.
 template <class T>
 class pairwise_pattern {
  public:
   pairwise_pattern(context& ctx, exchange_plan<T>& plan, const exchange_args<T>& x, travels what)
-      : ctx_(ctx), plan_(plan), x_(x), what_(what), moved_(what == travels::input ? moved_rows(plan, x) : matrix_view<T>{}) {}
-  [[nodiscard]] int steps() const { return plan_.ranks; }
-  [[nodiscard]] engine::ring_window window() const { return {1, plan_.ranks}; }
-  [[nodiscard]] engine::transfer recv(int u, int /*lane*/) const {
-    if (u == 0) return {};
-    const int q = peer(-u), E = plan_.experts;
+      : ctx_(ctx),
+        plan_(plan),
+        x_(x),
+        what_(what),
+        peers_{plan.ranks, plan.rank},
+        moved_(what == travels::input ? moved_rows(plan, x) : matrix_view<T>{}) {}
+  [[nodiscard]] int steps() const { return 1 + peers_.distances(); }
+  [[nodiscard]] engine::ring_window window() const { return {1, steps()}; }
+  [[nodiscard]] engine::transfer recv(int u, int lane) const {
+    if (!peers_.active(u, lane)) return {};
+    const int q = peers_.from(u, lane), E = plan_.experts;
     if (what_ == travels::input) {
       const int64_t rows = block_offsets::rows(plan_.off.recv, q, E);
       if (rows == 0) return {};
@@ -242,20 +264,20 @@ class pairwise_pattern {
     if (rows == 0) return {};
     // Nothing computes on a returned block: it completes by the end.
     return {x_.out.data + block_offsets::at(plan_.off.send, q, E) * x_.out.ld, plan_.out_rows.type(),
-            plan_.out_rows.count(rows), q, plan_.ranks};
+            plan_.out_rows.count(rows), q, steps()};
   }
-  [[nodiscard]] engine::transfer send(int t, int /*lane*/) {
+  [[nodiscard]] engine::transfer send(int t, int lane) {
     const int E = plan_.experts;
+    // Dispatch sends what the peer computes at step t + 1; combine what this rank computed at step t - 1.
+    const int s = what_ == travels::input ? t + 1 : t;
+    if (!peers_.active(s, lane)) return {};
+    const int q = peers_.to(s, lane);
     if (what_ == travels::input) {
-      if (t + 1 >= plan_.ranks) return {};
-      const int q = peer(t + 1);
       const int64_t rows = block_offsets::rows(plan_.off.send, q, E);
       if (rows == 0) return {};
       return {const_cast<T*>(x_.in.data) + block_offsets::at(plan_.off.send, q, E) * x_.in.ld,
               plan_.in_rows.type(), plan_.in_rows.count(rows), q};
     }
-    if (t == 0) return {};
-    const int q = peer(t);  // computed at step t - 1
     const int64_t rows = block_offsets::rows(plan_.off.recv, q, E);
     if (rows == 0) return {};
     return {plan_.staged.data() + block_offsets::at(plan_.off.recv, q, E) * plan_.n, plan_.staged_rows.type(),
@@ -263,29 +285,32 @@ class pairwise_pattern {
   }
   void compute(int t) {
     const int E = plan_.experts, p = plan_.rank;
-    if (what_ == travels::input) {
-      const int q = peer(-t);
-      const int64_t to = block_offsets::at(plan_.off.recv, q, E);
-      if (q != p) {
-        peer_products(ctx_, plan_, x_, q, static_cast<const T*>(moved_.data), moved_.ld, to, x_.out.data, x_.out.ld, to);
-        return;
-      }
-      // This rank's own block is read where it is; the caller's moved gets a copy.
-      const int64_t from = block_offsets::at(plan_.off.send, p, E);
-      if (x_.has_moved) copy_rows(x_.in, from, moved_, to, block_offsets::rows(plan_.off.send, p, E));
-      peer_products(ctx_, plan_, x_, p, x_.in.data + from * x_.in.ld, x_.in.ld, 0, x_.out.data + to * x_.out.ld,
+    const bool own = what_ == travels::input ? t == 0 : t == steps() - 1;
+    if (own) {
+      // This rank's own block is read where it is (dispatch: in x, whose copy goes to the caller's moved).
+      const int64_t sent_at = block_offsets::at(plan_.off.send, p, E), recv_at = block_offsets::at(plan_.off.recv, p, E);
+      const int64_t in_at = what_ == travels::input ? sent_at : recv_at;
+      const int64_t out_at = what_ == travels::input ? recv_at : sent_at;
+      if (what_ == travels::input && x_.has_moved)
+        copy_rows(x_.in, sent_at, moved_, recv_at, block_offsets::rows(plan_.off.send, p, E));
+      peer_products(ctx_, plan_, x_, p, x_.in.data + in_at * x_.in.ld, x_.in.ld, 0, x_.out.data + out_at * x_.out.ld,
                     x_.out.ld, 0);
       return;
     }
-    const int q = t + 1 < plan_.ranks ? peer(t + 1) : p;
-    const int64_t from = block_offsets::at(plan_.off.recv, q, E);
-    if (q != p) {
-      peer_products(ctx_, plan_, x_, q, x_.in.data, x_.in.ld, from, plan_.staged.data(), plan_.n, from);
-      return;
+    const int s = what_ == travels::input ? t : t + 1;
+    for (int l = 0; l < 2; ++l) {
+      if (!peers_.active(s, l)) continue;
+      if (what_ == travels::input) {
+        const int q = peers_.from(s, l);
+        const int64_t at = block_offsets::at(plan_.off.recv, q, E);
+        peer_products(ctx_, plan_, x_, q, static_cast<const T*>(moved_.data), moved_.ld, at, x_.out.data, x_.out.ld,
+                      at);
+      } else {
+        const int q = peers_.to(s, l);
+        const int64_t at = block_offsets::at(plan_.off.recv, q, E);
+        peer_products(ctx_, plan_, x_, q, x_.in.data, x_.in.ld, at, plan_.staged.data(), plan_.n, at);
+      }
     }
-    const int64_t to = block_offsets::at(plan_.off.send, p, E);
-    peer_products(ctx_, plan_, x_, p, x_.in.data + from * x_.in.ld, x_.in.ld, 0, x_.out.data + to * x_.out.ld,
-                  x_.out.ld, 0);
   }
 
   /// `rows` rows of `src` from row r0 into `dst` from row d0.
@@ -297,13 +322,11 @@ class pairwise_pattern {
   }
 
  private:
-  [[nodiscard]] int peer(int offset) const {
-    return ((plan_.rank + offset) % plan_.ranks + plan_.ranks) % plan_.ranks;
-  }
   context& ctx_;
   exchange_plan<T>& plan_;
   const exchange_args<T>& x_;
   travels what_;
+  pairwise_peers peers_;
   matrix_view<T> moved_;
 };
 
@@ -377,9 +400,7 @@ work exchange_work(const exchange_plan<T>& plan, travels what, bool pairwise) {
     }
     return g;
   };
-  auto peer = [&](int offset) { return ((p + offset) % R + R) % R; };
-  // Rows moved to and from q: dispatch sends by send counts and receives by
-  // recv counts; combine the other way.
+  const pairwise_peers peers{R, p};
   auto sent = [&](int q) {
     return double(block_offsets::rows(what == travels::input ? o.send : o.recv, q, E)) * row_bytes;
   };
@@ -399,19 +420,28 @@ work exchange_work(const exchange_plan<T>& plan, travels what, bool pairwise) {
     return w;
   }
   w.ring = true;
-  w.lanes = 1;
+  w.lanes = R >= 3 ? 2 : 1;
   w.output_moves = what == travels::output;
-  for (int t = 0; t < R; ++t) {
-    ring_step_work s;
-    if (what == travels::input) {
-      s.products = products(peer(-t));
-      if (t > 0) s.recv = got(peer(-t)), s.moved += s.recv;
-      if (t + 1 < R) s.moved += sent(peer(t + 1));
-    } else {
-      s.products = products(t + 1 < R ? peer(t + 1) : p);
-      if (t > 0) s.recv = got(peer(-t)), s.moved += s.recv + sent(peer(t));
+  const int steps = 1 + peers.distances();
+  for (int t = 0; t < steps; ++t) {
+    ring_step_work st;
+    const bool own = what == travels::input ? t == 0 : t == steps - 1;
+    if (own) st.products = products(p);
+    // The blocks this step computes (dispatch: arrived; combine: to leave
+    // at the next step), and the blocks its transfers move.
+    const int computed = what == travels::input ? t : t + 1, moving_out = what == travels::input ? t + 1 : t;
+    for (int l = 0; l < 2; ++l) {
+      if (!own && peers.active(computed, l)) {
+        const int q = what == travels::input ? peers.from(computed, l) : peers.to(computed, l);
+        for (const gemm_work& g : products(q)) st.products.push_back(g);
+      }
+      if (peers.active(moving_out, l)) st.moved += sent(peers.to(moving_out, l));
+      if (peers.active(t, l)) {
+        const double in = got(peers.from(t, l));
+        st.recv = std::max(st.recv, in), st.moved += in;
+      }
     }
-    w.ring_steps.push_back(std::move(s));
+    w.ring_steps.push_back(std::move(st));
   }
   return w;
 }
@@ -616,7 +646,7 @@ template <class Op, class T>
 void run_exchange(context& ctx, exchange_plan<T>& plan, const exchange_args<T>& x) {
   if (plan.runs == strategy::pairwise) {
     pairwise_pattern<T> pattern(ctx, plan, x, Op::what);
-    run_on_ring(ctx, plan, pattern, op_info<Op::id>::tags, 1);
+    run_on_ring(ctx, plan, pattern, op_info<Op::id>::tags, 2);
     return;
   }
   run_bulk_exchange(ctx, plan, x, Op::what);
