@@ -583,8 +583,9 @@ int main(int argc, char** argv) {
   o.op = flags.front();
   // The mixture-of-experts step has its own run (common/moe_bench.hpp), not a variant of C = A @ B.
   flags.emplace_back("moe");
-  op_help += ", moe (all_to_all_matmul + matmul_all_to_all: dispatch, experts, combine; -m tokens of a group, "
-             "-k model width, -n expert ffn width)";
+  op_help +=
+      ", moe (all_to_all_matmul + matmul_all_to_all: dispatch, experts, combine; -m tokens of a group, "
+      "-k model width, -n expert ffn width)";
   app.add_option("--op", o.op, op_help)->check(CLI::IsMember(flags));
   app.add_option("--experts", o.experts, "--op moe: experts of a group in all (a multiple of its ranks)")
       ->check(CLI::PositiveNumber);
@@ -597,17 +598,18 @@ int main(int argc, char** argv) {
   app.add_option("-n", o.n, "global N")->check(CLI::PositiveNumber);
   app.add_option("-k", o.k, "global K, the contracting dimension")->check(CLI::PositiveNumber);
   app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember(overlap::enum_name_list<overlap::dtype>()));
-  CLI::Option* strategies = app.add_option(
-         "--strategies", o.strategies,
-         "strategies to compare with bulk (always measured): ring, bidirectional, others (bulk moving the "
-         "other operands), hierarchical (two levels on nodes of several ranks), automatic (the library's choice); "
-         "--op moe: pairwise, automatic (its default)")
-      ->check(CLI::IsMember([] {
-        std::vector<std::string> names = overlap::enum_name_list<overlap::strategy>();
-        names.emplace_back("others");  // a label of overlap-bench: bulk moving the other operands
-        return names;
-      }()))
-      ->delimiter(',');
+  CLI::Option* strategies =
+      app.add_option(
+             "--strategies", o.strategies,
+             "strategies to compare with bulk (always measured): ring, bidirectional, others (bulk moving the "
+             "other operands), hierarchical (two levels on nodes of several ranks), automatic (the library's choice); "
+             "--op moe: pairwise, automatic (its default)")
+          ->check(CLI::IsMember([] {
+            std::vector<std::string> names = overlap::enum_name_list<overlap::strategy>();
+            names.emplace_back("others");  // a label of overlap-bench: bulk moving the other operands
+            return names;
+          }()))
+          ->delimiter(',');
   app.add_flag("!--no-peers", o.peers,
                "skip the peers: the hand-written non-blocking-collective pipeline and ScaLAPACK");
   app.add_flag("!--no-check", o.check,

@@ -74,8 +74,8 @@ class moe_bench {
         E_(s.experts / R_),
         printer_(world_rank() == 0) {
     if (s.experts % R_ != 0 || s.experts < R_)
-      throw std::invalid_argument(fmt::format("--experts {} must be a positive multiple of the {} ranks of a group",
-                                              s.experts, R_));
+      throw std::invalid_argument(
+          fmt::format("--experts {} must be a positive multiple of the {} ranks of a group", s.experts, R_));
     if (s.topk < 1 || s.topk > s.experts || (s.skew == "hot" && (s.experts < 2 || s.topk > s.experts - 1)))
       throw std::invalid_argument(fmt::format("--topk {} does not fit {} experts{}", s.topk, s.experts,
                                               s.skew == "hot" ? " (hot: at most experts - 1)" : ""));
@@ -172,10 +172,8 @@ class moe_bench {
     return [this, &ctx, s] {
       const int64_t K = s_.width, F = s_.ffn, S = counts_.sent_rows(), V = counts_.received_rows();
       const overlap::a2a_options opt{s};
-      overlap::all_to_all_matmul<T>(ctx, {x_.data(), S, K}, {w1_.data(), E_ * K, F}, {h_.data(), V, F}, counts_,
-                                    opt);
-      overlap::matmul_all_to_all<T>(ctx, {h_.data(), V, F}, {w2_.data(), E_ * F, K}, {out_.data(), S, K}, counts_,
-                                    opt);
+      overlap::all_to_all_matmul<T>(ctx, {x_.data(), S, K}, {w1_.data(), E_ * K, F}, {h_.data(), V, F}, counts_, opt);
+      overlap::matmul_all_to_all<T>(ctx, {h_.data(), V, F}, {w2_.data(), E_ * F, K}, {out_.data(), S, K}, counts_, opt);
     };
   }
 
@@ -191,13 +189,15 @@ class moe_bench {
       std::vector<double> hrow(size_t(F), 0.0);
       for (int64_t j = 0; j < K; ++j) {
         const double xv = double(from_float<T>(global_value(token, j, 1)));
-        for (int64_t f = 0; f < F; ++f) hrow[size_t(f)] += xv * double(from_float<T>(global_value(g * K + j, f, 3) / 8));
+        for (int64_t f = 0; f < F; ++f)
+          hrow[size_t(f)] += xv * double(from_float<T>(global_value(g * K + j, f, 3) / 8));
       }
       if (std::is_same_v<T, overlap::bfloat16>)  // h travels in T
         for (double& v : hrow) v = double(from_float<T>(float(v)));
       for (int64_t c = 0; c < K; ++c) {
         double ref = 0;
-        for (int64_t f = 0; f < F; ++f) ref += hrow[size_t(f)] * double(from_float<T>(global_value(g * F + f, c, 4) / 8));
+        for (int64_t f = 0; f < F; ++f)
+          ref += hrow[size_t(f)] * double(from_float<T>(global_value(g * F + f, c, 4) / 8));
         num = std::max(num, std::abs(double(out_[size_t(r * K + c)]) - ref));
         den = std::max(den, std::abs(ref));
       }
@@ -210,7 +210,8 @@ class moe_bench {
     MPI_Allreduce(&err, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (!(worst <= tolerance<T>())) {
       ++wrong_;
-      if (printer_) fmt::print(stderr, "overlap-bench: moe {} gives a wrong result (max rel err {:.3e})\n", name, worst);
+      if (printer_)
+        fmt::print(stderr, "overlap-bench: moe {} gives a wrong result (max rel err {:.3e})\n", name, worst);
     }
     return worst;
   }
@@ -247,14 +248,14 @@ class moe_bench {
     fmt::print("{}\n", provenance_line());
     fmt::print("most tokens on a rank {}, most rows an expert rank receives {} (mean {})\n", most_tokens_,
                most_received_, s_.tokens * s_.topk / R_);
-    fmt::print("median of {} iterations of the slowest rank; limit = max(compute only, comm only) of {}\n\n",
-               s_.iters, names_[reference()]);
+    fmt::print("median of {} iterations of the slowest rank; limit = max(compute only, comm only) of {}\n\n", s_.iters,
+               names_[reference()]);
     fmt::print("{:<14}{:>10}{:>10}{:>10}{:>10}{:>12}{:>12}{:>13}\n", "strategy", "ms", "GFLOP/s", "x bulk", "/ limit",
                "compute", "comm", "max rel err");
     for (size_t i = 0; i < names_.size(); ++i)
       fmt::print("{:<14}{:>10.2f}{:>10.1f}{:>10.3f}{:>10.3f}{:>12.2f}{:>12.2f}{:>13.2e}\n", names_[i], times_[i],
-                 flops() / times_[i] / 1e6, times_[0] / times_[i], times_[i] / limit(), compute_only_[i],
-                 comm_only_[i], errors_[i]);
+                 flops() / times_[i] / 1e6, times_[0] / times_[i], times_[i] / limit(), compute_only_[i], comm_only_[i],
+                 errors_[i]);
     const std::string c = chosen();
     if (!c.empty()) fmt::print("automatic: {}\n", c);
   }
@@ -265,43 +266,43 @@ class moe_bench {
     const size_t ref = reference();
     for (size_t i = 0; i < names_.size(); ++i) {
       auto optional_ms = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
-      // The share of the pairwise schedule's transfers that its step hides.
-      const double hidden = comm_only_[ref] > 0
-                                ? (compute_only_[ref] + comm_only_[ref] - times_[i]) / comm_only_[ref]
-                                : std::nan("");
-      nlohmann::json row{
-          {"op", "moe"},
-          {"variant", "dispatch+combine"},
-          {"strategy", names_[i]},
-          {"dtype", to_string(overlap::dtype_of<T>())},
-          {"ranks", R_},
-          {"tensor_groups", mesh_.size("dp")},
-          {"m", s_.tokens},
-          {"n", s_.ffn},
-          {"k", s_.width},
-          {"experts", s_.experts},
-          {"experts_per_rank", E_},
-          {"topk", s_.topk},
-          {"skew", s_.skew},
-          {"tokens_per_rank", s_.tokens / R_},
-          {"most_tokens_per_rank", most_tokens_},
-          {"most_received_rows", most_received_},
-          {"time_ms", times_[i]},
-          {"compute_only_ms", compute_only_[ref]},
-          {"comm_only_ms", comm_only_[ref]},
-          {"bulk_ms", times_[0]},
-          {"speedup_vs_bulk", times_[0] / times_[i]},
-          {"limit_ms", limit()},
-          {"ratio_to_limit", times_[i] / limit()},
-          {"hidden_fraction", std::isnan(hidden) ? nlohmann::json(nullptr) : nlohmann::json(hidden)},
-          {"own_compute_only_ms", optional_ms(compute_only_[i])},
-          {"own_comm_only_ms", optional_ms(comm_only_[i])},
-          {"max_rel_err", std::isnan(errors_[i]) ? nlohmann::json(nullptr) : nlohmann::json(errors_[i])},
-          {"checked", !std::isnan(errors_[i])},
-          {"schedule", names_[i] == "automatic" ? nlohmann::json(chosen()) : nlohmann::json(nullptr)},
-          {"transport", transport_label(s_.transport, "unlabelled")},
-          {"nodes", full_.nodes()},
-          {"iterations", s_.iters}};
+      // The share of its transfers that a row's step hides: its own halves
+      // (automatic, which has none, the reference schedule's).
+      const size_t h = compute_only_[i] >= 0 ? i : ref;
+      const double hidden =
+          comm_only_[h] > 0 ? (compute_only_[h] + comm_only_[h] - times_[i]) / comm_only_[h] : std::nan("");
+      nlohmann::json row{{"op", "moe"},
+                         {"variant", "dispatch+combine"},
+                         {"strategy", names_[i]},
+                         {"dtype", to_string(overlap::dtype_of<T>())},
+                         {"ranks", R_},
+                         {"tensor_groups", mesh_.size("dp")},
+                         {"m", s_.tokens},
+                         {"n", s_.ffn},
+                         {"k", s_.width},
+                         {"experts", s_.experts},
+                         {"experts_per_rank", E_},
+                         {"topk", s_.topk},
+                         {"skew", s_.skew},
+                         {"tokens_per_rank", s_.tokens / R_},
+                         {"most_tokens_per_rank", most_tokens_},
+                         {"most_received_rows", most_received_},
+                         {"time_ms", times_[i]},
+                         {"compute_only_ms", compute_only_[ref]},
+                         {"comm_only_ms", comm_only_[ref]},
+                         {"bulk_ms", times_[0]},
+                         {"speedup_vs_bulk", times_[0] / times_[i]},
+                         {"limit_ms", limit()},
+                         {"ratio_to_limit", times_[i] / limit()},
+                         {"hidden_fraction", std::isnan(hidden) ? nlohmann::json(nullptr) : nlohmann::json(hidden)},
+                         {"own_compute_only_ms", optional_ms(compute_only_[i])},
+                         {"own_comm_only_ms", optional_ms(comm_only_[i])},
+                         {"max_rel_err", std::isnan(errors_[i]) ? nlohmann::json(nullptr) : nlohmann::json(errors_[i])},
+                         {"checked", !std::isnan(errors_[i])},
+                         {"schedule", names_[i] == "automatic" ? nlohmann::json(chosen()) : nlohmann::json(nullptr)},
+                         {"transport", transport_label(s_.transport, "unlabelled")},
+                         {"nodes", full_.nodes()},
+                         {"iterations", s_.iters}};
       row.update(provenance);
       out << row.dump() << "\n";
     }

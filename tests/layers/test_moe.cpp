@@ -44,7 +44,7 @@ struct problem {
 };
 
 struct reference_grads {
-  matrix<double> y, dx, router;  ///< this rank's
+  matrix<double> y, dx, router;        ///< this rank's
   std::vector<matrix<double>> w1, w2;  ///< every rank's experts
 };
 
@@ -71,7 +71,8 @@ reference_grads reference(const problem& pb, int me) {
       std::vector<double> gate(size_t(pb.topk)), dgate(size_t(pb.topk));
       double sum = 0;
       for (int j = 0; j < pb.topk; ++j) sum += std::exp(l[size_t(order[size_t(j)])] - l[size_t(order[0])]);
-      for (int j = 0; j < pb.topk; ++j) gate[size_t(j)] = std::exp(l[size_t(order[size_t(j)])] - l[size_t(order[0])]) / sum;
+      for (int j = 0; j < pb.topk; ++j)
+        gate[size_t(j)] = std::exp(l[size_t(order[size_t(j)])] - l[size_t(order[0])]) / sum;
       for (int j = 0; j < pb.topk; ++j) {
         const int g = order[size_t(j)], q = g / pb.E, e = g % pb.E;
         std::vector<double> u(static_cast<size_t>(F), 0), h(static_cast<size_t>(F)), o(static_cast<size_t>(K), 0);
@@ -94,7 +95,8 @@ reference_grads reference(const problem& pb, int me) {
           }
         for (int64_t f = 0; f < F; ++f) {
           const double uf = u[size_t(f)];
-          const double grad = 0.5 * (1 + std::erf(uf / std::sqrt(2.0))) + uf * std::exp(-0.5 * uf * uf) / std::sqrt(2 * M_PI);
+          const double grad =
+              0.5 * (1 + std::erf(uf / std::sqrt(2.0))) + uf * std::exp(-0.5 * uf * uf) / std::sqrt(2 * M_PI);
           const double du = dh[size_t(f)] * grad;
           for (int64_t i = 0; i < K; ++i) {
             out.w1[size_t(q)](e * K + i, f) += x(t, i) * du;
@@ -144,8 +146,9 @@ TEST_P(moe_layer, forward_and_every_gradient_match_the_reference) {
   const int R = ctx.size(), p = ctx.rank();
   const problem pb{R, cs.experts, cs.experts * R, std::min(cs.topk, cs.experts * R), 8, 6, 11};
   overlap::layers::moe_options opt;
+  opt.width = pb.K, opt.ffn = pb.F;
   opt.experts_per_rank = cs.experts, opt.topk = pb.topk, opt.strategy = cs.strategy;
-  overlap::layers::moe_mlp<double> layer(ctx, pb.K, pb.F, opt);
+  overlap::layers::moe_mlp<double> layer(ctx, opt);
   const matrix<double> x = pb.x(p), dy = pb.dy(p), wr = pb.router(), w1 = pb.w1(p), w2 = pb.w2(p);
   const overlap::layers::moe_weights<double> w{wr.cview(), w1.cview(), w2.cview()};
   matrix<double> y(x.rows, pb.K), dx(x.rows, pb.K), gr(pb.K, pb.G), g1(pb.E * pb.K, pb.F), g2(pb.E * pb.F, pb.K);
@@ -175,7 +178,8 @@ INSTANTIATE_TEST_SUITE_P(cases, moe_layer,
                                            moe_case{3, 2, overlap::strategy::automatic}),
                          [](const auto& param_info) {
                            return std::to_string(param_info.param.experts) + "experts_top" +
-                                  std::to_string(param_info.param.topk) + "_" + overlap::to_string(param_info.param.strategy);
+                                  std::to_string(param_info.param.topk) + "_" +
+                                  overlap::to_string(param_info.param.strategy);
                          });
 
 TEST(moe_layer_float, matches_the_double_reference) {
@@ -183,8 +187,9 @@ TEST(moe_layer_float, matches_the_double_reference) {
   const int R = ctx.size(), p = ctx.rank();
   const problem pb{R, 2, 2 * R, std::min(2, 2 * R), 8, 6, 21};
   overlap::layers::moe_options opt;
+  opt.width = pb.K, opt.ffn = pb.F;
   opt.experts_per_rank = 2, opt.topk = pb.topk, opt.strategy = overlap::strategy::pairwise;
-  overlap::layers::moe_mlp<float> layer(ctx, pb.K, pb.F, opt);
+  overlap::layers::moe_mlp<float> layer(ctx, opt);
   auto to_float = [](const matrix<double>& m) {
     matrix<float> f(m.rows, m.cols);
     for (int64_t i = 0; i < m.rows; ++i)
@@ -217,15 +222,15 @@ TEST(moe_layer_errors, bad_input_on_one_rank_fails_on_every_rank) {
   const int R = ctx.size(), p = ctx.rank();
   const problem pb{R, 1, R, 1, 8, 6, 31};
   overlap::layers::moe_options opt;
+  opt.width = pb.K, opt.ffn = pb.F;
   opt.topk = 1;
-  overlap::layers::moe_mlp<double> layer(ctx, pb.K, pb.F, opt);
+  overlap::layers::moe_mlp<double> layer(ctx, opt);
   const matrix<double> x = pb.x(p), wr = pb.router(), w1 = pb.w1(p), w2 = pb.w2(p);
   const matrix<double> narrow = random_matrix<double>(x.rows, p == R - 1 ? pb.K - 1 : pb.K, 3);
   matrix<double> y(x.rows, pb.K);
   const overlap::layers::moe_weights<double> w{wr.cview(), w1.cview(), w2.cview()};
   expect_all_ranks_reject(
-      "x must be", [&] { layer.forward(narrow.cview(), w, y.view()); },
-      [&] { layer.forward(x.cview(), w, y.view()); });
+      "x must be", [&] { layer.forward(narrow.cview(), w, y.view()); }, [&] { layer.forward(x.cview(), w, y.view()); });
 }
 
 }  // namespace

@@ -111,7 +111,9 @@ void run_case(overlap::context& ctx, const a2a_case& cs) {
   // experts), h (combine's input) and w2 (its experts).
   auto x_of = [&](int r) { return random_matrix<T>(counts_of(cs, R, r).sent_rows(), cs.k, cs.seed + r, cs.pad); };
   auto w1_of = [&](int r) { return random_matrix<T>(E * cs.k, cs.n, cs.seed + 100 + r, cs.pad); };
-  auto h_of = [&](int r) { return random_matrix<T>(counts_of(cs, R, r).received_rows(), cs.n, cs.seed + 200 + r, cs.pad); };
+  auto h_of = [&](int r) {
+    return random_matrix<T>(counts_of(cs, R, r).received_rows(), cs.n, cs.seed + 200 + r, cs.pad);
+  };
   auto w2_of = [&](int r) { return random_matrix<T>(E * cs.n, cs.k, cs.seed + 300 + r, cs.pad); };
   overlap::a2a_options opt{cs.strategy};
   opt.transpose_w = cs.transpose_w;
@@ -200,8 +202,7 @@ TYPED_TEST(all_to_all, every_strategy_and_routing_matches_the_reference) {
 TYPED_TEST(all_to_all, automatic_asks_the_model_with_a_calibration) {
   // On one node without a calibration automatic is bulk; with one, the cost
   // model prices bulk and pairwise for every call's counts.
-  overlap::context ctx(MPI_COMM_WORLD,
-                       with_calibration(write_file(slow_network().to_json(), "a2a-calibration")));
+  overlap::context ctx(MPI_COMM_WORLD, with_calibration(write_file(slow_network().to_json(), "a2a-calibration")));
   uint32_t seed = 50;
   for (auto how : {routing::uneven, routing::hot, routing::silent_ranks}) {
     a2a_case cs;
@@ -251,8 +252,7 @@ TEST(all_to_all_errors, bad_input_on_one_rank_fails_on_every_rank) {
   // y with a row too many on one rank.
   matrix<float> y_long(counts.received_rows() + (p == bad ? 1 : 0), n);
   expect_all_ranks_reject(
-      "y must be",
-      [&] { overlap::all_to_all_matmul<float>(ctx, x.cview(), w.cview(), y_long.view(), counts); },
+      "y must be", [&] { overlap::all_to_all_matmul<float>(ctx, x.cview(), w.cview(), y_long.view(), counts); },
       [&] { valid_call(ctx); });
   // A strategy the op has no plan for.
   overlap::a2a_options ring{p == bad ? overlap::strategy::ring : overlap::strategy::pairwise};
@@ -284,16 +284,14 @@ TEST(all_to_all_errors, bad_input_on_one_rank_fails_on_every_rank) {
     auto x1 = random_matrix<float>(c1.sent_rows(), k, 5);
     matrix<float> y1(c1.received_rows(), n);
     expect_all_ranks_reject(
-        "expert_counts.experts",
-        [&] { overlap::all_to_all_matmul<float>(ctx, x1.cview(), w1.cview(), y1.view(), c1); },
+        "expert_counts.experts", [&] { overlap::all_to_all_matmul<float>(ctx, x1.cview(), w1.cview(), y1.view(), c1); },
         [&] { valid_call(ctx); });
   } else {
     overlap::expert_counts self = counts;
     self.recv[0] += 1;
     matrix<float> y_self(self.received_rows(), n);
     expect_all_ranks_reject(
-        "from itself",
-        [&] { overlap::all_to_all_matmul<float>(ctx, x.cview(), w.cview(), y_self.view(), self); },
+        "from itself", [&] { overlap::all_to_all_matmul<float>(ctx, x.cview(), w.cview(), y_self.view(), self); },
         [&] { valid_call(ctx); });
   }
   // exchange_expert_counts with a count vector of the wrong size on one rank.

@@ -31,6 +31,8 @@ namespace overlap::layers {
 
 /// How moe_mlp runs. Every field must agree across ranks.
 struct moe_options {
+  int64_t width = 0;         ///< K: the model's width (x's columns)
+  int64_t ffn = 0;           ///< F: an expert's inner width
   int experts_per_rank = 1;  ///< E: experts on every rank; G = E x ranks experts in all
   int topk = 2;              ///< experts per token (1 <= topk <= G)
   /// Of both all-to-alls, forward and backward: bulk, pairwise or automatic.
@@ -51,7 +53,9 @@ struct moe_weights {
 /// replicated weight) is the whole gradient.
 template <class T>
 struct moe_gradients {
-  matrix_view<T> router, w1, w2;
+  matrix_view<T> router;  ///< K x G: this rank's tokens' share
+  matrix_view<T> w1;      ///< E * K x F: this rank's experts', complete
+  matrix_view<T> w2;      ///< E * F x K: this rank's experts', complete
 };
 
 /// Tokens per expert in the last forward pass.
@@ -75,9 +79,9 @@ class moe_mlp {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "moe_mlp computes in float or double");
 
  public:
-  /// width: K (the model's), ffn: F (an expert's inner width). Local.
-  moe_mlp(context& ctx, int64_t width, int64_t ffn, const moe_options& opt)
-      : ctx_(ctx), K_(width), F_(ffn), opt_(opt), G_(opt.experts_per_rank * ctx.size()) {}
+  /// A layer of opt's shape on ctx's ranks (checked by the first forward). Local.
+  moe_mlp(context& ctx, const moe_options& opt)
+      : ctx_(ctx), K_(opt.width), F_(opt.ffn), opt_(opt), G_(int64_t{opt.experts_per_rank} * ctx.size()) {}
 
   /// This rank's tokens x (T_r x K) into y (T_r x K). Collective. Keeps
   /// what backward needs (about (topk x (2K + F) + G) values per token).
@@ -114,52 +118,20 @@ class moe_mlp {
   /// gradients. Collective; w must be the forward's.
   void backward(matrix_view<const T> dy, const moe_weights<T>& w, matrix_view<T> dx, const moe_gradients<T>& g) {
     check_backward(dy, w, dx, g);
-    const int64_t S = counts_.sent_rows(), V = counts_.received_rows(), E = opt_.experts_per_rank;
-    const int k = opt_.topk;
-    // The combine's output rows: dO = gate x dy; the gates' gradients dy . O.
-    std::vector<T> dout(size_t(S * K_), T(0));
-    std::vector<T> dgate(size_t(tokens_ * k), T(0));
-    for (int64_t t = 0; t < tokens_; ++t)
-      for (int j = 0; j < k; ++j) {
-        const int64_t r = row_of(t, j);
-        const T gate = gates_[size_t(t * k + j)];
-        const T* d = dy.data + t * dy.ld;
-        T dot = 0;
-        for (int64_t c = 0; c < K_; ++c) dout[size_t(r * K_ + c)] = gate * d[c], dot += d[c] * o_[size_t(r * K_ + c)];
-        dgate[size_t(t * k + j)] = dot;
-      }
+    const int64_t S = counts_.sent_rows(), V = counts_.received_rows();
+    const std::vector<T> dgate = output_grads(dy);
     // dH = dO dispatched, times W2_e^T; dU = dH gelu'(U); dXs = dU times W1_e^T, combined.
     a2a_options a2a{opt_.strategy};
     a2a.transpose_w = true;
-    std::vector<T> dh(size_t(V * F_)), doutd(size_t(V * K_)), dxs(size_t(S * K_));
-    all_to_all_matmul<T>(ctx_, {dout.data(), S, K_}, w.w2, {dh.data(), V, F_}, {doutd.data(), V, K_}, counts_, a2a);
-    for (size_t i = 0; i < dh.size(); ++i) dh[i] *= math::gelu_grad<T>(u_[i]);
-    matmul_all_to_all<T>(ctx_, {dh.data(), V, F_}, w.w1, {dxs.data(), S, K_}, counts_, a2a);
-    // The experts' weight gradients: each expert's rows (from every rank) gathered, then one GEMM.
-    std::vector<T> a, b;
-    for (int e = 0; e < E; ++e) {
-      const int64_t n = gather_expert_rows(e, {xd_.data(), V, K_}, a);
-      gather_expert_rows(e, {dh.data(), V, F_}, b);
-      gemm_.run(product::atb, K_, F_, n, {a.data(), K_, b.data(), F_, g.w1.data + e * K_ * g.w1.ld, g.w1.ld});
-      gather_expert_rows(e, {h_.data(), V, F_}, a);
-      gather_expert_rows(e, {doutd.data(), V, K_}, b);
-      gemm_.run(product::atb, F_, K_, n, {a.data(), F_, b.data(), K_, g.w2.data + e * F_ * g.w2.ld, g.w2.ld});
-    }
-    // The router: dlogits of the chosen experts through the softmax over them.
-    std::vector<T> dlogits(size_t(tokens_ * G_), T(0));
-    for (int64_t t = 0; t < tokens_; ++t) {
-      T mean = 0;
-      for (int j = 0; j < k; ++j) mean += gates_[size_t(t * k + j)] * dgate[size_t(t * k + j)];
-      for (int j = 0; j < k; ++j) {
-        const T gate = gates_[size_t(t * k + j)];
-        dlogits[size_t(t * G_ + chosen_[size_t(t * k + j)])] = gate * (dgate[size_t(t * k + j)] - mean);
-      }
-    }
-    gemm_.run(product::atb, K_, G_, tokens_, {x_.data(), K_, dlogits.data(), G_, g.router.data, g.router.ld});
-    gemm_.run(product::abt, tokens_, K_, G_, {dlogits.data(), G_, w.router.data, w.router.ld, dx.data, dx.ld});
+    du_.resize(size_t(V * F_)), doutd_.resize(size_t(V * K_)), dxs_.resize(size_t(S * K_));
+    all_to_all_matmul<T>(ctx_, {dout_.data(), S, K_}, w.w2, {du_.data(), V, F_}, {doutd_.data(), V, K_}, counts_, a2a);
+    for (size_t i = 0; i < du_.size(); ++i) du_[i] *= math::gelu_grad<T>(u_[i]);
+    matmul_all_to_all<T>(ctx_, {du_.data(), V, F_}, w.w1, {dxs_.data(), S, K_}, counts_, a2a);
+    expert_grads(g);
+    router_grads(dgate, w, g, dx);
     for (int64_t t = 0; t < tokens_; ++t)
-      for (int j = 0; j < k; ++j) {
-        const T* d = dxs.data() + row_of(t, j) * K_;
+      for (int j = 0; j < opt_.topk; ++j) {
+        const T* d = dxs_.data() + row_of(t, j) * K_;
         T* out = dx.data + t * dx.ld;
         for (int64_t c = 0; c < K_; ++c) out[c] += d[c];
       }
@@ -169,12 +141,65 @@ class moe_mlp {
   [[nodiscard]] const moe_load& load() const noexcept { return load_; }
 
  private:
+  /// The combine's output rows' gradients, dO = gate x dy (into dout_);
+  /// returns the gates', dy . O.
+  std::vector<T> output_grads(matrix_view<const T> dy) {
+    const int k = opt_.topk;
+    std::vector<T> dgate(size_t(tokens_ * k), T(0));
+    std::vector<T>& dout = dout_;
+    dout.assign(size_t(counts_.sent_rows() * K_), T(0));
+    for (int64_t t = 0; t < tokens_; ++t)
+      for (int j = 0; j < k; ++j) {
+        const int64_t r = row_of(t, j);
+        const T gate = gates_[size_t(t * k + j)];
+        const T* d = dy.data + t * dy.ld;
+        T dot = 0;
+        for (int64_t c = 0; c < K_; ++c) dout[size_t(r * K_ + c)] = gate * d[c], dot += d[c] * o_[size_t(r * K_ + c)];
+        dgate[size_t(t * k + j)] = dot;
+      }
+    return dgate;
+  }
+  /// The experts' weight gradients (from du_ and doutd_): each expert's
+  /// rows (from every rank) gathered, then one GEMM per weight.
+  void expert_grads(const moe_gradients<T>& g) {
+    const int64_t V = counts_.received_rows();
+    std::vector<T> a, b;
+    for (int e = 0; e < opt_.experts_per_rank; ++e) {
+      const int64_t n = gather_expert_rows(e, {xd_.data(), V, K_}, a);
+      gather_expert_rows(e, {du_.data(), V, F_}, b);
+      gemm_.run(product::atb, K_, F_, n, {a.data(), K_, b.data(), F_, g.w1.data + e * K_ * g.w1.ld, g.w1.ld});
+      gather_expert_rows(e, {h_.data(), V, F_}, a);
+      gather_expert_rows(e, {doutd_.data(), V, K_}, b);
+      gemm_.run(product::atb, F_, K_, n, {a.data(), F_, b.data(), K_, g.w2.data + e * F_ * g.w2.ld, g.w2.ld});
+    }
+  }
+  /// The router's gradient (this rank's tokens') and the router's part of
+  /// dx (written: the experts' part is added after), through the softmax
+  /// over the chosen logits.
+  void router_grads(const std::vector<T>& dgate, const moe_weights<T>& w, const moe_gradients<T>& g,
+                    matrix_view<T> dx) {
+    const int k = opt_.topk;
+    std::vector<T> dlogits(size_t(tokens_ * G_), T(0));
+    for (int64_t t = 0; t < tokens_; ++t) {
+      T mean = 0;
+      for (int j = 0; j < k; ++j) mean += gates_[size_t(t * k + j)] * dgate[size_t(t * k + j)];
+      for (int j = 0; j < k; ++j)
+        dlogits[size_t(t * G_ + chosen_[size_t(t * k + j)])] =
+            gates_[size_t(t * k + j)] * (dgate[size_t(t * k + j)] - mean);
+    }
+    gemm_.run(product::atb, K_, G_, tokens_, {x_.data(), K_, dlogits.data(), G_, g.router.data, g.router.ld});
+    gemm_.run(product::abt, tokens_, K_, G_, {dlogits.data(), G_, w.router.data, w.router.ld, dx.data, dx.ld});
+  }
   /// Collective: this rank's complaint (or none), agreed with every rank's.
   void agree(const std::string& why, const char* pass) {
     const std::string where = std::string("overlap::layers::moe_mlp::") + pass;
-    agree_on(ctx_, why.empty() ? detail::failure() : detail::failure(detail::failure::kind::invalid_argument, why),
-             where);
-    if (!detail::same_everywhere(ctx_, {K_, F_, opt_.experts_per_rank, opt_.topk, int64_t(opt_.strategy)}, where))
+    overlap::detail::agree_on(ctx_,
+                              why.empty()
+                                  ? overlap::detail::failure()
+                                  : overlap::detail::failure(overlap::detail::failure::kind::invalid_argument, why),
+                              where);
+    if (!overlap::detail::same_everywhere(ctx_, {K_, F_, opt_.experts_per_rank, opt_.topk, int64_t(opt_.strategy)},
+                                          where))
       throw std::invalid_argument(where + ": width, ffn and the options must agree across ranks");
   }
   template <class V>
@@ -200,8 +225,7 @@ class moe_mlp {
     expect_weights(why, w);
     agree(why, pass);
   }
-  void check_backward(matrix_view<const T> dy, const moe_weights<T>& w, matrix_view<T> dx,
-                      const moe_gradients<T>& g) {
+  void check_backward(matrix_view<const T> dy, const moe_weights<T>& w, matrix_view<T> dx, const moe_gradients<T>& g) {
     std::string why;
     if (gates_.size() != size_t(tokens_ * opt_.topk) || tokens_ < 0) why = "backward needs a forward first";
     expect(why, "dy", dy, tokens_, K_);
@@ -215,7 +239,8 @@ class moe_mlp {
   }
   static void copy_in(matrix_view<const T> v, std::vector<T>& out) {
     out.resize(size_t(v.rows * v.cols));
-    for (int64_t i = 0; i < v.rows; ++i) std::memcpy(out.data() + i * v.cols, v.data + i * v.ld, size_t(v.cols) * sizeof(T));
+    for (int64_t i = 0; i < v.rows; ++i)
+      std::memcpy(out.data() + i * v.cols, v.data + i * v.ld, size_t(v.cols) * sizeof(T));
   }
   /// The router: logits, the top-k experts and their gates; the rows of
   /// x in expert order (xs_), and the counts with every rank. Collective.
@@ -282,8 +307,9 @@ class moe_mlp {
   std::vector<T> x_;  ///< the forward's tokens (dense)
   std::vector<int> chosen_;
   std::vector<T> gates_;
-  std::vector<int64_t> rows_;  ///< (token, choice) -> row of xs_
-  std::vector<T> xs_, xd_, u_, h_, o_;
+  std::vector<int64_t> rows_;               ///< (token, choice) -> row of xs_
+  std::vector<T> xs_, xd_, u_, h_, o_;      ///< the forward's rows: sent, dispatched, before and after GELU, combined
+  std::vector<T> dout_, du_, doutd_, dxs_;  ///< the backward's: dO, dU, dO dispatched, dx's experts' part
   expert_counts counts_;
   moe_load load_;
 };

@@ -67,7 +67,8 @@ template <class T>
 void all_to_all_matmul(context& ctx, matrix_view<const T> x, matrix_view<const T> w, matrix_view<T> y,
                        const expert_counts& counts, const a2a_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  detail::exchange_call<detail::a2a_dispatch>(ctx, detail::exchange_args<T>{x, w, y, {}, false, &counts, opt.transpose_w}, opt);
+  detail::exchange_call<detail::a2a_dispatch>(
+      ctx, detail::exchange_args<T>{x, w, y, {}, false, &counts, opt.transpose_w}, opt);
 }
 
 /// As above, and also writes the received rows themselves into
@@ -77,8 +78,8 @@ template <class T>
 void all_to_all_matmul(context& ctx, matrix_view<const T> x, matrix_view<const T> w, matrix_view<T> y,
                        matrix_view<T> dispatched_out, const expert_counts& counts, const a2a_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  detail::exchange_call<detail::a2a_dispatch>(ctx, detail::exchange_args<T>{x, w, y, dispatched_out, true, &counts, opt.transpose_w},
-                                              opt);
+  detail::exchange_call<detail::a2a_dispatch>(
+      ctx, detail::exchange_args<T>{x, w, y, dispatched_out, true, &counts, opt.transpose_w}, opt);
 }
 
 /// all_to_all_matmul, started: the checks, the agreements and the plan
@@ -92,8 +93,8 @@ template <class T>
                                               matrix_view<T> y, const expert_counts& counts,
                                               const a2a_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  return detail::exchange_start<detail::a2a_dispatch>(ctx, detail::exchange_args<T>{x, w, y, {}, false, &counts, opt.transpose_w},
-                                                      opt);
+  return detail::exchange_start<detail::a2a_dispatch>(
+      ctx, detail::exchange_args<T>{x, w, y, {}, false, &counts, opt.transpose_w}, opt);
 }
 
 }  // namespace overlap

@@ -56,22 +56,24 @@ inline expert_counts exchange_expert_counts(context& ctx, int experts, std::vect
           std::to_string(experts);
   for (size_t i = 0; why.empty() && i < send.size(); ++i)
     if (send[i] < 0) why = "send[" + std::to_string(i) + "] is negative (" + std::to_string(send[i]) + ")";
-  const std::string op = "overlap::exchange_expert_counts";
+  const char* const op = "overlap::exchange_expert_counts";
   detail::agree_on(ctx, why.empty() ? detail::failure() : detail::failure(detail::failure::kind::invalid_argument, why),
                    op);
   if (!detail::same_everywhere(ctx, {experts}, op))
-    throw std::invalid_argument(op + ": experts differs across ranks; it must agree");
+    throw std::invalid_argument(std::string(op) + ": experts differs across ranks; it must agree");
   expert_counts c;
   c.experts = experts;
   c.send = std::move(send);
   c.recv.assign(c.send.size(), 0);
   detail::watched_collective(
       ctx, "MPI_Alltoall",
-      [&] { return MPI_Alltoall(c.send.data(), experts, MPI_INT64_T, c.recv.data(), experts, MPI_INT64_T, ctx.comm()); },
+      [&] {
+        return MPI_Alltoall(c.send.data(), experts, MPI_INT64_T, c.recv.data(), experts, MPI_INT64_T, ctx.comm());
+      },
       [&](MPI_Request* r) {
         return MPI_Ialltoall(c.send.data(), experts, MPI_INT64_T, c.recv.data(), experts, MPI_INT64_T, ctx.comm(), r);
       },
-      [&] { return op; });
+      [&] { return std::string(op); });
   return c;
 }
 

@@ -59,7 +59,8 @@ template <class T>
 void matmul_all_to_all(context& ctx, matrix_view<const T> h, matrix_view<const T> w, matrix_view<T> out,
                        const expert_counts& counts, const a2a_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  detail::exchange_call<detail::a2a_combine>(ctx, detail::exchange_args<T>{h, w, out, {}, false, &counts, opt.transpose_w}, opt);
+  detail::exchange_call<detail::a2a_combine>(
+      ctx, detail::exchange_args<T>{h, w, out, {}, false, &counts, opt.transpose_w}, opt);
 }
 
 /// matmul_all_to_all, started (see start_all_to_all_matmul): out is
@@ -69,8 +70,8 @@ template <class T>
                                               matrix_view<T> out, const expert_counts& counts,
                                               const a2a_options& opt = {}) {
   static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
-  return detail::exchange_start<detail::a2a_combine>(ctx, detail::exchange_args<T>{h, w, out, {}, false, &counts, opt.transpose_w},
-                                                     opt);
+  return detail::exchange_start<detail::a2a_combine>(
+      ctx, detail::exchange_args<T>{h, w, out, {}, false, &counts, opt.transpose_w}, opt);
 }
 
 }  // namespace overlap

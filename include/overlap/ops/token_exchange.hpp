@@ -68,8 +68,8 @@ struct exchange_args {
   /// [e * k, (e + 1) * k) (k = in.cols, n = out.cols), or with transpose_w
   /// its n x k transpose is rows [e * n, (e + 1) * n).
   matrix_view<const T> w;
-  matrix_view<T> out;       ///< the products' rows (dispatch: by recv counts; combine: by send counts)
-  matrix_view<T> moved;     ///< dispatch: where the received rows land, when has_moved
+  matrix_view<T> out;    ///< the products' rows (dispatch: by recv counts; combine: by send counts)
+  matrix_view<T> moved;  ///< dispatch: where the received rows land, when has_moved
   bool has_moved = false;
   const expert_counts* counts = nullptr;
   bool transpose_w = false;
@@ -128,7 +128,7 @@ class row_layout {
 /// and by (peer, expert), for both sides of the counts.
 struct block_offsets {
   int ranks = 1, experts = 1;
-  std::vector<int64_t> send, recv;        ///< R * E + 1 prefix sums of the counts
+  std::vector<int64_t> send, recv;  ///< R * E + 1 prefix sums of the counts
   void set(const expert_counts& c, int R) {
     ranks = R, experts = c.experts;
     auto prefix = [](const std::vector<int64_t>& v, std::vector<int64_t>& out) {
@@ -139,7 +139,9 @@ struct block_offsets {
     prefix(c.recv, recv);
   }
   /// The first row of peer q's block, and its rows, on one side.
-  [[nodiscard]] static int64_t at(const std::vector<int64_t>& side, int q, int E) { return side[size_t(q) * size_t(E)]; }
+  [[nodiscard]] static int64_t at(const std::vector<int64_t>& side, int q, int E) {
+    return side[size_t(q) * size_t(E)];
+  }
   [[nodiscard]] static int64_t rows(const std::vector<int64_t>& side, int q, int E) {
     return side[size_t(q + 1) * size_t(E)] - side[size_t(q) * size_t(E)];
   }
@@ -193,16 +195,16 @@ void expert_gemm(context& ctx, exchange_plan<T>& plan, int64_t m, const T* a, in
 /// recv counts, from row `src_row0` on) times expert e's weight, into
 /// `dst` from row `dst_row0` on.
 template <class T>
-void peer_products(context& ctx, exchange_plan<T>& plan, const exchange_args<T>& x, int q, const T* src,
-                   int64_t src_ld, int64_t src_row0, T* dst, int64_t dst_ld, int64_t dst_row0) {
+void peer_products(context& ctx, exchange_plan<T>& plan, const exchange_args<T>& x, int q, const T* src, int64_t src_ld,
+                   int64_t src_row0, T* dst, int64_t dst_ld, int64_t dst_row0) {
   const int E = plan.experts;
   const int64_t first = plan.off.recv[size_t(q) * size_t(E)];
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = plan.off.recv[size_t(q) * size_t(E) + size_t(e)] - first;
     const int64_t m = plan.off.recv[size_t(q) * size_t(E) + size_t(e) + 1] - first - r0;
     const int64_t w_rows = plan.transpose_w ? plan.n : plan.k;  // rows of one expert's block of w
-    expert_gemm(ctx, plan, m, src + (src_row0 + r0) * src_ld, src_ld, x.w.data + int64_t(e) * w_rows * x.w.ld,
-                x.w.ld, dst + (dst_row0 + r0) * dst_ld, dst_ld);
+    expert_gemm(ctx, plan, m, src + (src_row0 + r0) * src_ld, src_ld, x.w.data + int64_t(e) * w_rows * x.w.ld, x.w.ld,
+                dst + (dst_row0 + r0) * dst_ld, dst_ld);
   }
 }
 
@@ -266,7 +268,8 @@ class pairwise_pattern {
     return {x_.out.data + block_offsets::at(plan_.off.send, q, E) * x_.out.ld, plan_.out_rows.type(),
             plan_.out_rows.count(rows), q, steps()};
   }
-  [[nodiscard]] engine::transfer send(int t, int lane) {
+  // (t, lane): the engine's pattern interface (engine/ring.hpp).
+  [[nodiscard]] engine::transfer send(int t, int lane) {  // NOLINT(bugprone-easily-swappable-parameters)
     const int E = plan_.experts;
     // Dispatch sends what the peer computes at step t + 1; combine what this rank computed at step t - 1.
     const int s = what_ == travels::input ? t + 1 : t;
@@ -275,8 +278,8 @@ class pairwise_pattern {
     if (what_ == travels::input) {
       const int64_t rows = block_offsets::rows(plan_.off.send, q, E);
       if (rows == 0) return {};
-      return {const_cast<T*>(x_.in.data) + block_offsets::at(plan_.off.send, q, E) * x_.in.ld,
-              plan_.in_rows.type(), plan_.in_rows.count(rows), q};
+      return {const_cast<T*>(x_.in.data) + block_offsets::at(plan_.off.send, q, E) * x_.in.ld, plan_.in_rows.type(),
+              plan_.in_rows.count(rows), q};
     }
     const int64_t rows = block_offsets::rows(plan_.off.recv, q, E);
     if (rows == 0) return {};
@@ -288,11 +291,13 @@ class pairwise_pattern {
     const bool own = what_ == travels::input ? t == 0 : t == steps() - 1;
     if (own) {
       // This rank's own block is read where it is (dispatch: in x, whose copy goes to the caller's moved).
-      const int64_t sent_at = block_offsets::at(plan_.off.send, p, E), recv_at = block_offsets::at(plan_.off.recv, p, E);
+      const int64_t sent_at = block_offsets::at(plan_.off.send, p, E),
+                    recv_at = block_offsets::at(plan_.off.recv, p, E);
       const int64_t in_at = what_ == travels::input ? sent_at : recv_at;
       const int64_t out_at = what_ == travels::input ? recv_at : sent_at;
+      const int64_t own_rows = block_offsets::rows(plan_.off.send, p, E);
       if (what_ == travels::input && x_.has_moved)
-        copy_rows(x_.in, sent_at, moved_, recv_at, block_offsets::rows(plan_.off.send, p, E));
+        copy_rows(x_.in.block(sent_at, 0, own_rows, x_.in.cols), moved_.block(recv_at, 0, own_rows, moved_.cols));
       peer_products(ctx_, plan_, x_, p, x_.in.data + in_at * x_.in.ld, x_.in.ld, 0, x_.out.data + out_at * x_.out.ld,
                     x_.out.ld, 0);
       return;
@@ -313,12 +318,11 @@ class pairwise_pattern {
     }
   }
 
-  /// `rows` rows of `src` from row r0 into `dst` from row d0.
+  /// src's rows into dst's (the same shape).
   template <class U>
-  static void copy_rows(const matrix_view<const U>& src, int64_t r0, const matrix_view<U>& dst, int64_t d0,
-                        int64_t rows) {
-    for (int64_t i = 0; i < rows; ++i)
-      std::memcpy(dst.data + (d0 + i) * dst.ld, src.data + (r0 + i) * src.ld, size_t(src.cols) * sizeof(U));
+  static void copy_rows(const matrix_view<const U>& src, const matrix_view<U>& dst) {
+    for (int64_t i = 0; i < src.rows; ++i)
+      std::memcpy(dst.data + i * dst.ld, src.data + i * src.ld, size_t(src.cols) * sizeof(U));
   }
 
  private:
@@ -330,35 +334,39 @@ class pairwise_pattern {
   matrix_view<T> moved_;
 };
 
-/// Alltoallv's counts and displacements (in `layout`'s units) of one side's blocks.
-inline void alltoallv_counts(const std::vector<int64_t>& side, int R, int E, const row_layout& layout,
-                             std::vector<int>& counts, std::vector<int>& displs) {
-  counts.resize(size_t(R)), displs.resize(size_t(R));
-  for (int q = 0; q < R; ++q) {
-    counts[size_t(q)] = layout.count(block_offsets::rows(side, q, E));
-    displs[size_t(q)] = layout.count(block_offsets::at(side, q, E));
+/// Alltoallv's counts and displacements (in `layout`'s units) of one side
+/// (send or recv, of `o`) of the call's blocks.
+struct alltoallv_side {
+  std::vector<int> counts, displs;
+  void set(const block_offsets& o, const std::vector<int64_t>& side, const row_layout& layout) {
+    counts.resize(size_t(o.ranks)), displs.resize(size_t(o.ranks));
+    for (int q = 0; q < o.ranks; ++q) {
+      counts[size_t(q)] = layout.count(block_offsets::rows(side, q, o.experts));
+      displs[size_t(q)] = layout.count(block_offsets::at(side, q, o.experts));
+    }
   }
-}
+};
 
 /// Bulk: MPI_Alltoallv and the experts' GEMMs, one after the other.
 template <class T>
 void run_bulk_exchange(context& ctx, exchange_plan<T>& plan, const exchange_args<T>& x, travels what) {
   const int R = plan.ranks, E = plan.experts;
-  std::vector<int> sc, sd, rc, rd;
+  alltoallv_side out, in;
   auto alltoallv = [&](const void* sbuf, const row_layout& sl, const std::vector<int64_t>& sside, void* rbuf,
                        const row_layout& rl, const std::vector<int64_t>& rside) {
-    alltoallv_counts(sside, R, E, sl, sc, sd);
-    alltoallv_counts(rside, R, E, rl, rc, rd);
+    out.set(plan.off, sside, sl);
+    in.set(plan.off, rside, rl);
     const MPI_Datatype st = sl.type(), rt = rl.type();
+    void* sb = mpi::any_buffer(const_cast<void*>(sbuf));
     run_collective(
         ctx, plan, "MPI_Alltoallv",
         [&] {
-          return MPI_Alltoallv(mpi::any_buffer(const_cast<void*>(sbuf)), sc.data(), sd.data(), st,
-                               mpi::any_buffer(rbuf), rc.data(), rd.data(), rt, ctx.comm());
+          return MPI_Alltoallv(sb, out.counts.data(), out.displs.data(), st, mpi::any_buffer(rbuf), in.counts.data(),
+                               in.displs.data(), rt, ctx.comm());
         },
         [&](MPI_Request* r) {
-          return MPI_Ialltoallv(mpi::any_buffer(const_cast<void*>(sbuf)), sc.data(), sd.data(), st,
-                                mpi::any_buffer(rbuf), rc.data(), rd.data(), rt, ctx.comm(), r);
+          return MPI_Ialltoallv(sb, out.counts.data(), out.displs.data(), st, mpi::any_buffer(rbuf), in.counts.data(),
+                                in.displs.data(), rt, ctx.comm(), r);
         });
   };
   if (what == travels::input) {
@@ -381,63 +389,79 @@ void run_bulk_exchange(context& ctx, exchange_plan<T>& plan, const exchange_args
   alltoallv(plan.staged.data(), plan.staged_rows, plan.off.recv, x.out.data, plan.out_rows, plan.off.send);
 }
 
-/// One candidate of this call on this rank, as the cost model prices it
-/// (schedule/model.hpp): bulk's exchange and GEMMs, or the pairwise steps
-/// as a ring's (each step's products and the bytes it moves).
+/// A call's blocks as the cost model reads them on this rank: the
+/// products of each peer's block, and the bytes each block moves.
 template <class T>
-work exchange_work(const exchange_plan<T>& plan, travels what, bool pairwise) {
-  const int R = plan.ranks, E = plan.experts, p = plan.rank;
-  const block_offsets& o = plan.off;
-  // Bytes of peer q's block each way: what leaves (in dispatch the input's
-  // rows, in combine the products) and what arrives.
-  const double in_bytes = double(plan.k * int64_t(sizeof(T))), out_bytes = double(plan.n * int64_t(sizeof(T)));
-  const double row_bytes = what == travels::input ? in_bytes : out_bytes;
-  auto products = [&](int q) {
+struct exchange_blocks {
+  const exchange_plan<T>& plan;
+  travels what;
+  /// The products of the blocks this rank received from q (one per expert).
+  [[nodiscard]] std::vector<gemm_work> products(int q) const {
+    const int E = plan.experts;
     std::vector<gemm_work> g;
+    g.reserve(size_t(E));
     for (int e = 0; e < E; ++e) {
-      const int64_t m = o.recv[size_t(q) * size_t(E) + size_t(e) + 1] - o.recv[size_t(q) * size_t(E) + size_t(e)];
+      const size_t i = size_t(q) * size_t(E) + size_t(e);
+      const int64_t m = plan.off.recv[i + 1] - plan.off.recv[i];
       if (m > 0) g.push_back({m, plan.n, plan.k, 1});
     }
     return g;
-  };
-  const pairwise_peers peers{R, p};
-  auto sent = [&](int q) {
-    return double(block_offsets::rows(what == travels::input ? o.send : o.recv, q, E)) * row_bytes;
-  };
-  auto got = [&](int q) {
-    return double(block_offsets::rows(what == travels::input ? o.recv : o.send, q, E)) * row_bytes;
-  };
-  work w;
-  if (!pairwise) {
-    double out = 0, in = 0;
-    for (int q = 0; q < R; ++q) {
-      if (q == p) continue;
-      out += sent(q), in += got(q);
-      for (const gemm_work& g : products(q)) w.gemms.push_back(g);
-    }
-    for (const gemm_work& g : products(p)) w.gemms.insert(w.gemms.begin(), g);
-    w.alltoall_bytes = std::max(out, in);
-    return w;
   }
+  /// Bytes this rank sends q and gets from q: dispatch moves the input's
+  /// rows out by send counts and in by recv counts, combine the products
+  /// the other way.
+  [[nodiscard]] double sent(int q) const { return rows(what == travels::input ? plan.off.send : plan.off.recv, q); }
+  [[nodiscard]] double got(int q) const { return rows(what == travels::input ? plan.off.recv : plan.off.send, q); }
+
+ private:
+  [[nodiscard]] double rows(const std::vector<int64_t>& side, int q) const {
+    const int64_t width = what == travels::input ? plan.k : plan.n;
+    return double(block_offsets::rows(side, q, plan.experts)) * double(width * int64_t(sizeof(T)));
+  }
+};
+
+/// Bulk on this rank, as the cost model prices it: the exchange (the most
+/// bytes it sends or receives), and the GEMMs, this rank's own block first.
+template <class T>
+work bulk_exchange_work(const exchange_blocks<T>& b) {
+  const int R = b.plan.ranks, p = b.plan.rank;
+  work w;
+  w.gemms = b.products(p);
+  double out = 0, in = 0;
+  for (int q = 0; q < R; ++q) {
+    if (q == p) continue;
+    out += b.sent(q), in += b.got(q);
+    for (const gemm_work& g : b.products(q)) w.gemms.push_back(g);
+  }
+  w.alltoall_bytes = std::max(out, in);
+  return w;
+}
+
+/// The pairwise steps on this rank, as the cost model prices a ring's
+/// (schedule/model.hpp): each step's products (dispatch: the blocks that
+/// arrived; combine: the blocks that leave at the next step), and the
+/// bytes its transfers move on the two lanes.
+template <class T>
+work pairwise_exchange_work(const exchange_blocks<T>& b) {
+  const pairwise_peers peers{b.plan.ranks, b.plan.rank};
+  const bool dispatch = b.what == travels::input;
+  work w;
   w.ring = true;
-  w.lanes = R >= 3 ? 2 : 1;
-  w.output_moves = what == travels::output;
+  w.lanes = b.plan.ranks >= 3 ? 2 : 1;
+  w.output_moves = !dispatch;
   const int steps = 1 + peers.distances();
   for (int t = 0; t < steps; ++t) {
     ring_step_work st;
-    const bool own = what == travels::input ? t == 0 : t == steps - 1;
-    if (own) st.products = products(p);
-    // The blocks this step computes (dispatch: arrived; combine: to leave
-    // at the next step), and the blocks its transfers move.
-    const int computed = what == travels::input ? t : t + 1, moving_out = what == travels::input ? t + 1 : t;
+    const bool own = dispatch ? t == 0 : t == steps - 1;
+    if (own) st.products = b.products(b.plan.rank);
+    const int computed = dispatch ? t : t + 1, leaving = dispatch ? t + 1 : t;
     for (int l = 0; l < 2; ++l) {
-      if (!own && peers.active(computed, l)) {
-        const int q = what == travels::input ? peers.from(computed, l) : peers.to(computed, l);
-        for (const gemm_work& g : products(q)) st.products.push_back(g);
-      }
-      if (peers.active(moving_out, l)) st.moved += sent(peers.to(moving_out, l));
+      if (!own && peers.active(computed, l))
+        for (const gemm_work& g : b.products(dispatch ? peers.from(computed, l) : peers.to(computed, l)))
+          st.products.push_back(g);
+      if (peers.active(leaving, l)) st.moved += b.sent(peers.to(leaving, l));
       if (peers.active(t, l)) {
-        const double in = got(peers.from(t, l));
+        const double in = b.got(peers.from(t, l));
         st.recv = std::max(st.recv, in), st.moved += in;
       }
     }
@@ -458,9 +482,12 @@ overlap::strategy choose_exchange(context& ctx, exchange_plan<T>& plan, travels 
   std::vector<schedule> options(2);
   options[0].strategy = strategy::bulk, options[1].strategy = strategy::pairwise;
   options[1].chunks = 1;
-  predict_slowest(ctx, *plan.links, *plan.gemms, options,
-                  [&](const schedule& s) { return exchange_work(plan, what, s.strategy == strategy::pairwise); });
+  predict_slowest(ctx, *plan.links, *plan.gemms, options, [&](const schedule& s) {
+    const exchange_blocks<T> b{plan, what};
+    return s.strategy == strategy::pairwise ? pairwise_exchange_work(b) : bulk_exchange_work(b);
+  });
   std::vector<candidate> table;
+  table.reserve(options.size());
   for (const schedule& s : options) table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
   schedule chosen = options[simplest_within_margin(options)];
   chosen.by_model = true;
@@ -469,16 +496,39 @@ overlap::strategy choose_exchange(context& ctx, exchange_plan<T>& plan, travels 
   return chosen.strategy;
 }
 
+/// This rank's checks of an all-to-all call's counts: sized ranks x
+/// experts, none negative, and what it sends its own experts is what it
+/// receives from itself.
+inline void check_counts(const context& ctx, arg_checks& checks, const expert_counts& c) {
+  const int R = ctx.size(), E = c.experts;
+  const size_t want = size_t(R) * size_t(std::max(E, 0));
+  checks.require(E > 0, [&] { return "expert_counts.experts must be positive; got " + std::to_string(E); });
+  checks.require(c.send.size() == want && c.recv.size() == want, [&] {
+    return "expert_counts.send and .recv must hold ranks x experts = " + std::to_string(R) + " x " + std::to_string(E) +
+           " counts; they hold " + std::to_string(c.send.size()) + " and " + std::to_string(c.recv.size());
+  });
+  if (checks.failed()) return;
+  for (size_t i = 0; i < want; ++i)
+    checks.require(c.send[i] >= 0 && c.recv[i] >= 0, [&] {
+      return "expert_counts entry " + std::to_string(i) + " is negative (send " + std::to_string(c.send[i]) +
+             ", recv " + std::to_string(c.recv[i]) + ")";
+    });
+  for (size_t i = size_t(ctx.rank()) * size_t(E); i < size_t(ctx.rank() + 1) * size_t(E); ++i)
+    checks.require(c.send[i] == c.recv[i], [&] {
+      return "expert_counts: this rank sends " + std::to_string(c.send[i]) + " rows to its own expert " +
+             std::to_string(i % size_t(E)) + " but receives " + std::to_string(c.recv[i]) + " from itself";
+    });
+}
+
 /// This rank's checks of a call (before any agreement): the options, the
-/// views and the counts, against each other.
+/// views, the counts, and the views' shapes against the counts.
 template <class Op, class T>
 void check_exchange(const context& ctx, arg_checks& checks, const exchange_args<T>& x, const a2a_options& opt) {
   checks.valid("a2a_options", ".strategy", opt.strategy);
-  checks.require(opt.strategy == strategy::bulk || opt.strategy == strategy::pairwise ||
-                     opt.strategy == strategy::automatic,
-                 [&] {
-                   return std::string("a2a_options.strategy must be bulk, pairwise or automatic; got ") + to_string(opt.strategy);
-                 });
+  checks.require(
+      opt.strategy == strategy::bulk || opt.strategy == strategy::pairwise || opt.strategy == strategy::automatic, [&] {
+        return std::string("a2a_options.strategy must be bulk, pairwise or automatic; got ") + to_string(opt.strategy);
+      });
   checks.view(Op::in_name, x.in);
   checks.view("w", x.w);
   checks.view(Op::out_name, x.out);
@@ -492,31 +542,12 @@ void check_exchange(const context& ctx, arg_checks& checks, const exchange_args<
   }
   if (checks.failed()) return;
   const expert_counts& c = *x.counts;
-  const int R = ctx.size(), E = c.experts;
-  const size_t want = size_t(R) * size_t(std::max(E, 0));
-  checks.require(E > 0, [&] { return "expert_counts.experts must be positive; got " + std::to_string(E); });
-  checks.require(c.send.size() == want && c.recv.size() == want, [&] {
-    return "expert_counts.send and .recv must hold ranks x experts = " + std::to_string(R) + " x " +
-           std::to_string(E) + " counts; they hold " + std::to_string(c.send.size()) + " and " +
-           std::to_string(c.recv.size());
-  });
+  check_counts(ctx, checks, c);
   if (checks.failed()) return;
-  for (size_t i = 0; i < want; ++i)
-    checks.require(c.send[i] >= 0 && c.recv[i] >= 0, [&] {
-      return "expert_counts entry " + std::to_string(i) + " is negative (send " + std::to_string(c.send[i]) +
-             ", recv " + std::to_string(c.recv[i]) + ")";
-    });
-  const int p = ctx.rank();
-  for (int e = 0; e < E; ++e)
-    checks.require(c.send[size_t(p) * size_t(E) + size_t(e)] == c.recv[size_t(p) * size_t(E) + size_t(e)], [&] {
-      return "expert_counts: this rank sends " + std::to_string(c.send[size_t(p) * size_t(E) + size_t(e)]) +
-             " rows to its own expert " + std::to_string(e) + " but receives " +
-             std::to_string(c.recv[size_t(p) * size_t(E) + size_t(e)]) + " from itself";
-    });
   const bool dispatch = Op::what == travels::input;
   const int64_t in_rows = dispatch ? c.sent_rows() : c.received_rows();
   const int64_t out_rows = dispatch ? c.received_rows() : c.sent_rows();
-  const int64_t k = x.in.cols, n = x.out.cols;
+  const int64_t k = x.in.cols, n = x.out.cols, E = c.experts;
   auto shape = [&](const char* name, const auto& v, int64_t rows, int64_t cols, const char* why) {
     checks.require(v.rows == rows && v.cols == cols, [&] {
       return std::string(name) + " must be " + std::to_string(rows) + " x " + std::to_string(cols) + " (" + why +
@@ -525,9 +556,9 @@ void check_exchange(const context& ctx, arg_checks& checks, const exchange_args<
   };
   shape(Op::in_name, x.in, in_rows, k, dispatch ? "the rows the counts send" : "the rows the counts receive");
   if (x.transpose_w)
-    shape("w", x.w, int64_t(E) * n, k, "transpose_w: experts stacked, each output width x input width");
+    shape("w", x.w, E * n, k, "transpose_w: experts stacked, each output width x input width");
   else
-    shape("w", x.w, int64_t(E) * k, n, "experts stacked, each input width x output width");
+    shape("w", x.w, E * k, n, "experts stacked, each input width x output width");
   shape(Op::out_name, x.out, out_rows, n, dispatch ? "the rows the counts receive" : "the rows the counts send");
   if (x.has_moved) shape("dispatched_out", x.moved, out_rows, k, "the rows the counts receive");
 }
@@ -561,17 +592,78 @@ inline void agree_on_counts(context& ctx, const std::string& op, const expert_co
   agree_on(ctx, local, op);
 }
 
+/// Collective on a plan miss (every rank missed): the plan of op `Op` for
+/// the agreed sizes, its row types (their failure agreed) and, for
+/// automatic where the model chooses, the calibration (measured where the
+/// context lacks one).
+template <class Op, class T>
+std::unique_ptr<exchange_plan<T>> build_exchange_plan(context& ctx, const arg_checks& checks, const exchange_args<T>& x,
+                                                      const a2a_options& opt, const exchange_row& row,
+                                                      uint64_t fingerprint) {
+  const dtype t = dtype_of<T>();
+  auto built = std::make_unique<exchange_plan<T>>();
+  exchange_plan<T>& b = *built;
+  b.ranks = ctx.size(), b.rank = ctx.rank(), b.experts = static_cast<int>(row.experts), b.k = row.k, b.n = row.n;
+  b.asked = opt.strategy;
+  b.transpose_w = x.transpose_w;
+  schedule_request req;
+  req.strategy = opt.strategy;
+  b.automatic_is_bulk = allowed(ctx, req).automatic_is_bulk;
+  b.fingerprint = fingerprint;
+  b.summary = checks.op() + " " + to_string(t) + " on " + std::to_string(b.ranks) +
+              " ranks: " + to_string(opt.strategy) + ", " + std::to_string(b.experts) + " experts per rank, " +
+              std::to_string(b.k) + " -> " + std::to_string(b.n);
+  b.automatic = opt.strategy == strategy::automatic;
+  b.schedule_words = b.automatic && b.automatic_is_bulk
+                         ? "bulk (automatic: one rank, or one node without a calibration)"
+                         : to_string(opt.strategy);
+  if (b.automatic && !b.automatic_is_bulk) {
+    calibration& cal = ctx.calibration_to_complete();
+    measure_missing(ctx, cal, ctx.links(), t);
+    b.links = cal.links.at(ctx.links());
+    b.gemms = cal.gemm.at(t);
+  }
+  const MPI_Datatype base = mpi_type_of(t);
+  build_agreed(ctx, checks.op(), [&] {
+    b.in_rows = row_layout(b.k, x.in.ld, base);
+    b.out_rows = row_layout(b.n, x.out.ld, base);
+    b.moved_rows = row_layout(b.k, x.has_moved ? x.moved.ld : b.k, base);
+    b.staged_rows = row_layout(b.n, b.n, base);
+    return 0;
+  });
+  return built;
+}
+
+/// This call's offsets and the buffers its counts need (they only grow;
+/// dispatch's received rows only where the caller gave no dispatched_out:
+/// `own_moved`), and its messages' counts against MPI's int: this rank's
+/// failure, for the agreement on the counts.
+template <class Op, class T>
+failure prepare_call_buffers(exchange_plan<T>& plan, const expert_counts& counts, bool own_moved) {
+  try {
+    plan.off.set(counts, plan.ranks);
+    const int64_t received = plan.off.recv.back();
+    if (Op::what == travels::input && own_moved && int64_t(plan.moved.size()) < received * plan.k)
+      plan.moved.resize(size_t(received * plan.k));
+    if (Op::what == travels::output && int64_t(plan.staged.size()) < received * plan.n)
+      plan.staged.resize(size_t(received * plan.n));
+    for (const row_layout* l : {&plan.in_rows, &plan.out_rows, &plan.moved_rows, &plan.staged_rows})
+      (void)l->count(std::max(plan.off.send.back(), received));
+  } catch (...) {
+    return failure::capture(std::current_exception());
+  }
+  return {};
+}
+
 /// Collective: a call of op `Op` prepared: this rank's checks, the
-/// agreement on the cached plan (built on a miss anywhere: the row types,
-/// and automatic's calibration, measured where it lacks one), the counts
-/// agreed with the peers (and the buffers this call's counts need), and
-/// the strategy it runs. Bad input on any rank raises std::invalid_argument
-/// on every rank before any transfer.
+/// agreement on the cached plan (built on a miss anywhere), the counts
+/// agreed with the peers (with the buffers this call's counts need), and
+/// the strategy it runs. Bad input on any rank raises
+/// std::invalid_argument on every rank before any transfer.
 template <class Op, class T>
 exchange_plan<T>& prepare_exchange(context& ctx, const exchange_args<T>& x, const a2a_options& opt) {
-  using info = op_info<Op::id>;
   const dtype t = dtype_of<T>();
-  arg_checks checks(Op::id, info::names, t, to_string(opt.strategy));
+  arg_checks checks(Op::id, op_info<Op::id>::names, t, to_string(opt.strategy));
   check_exchange<Op>(ctx, checks, x, opt);
   const int backend = checked_backend<T>(ctx, checks);
   const exchange_row mine{x.counts->experts,
@@ -590,53 +682,10 @@ exchange_plan<T>& prepare_exchange(context& ctx, const exchange_args<T>& x, cons
   auto* plan = static_cast<exchange_plan<T>*>(agreed_on.cached);
   if (plan == nullptr) {
     const plan_key stored = key;  // the scratch is the next call's
-    auto built = std::make_unique<exchange_plan<T>>();
-    exchange_plan<T>& b = *built;
-    b.ranks = ctx.size(), b.rank = ctx.rank(), b.experts = static_cast<int>(mine.experts), b.k = mine.k, b.n = mine.n;
-    b.asked = opt.strategy;
-    b.transpose_w = x.transpose_w;
-    schedule_request req;
-    req.strategy = opt.strategy;
-    b.automatic_is_bulk = allowed(ctx, req).automatic_is_bulk;
-    b.fingerprint = agreed_on.fingerprint(Op::id);
-    b.summary = checks.op() + " " + to_string(t) + " on " + std::to_string(b.ranks) + " ranks: " +
-                to_string(opt.strategy) + ", " + std::to_string(b.experts) + " experts per rank, " +
-                std::to_string(b.k) + " -> " + std::to_string(b.n);
-    b.schedule_words = b.automatic && b.automatic_is_bulk ? "bulk (automatic: one rank, or one node without a calibration)"
-                                                          : to_string(opt.strategy);
-    b.automatic = opt.strategy == strategy::automatic;
-    if (b.automatic && !b.automatic_is_bulk) {  // collective: every rank missed
-      calibration& cal = ctx.calibration_to_complete();
-      measure_missing(ctx, cal, ctx.links(), t);
-      b.links = cal.links.at(ctx.links());
-      b.gemms = cal.gemm.at(t);
-    }
-    const MPI_Datatype base = mpi_type_of(t);
-    build_agreed(ctx, checks.op(), [&] {
-      b.in_rows = row_layout(b.k, x.in.ld, base);
-      b.out_rows = row_layout(b.n, x.out.ld, base);
-      b.moved_rows = row_layout(b.k, x.has_moved ? x.moved.ld : b.k, base);
-      b.staged_rows = row_layout(b.n, b.n, base);
-      return 0;
-    });
-    plan = static_cast<exchange_plan<T>*>(ctx.store_plan(stored, std::move(built)));
+    plan = static_cast<exchange_plan<T>*>(
+        ctx.store_plan(stored, build_exchange_plan<Op>(ctx, checks, x, opt, mine, agreed_on.fingerprint(Op::id))));
   }
-  // This call's buffers (they only grow) and its messages' counts may fail
-  // on one rank: agreed together with the counts.
-  failure local;
-  try {
-    plan->off.set(*x.counts, plan->ranks);
-    const int64_t received = plan->off.recv.back();
-    if (Op::what == travels::input && !x.has_moved && int64_t(plan->moved.size()) < received * plan->k)
-      plan->moved.resize(size_t(received * plan->k));
-    if (Op::what == travels::output && int64_t(plan->staged.size()) < received * plan->n)
-      plan->staged.resize(size_t(received * plan->n));
-    for (const row_layout* l : {&plan->in_rows, &plan->out_rows, &plan->moved_rows, &plan->staged_rows})
-      (void)l->count(std::max(plan->off.send.back(), received));
-  } catch (...) {
-    local = failure::capture(std::current_exception());
-  }
-  agree_on_counts(ctx, checks.op(), *x.counts, plan->theirs, local);
+  agree_on_counts(ctx, checks.op(), *x.counts, plan->theirs, prepare_call_buffers<Op>(*plan, *x.counts, !x.has_moved));
   plan->runs = choose_exchange(ctx, *plan, Op::what);
   return *plan;
 }
