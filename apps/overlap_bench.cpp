@@ -206,16 +206,8 @@ struct limit_sides {
   [[nodiscard]] double stable_limit() const { return std::max(one_gemm, comm_only); }
 };
 
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using overlap::apps::world_rank;
+using overlap::apps::world_size;
 
 /// One overlap-bench run of element type T: this rank's slices, the three
 /// contexts (both halves, compute only, comm only), the rows measured. The

@@ -13,6 +13,18 @@
 
 namespace overlap::apps {
 
+/// MPI_COMM_WORLD's size and this process's rank in it.
+inline int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+inline int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
 /// Collective. Empties the token buckets of rate-limited links before a timed
 /// call: each rank sends `bytes` to both neighbours in rank order and
 /// receives theirs. Emulated links (tc tbf, tools/vcluster) let data through

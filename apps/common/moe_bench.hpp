@@ -110,16 +110,6 @@ class moe_bench {
   }
 
  private:
-  static int world_size() {
-    int s = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &s);
-    return s;
-  }
-  static int world_rank() {
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-  }
   static overlap::strategy strategy_of(const std::string& n) {
     overlap::strategy s = overlap::strategy::automatic;
     if (!overlap::parse_enum(n, s) ||

@@ -56,6 +56,19 @@ inline size_t simplest_within_margin(const std::vector<schedule>& options) {
   return i;
 }
 
+/// The cost model's choice among priced options (predicted_s set, simplest
+/// first): the simplest within the margin, carrying every candidate's
+/// prediction.
+inline schedule model_choice(const std::vector<schedule>& options) {
+  std::vector<candidate> table;
+  table.reserve(options.size());
+  for (const schedule& s : options) table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
+  schedule chosen = options[simplest_within_margin(options)];
+  chosen.by_model = true;
+  chosen.candidates = std::move(table);
+  return chosen;
+}
+
 /// Moving the other operands, gathered in `pieces`.
 inline schedule others_schedule(int pieces) {
   schedule x;
@@ -175,13 +188,7 @@ schedule choose_schedule(context& ctx, const schedule_request& req, dtype t, Chu
   if (req.algorithm == algorithm::automatic && req.others_allowed)
     for (const schedule& s : others_options(req)) options.push_back(s);
   predict_slowest(ctx, l, g, options, work_of);
-  std::vector<candidate> table;
-  table.reserve(options.size());
-  for (const schedule& s : options) table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
-  schedule chosen = options[simplest_within_margin(options)];
-  chosen.by_model = true;
-  chosen.candidates = std::move(table);
-  return chosen;
+  return model_choice(options);
 }
 
 }  // namespace overlap::detail

@@ -486,12 +486,7 @@ overlap::strategy choose_exchange(context& ctx, exchange_plan<T>& plan, travels 
     const exchange_blocks<T> b{plan, what};
     return s.strategy == strategy::pairwise ? pairwise_exchange_work(b) : bulk_exchange_work(b);
   });
-  std::vector<candidate> table;
-  table.reserve(options.size());
-  for (const schedule& s : options) table.push_back({s.strategy, s.algorithm, s.chunks, s.predicted_s});
-  schedule chosen = options[simplest_within_margin(options)];
-  chosen.by_model = true;
-  chosen.candidates = std::move(table);
+  const schedule chosen = model_choice(options);
   plan.schedule_words = to_string(chosen);
   return chosen.strategy;
 }
