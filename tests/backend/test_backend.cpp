@@ -6,6 +6,7 @@
 #include "overlap/backend/onednn.hpp"
 #include "overlap/backend/simulated.hpp"
 #include "overlap/core/matrix.hpp"
+#include "overlap/kernels/local_gemm.hpp"
 #include "overlap/mpi/simulator.hpp"
 #include "reference.hpp"
 
@@ -223,6 +224,23 @@ TEST(backend, epilogues_on_strided_outputs_run_an_optimised_kernel) {
             for (int64_t j = n; j < C.ld; ++j)
               ASSERT_EQ(C.data[static_cast<size_t>(i * C.ld + j)], C0.data[static_cast<size_t>(i * C.ld + j)]) << what;
         }
+}
+
+// A mixture-of-experts layer's local GEMMs take a new shape with every
+// routing: past its bound of cached shapes, local_gemm drops them and goes
+// on computing right.
+TEST(backend, local_gemm_computes_past_its_bound_of_shapes) {
+  overlap::layers::local_gemm<float> gemm;
+  const int64_t k = 3, n = 2;
+  const auto b = testing_support::random_matrix<float>(k, n, 7);
+  for (int64_t m = 1; m <= 300; ++m) {
+    const auto a = testing_support::random_matrix<float>(m, k, uint32_t(m));
+    testing_support::matrix<float> c(m, n);
+    gemm.run(overlap::layers::product::ab, m, n, k, {a.data.data(), k, b.data.data(), n, c.data.data(), n});
+    const testing_support::reference ref = testing_support::naive_matmul(a, b);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(double(c(i, j)), ref.value(i, j)) << "m = " << m;
+  }
 }
 
 TEST(backend, unsupported_types_are_rejected) {

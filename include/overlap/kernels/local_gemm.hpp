@@ -22,7 +22,9 @@ enum class into { replace, add };
 
 /// C = op(A) op(B) (or C += with into::add), row-major with leading
 /// dimensions, in float (oneDNN) or double (Eigen). Local: no communication.
-/// Kernels are cached by shape and kept for the object's lifetime. Not
+/// Kernels are cached by shape, up to kernel_bound shapes (then dropped
+/// together: a mixture-of-experts layer's per-expert GEMMs take a new
+/// shape with every routing, and the backend keeps a cache of its own). Not
 /// thread-safe: one caller at a time.
 template <class A>
 class local_gemm {
@@ -78,6 +80,7 @@ class local_gemm {
     kernel(d).run(io);
   }
   const gemm_kernel& kernel(const gemm_desc& d) {
+    if (cache_.size() >= kernel_bound && cache_.count(d) == 0) cache_.clear();
     auto& k = cache_[d];
     if (!k) {
       if constexpr (std::is_same_v<A, double>) {
@@ -92,6 +95,7 @@ class local_gemm {
   }
 
   std::unique_ptr<backend::onednn_backend> onednn_;
+  static constexpr size_t kernel_bound = 256;
   std::map<gemm_desc, std::shared_ptr<const gemm_kernel>> cache_;
 };
 
