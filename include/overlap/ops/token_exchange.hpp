@@ -14,10 +14,9 @@
 ///   the rank its tokens came from.
 ///
 /// Strategies: bulk runs MPI_Alltoallv and the GEMMs one after the other;
-/// pairwise runs the exchange on the ring engine, one peer per step, in
-/// rotating order (step t: rank p sends to p + t and receives from p - t,
-/// a permutation, so that every link carries data at every step), each
-/// peer's block computed while the next one's travels; automatic prices
+/// pairwise runs the exchange on the ring engine, one distance s per step
+/// (rank p sends to p + s and p - s and receives from both: pairwise_peers),
+/// each distance's blocks computed while the next distance's travel; automatic prices
 /// both plans for the call's counts with the cost model.
 ///
 /// A call is prepared in three collective steps: the common agreement on

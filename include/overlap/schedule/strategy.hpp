@@ -32,10 +32,10 @@ enum class strategy {
   /// several such nodes both ops run their ring. Never chosen by automatic.
   hierarchical,
   /// the all-to-all ops' decomposition (all_to_all_matmul,
-  /// matmul_all_to_all): one step per peer, in rotating order (at step t
-  /// rank p sends to p + t and receives from p - t, so every link carries
-  /// data at every step), each peer's block computed while the next one
-  /// travels. The matmul ops and ring attention have no such plan and
+  /// matmul_all_to_all): 1 + R / 2 steps, one distance s each (rank p
+  /// sends to p + s and p - s and receives from both, so both directions of
+  /// every link carry data at every step), the blocks of one distance
+  /// computed while the next distance's travel. The matmul ops and ring attention have no such plan and
   /// reject it.
   pairwise,
 };
