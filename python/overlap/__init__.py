@@ -28,19 +28,25 @@ import weakref as _weakref
 from mpi4py import MPI as _MPI  # initialises MPI (MPI_THREAD_MULTIPLE) before any context
 
 from . import _core
-from ._core import Error, Pending
+from ._core import Error, ExpertCounts, Pending
 
 __version__ = _core.__version__
 
 __all__ = [
     "Context",
     "Error",
+    "ExpertCounts",
     "Pending",
     "all_gather_matmul",
+    "all_to_all_matmul",
+    "exchange_expert_counts",
     "matmul_all_reduce",
+    "matmul_all_to_all",
     "matmul_reduce_scatter",
     "start_all_gather_matmul",
+    "start_all_to_all_matmul",
     "start_matmul_all_reduce",
+    "start_matmul_all_to_all",
     "start_matmul_reduce_scatter",
     "schedule_of",
 ]
@@ -161,3 +167,52 @@ def schedule_of(ctx, op, a, b, out=None, **options):
     if op not in ops:
         raise ValueError(f"schedule_of: op must be one of {', '.join(ops)} (got {op!r})")
     return ops[op](ctx, a, b, out, **options)
+
+
+# ------------------------------------------- the token exchange (mixture of experts)
+
+
+def exchange_expert_counts(ctx, experts, send):
+    """The routing of a mixture-of-experts layer as an ExpertCounts:
+    ``send`` (any sequence of R * experts integers, rank-major) holds the
+    rows this rank sends to each (rank, local expert); ``recv`` comes from
+    the other ranks. Collective; experts must agree across ranks."""
+    return _core.exchange_expert_counts(ctx, experts, send)
+
+
+def all_to_all_matmul(ctx, x, w, counts, out=None, *, strategy="automatic", transpose_w=False,
+                      dispatched_out=None):
+    """Dispatch, then each local expert's product: out = the rows every rank
+    sends to this rank's experts, each times its expert's weight.
+
+    x (counts.sent_rows x K): this rank's token rows grouped by destination
+    rank, then by that rank's local expert (counts.send rows each). w
+    (E * K x N): this rank's E experts' weights stacked (with
+    transpose_w=True, E * N x K, each read transposed). out
+    (counts.received_rows x N) is ordered by source rank, then local expert,
+    each block in the order its sender sent it (MPI_Alltoallv's order).
+    strategy: ``automatic``, ``bulk`` or ``pairwise``. dispatched_out: an
+    array for the received rows themselves (in out's order), or True to
+    allocate it: the call then returns ``(out, dispatched)``. Collective;
+    counts that disagree with a peer's raise ValueError on every rank."""
+    return _core.all_to_all_matmul(ctx, x, w, counts, out, strategy=strategy, transpose_w=transpose_w,
+                                   dispatched_out=dispatched_out)
+
+
+def matmul_all_to_all(ctx, h, w, counts, out=None, *, strategy="automatic", transpose_w=False):
+    """The local experts' product, then combine: h (counts.received_rows x
+    F, in all_to_all_matmul's output order) times each row's expert weight
+    (w: E * F x K stacked; E * K x F with transpose_w), returned to the
+    ranks the rows came from. out (counts.sent_rows x K) is in the order of
+    the x that all_to_all_matmul dispatched. Collective."""
+    return _core.matmul_all_to_all(ctx, h, w, counts, out, strategy=strategy, transpose_w=transpose_w)
+
+
+def start_all_to_all_matmul(ctx, x, w, counts, out=None, **options):
+    """all_to_all_matmul, started (see start_all_gather_matmul)."""
+    return _core.start_all_to_all_matmul(ctx, x, w, counts, out, **options)
+
+
+def start_matmul_all_to_all(ctx, h, w, counts, out=None, **options):
+    """matmul_all_to_all, started (see start_all_gather_matmul)."""
+    return _core.start_matmul_all_to_all(ctx, h, w, counts, out, **options)

@@ -615,6 +615,142 @@ py::object sum_entry(py_context& pc, const sum_request& r, mode how) {
   });
 }
 
+// ------------------------------------- the token exchange (mixture of experts)
+
+/// The arguments of all_to_all_matmul and matmul_all_to_all: x's rows
+/// travel to (dispatch) or come back from (combine) the experts' ranks.
+struct a2a_request {
+  py::object x, w, counts, out, strategy, dispatched_out;
+  bool transpose_w = false;
+};
+
+/// dispatch (all_to_all_matmul) and combine (matmul_all_to_all) for a2a_entry.
+struct a2a_dispatch_op {
+  static constexpr const char* where = "overlap.all_to_all_matmul";
+  static constexpr bool has_dispatched = true;
+  /// The output's rows: what this rank's experts receive.
+  static int64_t out_rows(const expert_counts& c) { return c.received_rows(); }
+  template <class T>
+  static void call(context& ctx, matrix_view<const T> x, matrix_view<const T> w, matrix_view<T> y,
+                   matrix_view<T>* dispatched, const expert_counts& c, const a2a_options& o) {
+    if (dispatched != nullptr)
+      all_to_all_matmul<T>(ctx, x, w, y, *dispatched, c, o);
+    else
+      all_to_all_matmul<T>(ctx, x, w, y, c, o);
+  }
+  template <class T>
+  static pending start(context& ctx, matrix_view<const T> x, matrix_view<const T> w, matrix_view<T> y,
+                       matrix_view<T>* dispatched, const expert_counts& c, const a2a_options& o) {
+    return dispatched != nullptr ? start_all_to_all_matmul<T>(ctx, x, w, y, *dispatched, c, o)
+                                 : start_all_to_all_matmul<T>(ctx, x, w, y, c, o);
+  }
+};
+
+struct a2a_combine_op {
+  static constexpr const char* where = "overlap.matmul_all_to_all";
+  static constexpr bool has_dispatched = false;
+  /// The output's rows: this rank's token rows, back from the experts.
+  static int64_t out_rows(const expert_counts& c) { return c.sent_rows(); }
+  template <class T>
+  static void call(context& ctx, matrix_view<const T> h, matrix_view<const T> w, matrix_view<T> out,
+                   matrix_view<T>* /*dispatched*/, const expert_counts& c, const a2a_options& o) {
+    matmul_all_to_all<T>(ctx, h, w, out, c, o);
+  }
+  template <class T>
+  static pending start(context& ctx, matrix_view<const T> h, matrix_view<const T> w, matrix_view<T> out,
+                       matrix_view<T>* /*dispatched*/, const expert_counts& c, const a2a_options& o) {
+    return start_matmul_all_to_all<T>(ctx, h, w, out, c, o);
+  }
+};
+
+/// The product's width: w is E * K x N (E * N x K with transpose_w).
+int64_t a2a_width(const array& w, int experts, bool transpose_w) {
+  return transpose_w ? (experts > 0 ? w.rows / experts : 0) : w.cols;
+}
+
+/// A token-exchange op: this rank's conversions, the agreement on them
+/// (the prelude), the outputs it allocates, then the call or the start. The
+/// library then checks the shapes and the counts against the peers'.
+template <class Op>
+py::object a2a_entry(py_context& pc, const a2a_request& r, mode how) {
+  overlap::context& ctx = pc.get();
+  array x, w, y, d;
+  a2a_options opt;
+  const expert_counts* counts = nullptr;
+  bool want_d = false;
+  const detail::failure mine = local_stage([&] {
+    opt.strategy = enum_arg(r.strategy, "strategy", overlap::strategy::automatic);
+    opt.transpose_w = r.transpose_w;
+    if (!py::isinstance<expert_counts>(r.counts))
+      throw type_problem("counts is a " + py::str(py::type::of(r.counts).attr("__name__")).cast<std::string>() +
+                         "; expected an overlap.ExpertCounts (exchange_expert_counts makes one)");
+    counts = r.counts.cast<const expert_counts*>();
+    x = as_array(r.x, "x"), w = as_array(r.w, "w");
+    same_type(w, x, "w");
+    orientation_of(x, "x", false), orientation_of(w, "w", false);
+    if (!r.out.is_none()) y = output_of(r.out, x, "out");
+    if (py::isinstance<py::bool_>(r.dispatched_out)) {
+      want_d = r.dispatched_out.cast<bool>();
+    } else if (!r.dispatched_out.is_none()) {
+      d = output_of(r.dispatched_out, x, "dispatched_out");
+    }
+    if ((want_d || d.owner) && !Op::has_dispatched)
+      throw std::invalid_argument("dispatched_out is all_to_all_matmul's (the rows the experts received)");
+  });
+  prelude_row row;
+  prelude(ctx, mine, row, Op::where);
+  return with_type(x.type, [&](auto tag) -> py::object {
+    using T = decltype(tag);
+    if (!y.owner) y = allocate_like(x, Op::out_rows(*counts), a2a_width(w, counts->experts, opt.transpose_w), "out");
+    if (want_d) d = allocate_like(x, counts->received_rows(), x.cols, "dispatched_out");
+    keep_alive keep;
+    for (const array* k : {&x, &w, &y, &d}) keep.add(*k);
+    py::object result = (want_d || d.owner) ? py::object(py::make_tuple(y.owner, d.owner)) : y.owner;
+    const matrix_view<const T> xv = matrix_of<T>(x, false).view, wv = matrix_of<T>(w, false).view;
+    const matrix_view<T> yv = matrix_of<T>(y, false).view;
+    matrix_view<T> dv = d.owner ? matrix_of<T>(d, false).view : matrix_view<T>{};
+    matrix_view<T>* dp = d.owner ? &dv : nullptr;
+    // A started op reads the counts while it starts: a copy outlives nothing it needs.
+    return finish(
+        pc, how, std::move(keep), result, [&] { Op::template call<T>(ctx, xv, wv, yv, dp, *counts, opt); },
+        [&] { return Op::template start<T>(ctx, xv, wv, yv, dp, *counts, opt); },
+        [&]() -> overlap::schedule { throw std::logic_error("the token exchange has no schedule_of"); });
+  });
+}
+
+/// exchange_expert_counts on this rank's send counts (any sequence of
+/// integers), agreed on before the exchange.
+expert_counts exchange_counts(py_context& pc, int experts, const py::object& send) {
+  overlap::context& ctx = pc.get();
+  std::vector<int64_t> counts;
+  const detail::failure mine = local_stage([&] {
+    if (py::hasattr(send, "tolist")) {
+      counts = send.attr("tolist")().cast<std::vector<int64_t>>();
+    } else {
+      counts = send.cast<std::vector<int64_t>>();
+    }
+  });
+  prelude(ctx, mine, prelude_row{}, "overlap.exchange_expert_counts");
+  py::gil_scoped_release unlocked;
+  return exchange_expert_counts(ctx, experts, std::move(counts));
+}
+
+template <class Op, class... Extra>
+void def_a2a(py::module_& m, const char* name, mode how, const char* doc, const Extra&... extra) {
+  m.def(
+      name,
+      [how](py_context& ctx, py::object x, py::object w, py::object counts, py::object out, py::object strategy,
+            bool transpose_w, py::object dispatched_out) {
+        a2a_request r{std::move(x),   std::move(w),        std::move(counts),
+                      std::move(out), std::move(strategy), std::move(dispatched_out),
+                      transpose_w};
+        return a2a_entry<Op>(ctx, r, how);
+      },
+      py::arg("ctx"), py::arg("x"), py::arg("w"), py::arg("counts"), py::arg("out") = py::none(), py::kw_only(),
+      py::arg("strategy") = "automatic", py::arg("transpose_w") = false, py::arg("dispatched_out") = py::none(), doc,
+      extra...);
+}
+
 // ---------------------------------------------------------------- the module
 
 template <class Entry, class... Extra>
@@ -728,4 +864,29 @@ PYBIND11_MODULE(_core, m) {
                   "matmul_all_reduce, started: returns a Pending.", py::keep_alive<0, 1>());
   def_sum<ar_sum>(m, "matmul_all_reduce_schedule", "reduced", mode::schedule,
                   "The schedule matmul_all_reduce runs, as a dict.");
+
+  py::class_<ov::expert_counts>(m, "ExpertCounts",
+                                "ExpertCounts(experts, send, recv): token rows per (rank, local expert), from this "
+                                "rank's side (overlap::expert_counts); exchange_expert_counts makes recv.")
+      .def(py::init([](int experts, std::vector<int64_t> send, std::vector<int64_t> recv) {
+             return ov::expert_counts{experts, std::move(send), std::move(recv)};
+           }),
+           py::arg("experts"), py::arg("send"), py::arg("recv"))
+      .def_readonly("experts", &ov::expert_counts::experts)
+      .def_readonly("send", &ov::expert_counts::send)
+      .def_readonly("recv", &ov::expert_counts::recv)
+      .def_property_readonly("sent_rows", &ov::expert_counts::sent_rows)
+      .def_property_readonly("received_rows", &ov::expert_counts::received_rows)
+      .def("__repr__", [](const ov::expert_counts& c) {
+        return "ExpertCounts(experts=" + std::to_string(c.experts) + ", sent_rows=" + std::to_string(c.sent_rows()) +
+               ", received_rows=" + std::to_string(c.received_rows()) + ")";
+      });
+  m.def("exchange_expert_counts", &exchange_counts, py::arg("ctx"), py::arg("experts"), py::arg("send"),
+        "The counts of a routing from this rank's send counts; collective.");
+  def_a2a<a2a_dispatch_op>(m, "all_to_all_matmul", mode::call, "Dispatch, then the local experts' product.");
+  def_a2a<a2a_dispatch_op>(m, "start_all_to_all_matmul", mode::start, "all_to_all_matmul, started.",
+                           py::keep_alive<0, 1>());
+  def_a2a<a2a_combine_op>(m, "matmul_all_to_all", mode::call, "The local experts' product, then combine.");
+  def_a2a<a2a_combine_op>(m, "start_matmul_all_to_all", mode::start, "matmul_all_to_all, started.",
+                          py::keep_alive<0, 1>());
 }

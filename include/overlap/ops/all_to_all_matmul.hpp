@@ -97,4 +97,15 @@ template <class T>
       ctx, detail::exchange_args<T>{x, w, y, {}, false, &counts, opt.transpose_w}, opt);
 }
 
+/// start_all_to_all_matmul with dispatched_out (see the call above), which
+/// is also complete after wait() and must stay valid until then.
+template <class T>
+[[nodiscard]] pending start_all_to_all_matmul(context& ctx, matrix_view<const T> x, matrix_view<const T> w,
+                                              matrix_view<T> y, matrix_view<T> dispatched_out,
+                                              const expert_counts& counts, const a2a_options& opt = {}) {
+  static_assert(is_element_v<T>, "overlap supports float, double and bfloat16");
+  return detail::exchange_start<detail::a2a_dispatch>(
+      ctx, detail::exchange_args<T>{x, w, y, dispatched_out, true, &counts, opt.transpose_w}, opt);
+}
+
 }  // namespace overlap

@@ -10,16 +10,19 @@ into an existing model.
     state = overlap.torch.gather_state_dict(model, ctx)   # the whole weights, on rank 0
 
 layers.py has the layers (ColumnParallelLinear, RowParallelLinear),
-functions.py the ops they run forward and backward, parallelize.py the
+moe.py the mixture-of-experts layer (ExpertParallelMLP), functions.py the
+ops the linear layers run forward and backward, parallelize.py the
 plan, state.py the state across the ranks (docs/python.md).
 """
 
 from .layers import ColumnParallelLinear, RowParallelLinear, even_split
+from .moe import ExpertParallelMLP
 from .parallelize import parallelize, sequence_slice, transformer_plan
 from .state import allreduce_replicated_grads, gather_grads, gather_state_dict
 
 __all__ = [
     "ColumnParallelLinear",
+    "ExpertParallelMLP",
     "RowParallelLinear",
     "allreduce_replicated_grads",
     "even_split",
