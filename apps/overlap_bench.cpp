@@ -56,6 +56,7 @@ struct options {
   // --op moe (common/moe_bench.hpp)
   int experts = 8, topk = 2;
   std::string skew = "uniform";
+  bool moe_layer = false;
 };
 
 struct range2 {
@@ -538,7 +539,7 @@ int run(const options& o) {
   if (o.op == "moe") {
     overlap::apps::moe_setup s;
     s.tokens = o.m, s.width = o.k, s.ffn = o.n, s.experts = o.experts, s.topk = o.topk, s.skew = o.skew;
-    s.strategies = o.strategies, s.iters = o.iters, s.warmup = o.warmup, s.check = o.check;
+    s.strategies = o.strategies, s.iters = o.iters, s.warmup = o.warmup, s.check = o.check, s.layer = o.moe_layer;
     s.drain_bytes = o.drain_bytes, s.tp = o.tp, s.json = o.json, s.transport = o.transport;
     return overlap::apps::moe_bench<T>(s).run();
   }
@@ -582,6 +583,9 @@ int main(int argc, char** argv) {
   app.add_option("--experts", o.experts, "--op moe: experts of a group in all (a multiple of its ranks)")
       ->check(CLI::PositiveNumber);
   app.add_option("--topk", o.topk, "--op moe: experts per token")->check(CLI::PositiveNumber);
+  app.add_flag("--moe-layer", o.moe_layer,
+               "--op moe: time layers::moe_mlp's forward + backward (router, GELU, gates, every gradient) instead of "
+               "the two ops (f32, f64; -k at least --experts)");
   app.add_option("--skew", o.skew, "--op moe: routing: uniform, or hot (expert 0 receives 4x the mean)")
       ->check(CLI::IsMember({"uniform", "hot"}));
   app.add_option("--variant", o.variant, variant_help + " (default: the op's first)")->check(CLI::IsMember(variants));

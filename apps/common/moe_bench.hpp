@@ -5,11 +5,17 @@
 // experts. The step is dispatch + the experts' first GEMM
 // (all_to_all_matmul), then their second GEMM + combine (matmul_all_to_all);
 // the activation between them and the gates' weighted sum are the layer's
-// (layers/moe.hpp) and are not timed here. Rows: bulk (always), pairwise,
+// (layers/moe.hpp) and are not timed here; with --moe-layer the step is
+// instead layers::moe_mlp's forward + backward (router, dispatch, experts,
+// GELU, combine, gates; then the same two exchanges the other way and
+// every gradient), on tokens whose first `experts` features tell the
+// router the same routing. Rows: bulk (always), pairwise,
 // automatic; compute only and comm only of bulk and of pairwise (the same
 // schedule with transfers off, with GEMMs off); the limit is max(compute
-// only, comm only) of pairwise. A sample of every rank's output rows is
-// checked against the exact two products in double.
+// only, comm only) of pairwise (the layer's comm only: twice the two ops'
+// transfers, as its backward exchanges rows of the same widths again). A
+// sample of every rank's output rows is checked against the exact products
+// in double (the layer's: its forward output).
 #pragma once
 
 #include <fmt/format.h>
@@ -20,11 +26,14 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "measure.hpp"
+#include "overlap/layers/moe.hpp"
 #include "overlap/overlap.hpp"
 #include "provenance.hpp"
 #include "values.hpp"
@@ -42,6 +51,7 @@ struct moe_setup {
   std::vector<std::string> strategies{"pairwise", "automatic"};
   int iters = 5, warmup = 1;
   bool check = true;
+  bool layer = false;  ///< --moe-layer: time layers::moe_mlp's forward + backward
   long drain_bytes = 0;
   int tp = 0;
   std::string json, transport;
@@ -79,7 +89,13 @@ class moe_bench {
     if (s.topk < 1 || s.topk > s.experts || (s.skew == "hot" && (s.experts < 2 || s.topk > s.experts - 1)))
       throw std::invalid_argument(fmt::format("--topk {} does not fit {} experts{}", s.topk, s.experts,
                                               s.skew == "hot" ? " (hot: at most experts - 1)" : ""));
+    if (s.layer && !has_layer) throw std::invalid_argument("--moe-layer runs f32 or f64 (moe_mlp's types)");
+    if (s.layer && s.width < s.experts)
+      throw std::invalid_argument(fmt::format(
+          "--moe-layer needs -k ({}) at least --experts ({}): the router reads the routing from the first features",
+          s.width, s.experts));
     route();
+    if (s.layer) layer_inputs();
   }
 
   /// Measures every row, prints the table (rank 0), appends the JSON; 0 when every result was right.
@@ -89,15 +105,15 @@ class moe_bench {
       if (n != "bulk") names.push_back(n);
     std::vector<std::function<void()>> bodies;
     for (const auto& n : names) {
-      bodies.push_back(step(full_, strategy_of(n)));
+      bodies.push_back(body(full_, strategy_of(n)));
       bodies.back()();
-      errors_.push_back(s_.check ? judge(n, check()) : std::nan(""));
+      errors_.push_back(s_.check ? judge(n, s_.layer ? check_layer() : check()) : std::nan(""));
     }
     times_ = interleaved_median_max_ms(MPI_COMM_WORLD, s_.warmup, s_.iters, bodies, std::ref(drain_));
     for (const auto& n : names)
       if (n != "automatic") {
-        compute_only_.push_back(median(step(compute_, strategy_of(n))));
-        comm_only_.push_back(median(step(comm_, strategy_of(n))));
+        compute_only_.push_back(median(body(compute_, strategy_of(n))));
+        comm_only_.push_back(median(step(comm_, strategy_of(n))) * (s_.layer ? 2 : 1));
       } else {
         compute_only_.push_back(-1), comm_only_.push_back(-1);
       }
@@ -167,6 +183,80 @@ class moe_bench {
     };
   }
 
+  /// What a row times: the two ops, or the layer's forward + backward.
+  std::function<void()> body(overlap::context& ctx, overlap::strategy s) {
+    return s_.layer ? layer_step(ctx, s) : step(ctx, s);
+  }
+
+  static constexpr bool has_layer = std::is_same_v<T, float> || std::is_same_v<T, double>;
+  /// moe_mlp computes in float or double; bf16 runs never make one.
+  using layer_type = overlap::layers::moe_mlp<std::conditional_t<has_layer, T, float>>;
+
+  /// The layer's inputs: this rank's tokens, whose first G features are 1
+  /// for the experts route() chose and 0 for the others, a router that
+  /// reads those features (8 x the identity), and the output's gradient.
+  void layer_inputs() {
+    const int64_t K = s_.width, F = s_.ffn, G = s_.experts, n = local_tokens_;
+    xt_.resize(size_t(n * K)), dy_.resize(size_t(n * K)), y_.resize(size_t(n * K)), dx_.resize(size_t(n * K));
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < K; ++j) {
+        xt_[size_t(t * K + j)] = from_float<T>(j < G ? 0.0F : global_value(t0_ + t, j, 1));
+        dy_[size_t(t * K + j)] = from_float<T>(global_value(t0_ + t, j, 5));
+      }
+    for (int64_t t = 0; t < n; ++t)
+      for (int g : experts_of(t0_ + t, int(G), s_.topk, s_.skew == "hot")) xt_[size_t(t * K + g)] = from_float<T>(1);
+    router_.assign(size_t(K * G), T(0));
+    for (int64_t g = 0; g < G; ++g) router_[size_t(g * G + g)] = from_float<T>(8);
+    grouter_.resize(router_.size()), gw1_.resize(w1_.size()), gw2_.resize(w2_.size());
+    (void)F;
+  }
+
+  /// One forward + backward of a layer of its own on ctx with strategy s.
+  std::function<void()> layer_step(overlap::context& ctx, overlap::strategy s) {
+    if constexpr (has_layer) {
+      const int64_t K = s_.width, F = s_.ffn, n = local_tokens_;
+      layers_.push_back(std::make_unique<layer_type>(ctx, overlap::layers::moe_options{K, F, E_, s_.topk, s}));
+      layer_type* l = layers_.back().get();
+      return [this, l, K, F, n] {
+        const overlap::layers::moe_weights<T> w{
+            {router_.data(), K, s_.experts}, {w1_.data(), E_ * K, F}, {w2_.data(), E_ * F, K}};
+        l->forward({xt_.data(), n, K}, w, {y_.data(), n, K});
+        l->backward({dy_.data(), n, K}, w, {dx_.data(), n, K},
+                    {{grouter_.data(), K, s_.experts}, {gw1_.data(), E_ * K, F}, {gw2_.data(), E_ * F, K}});
+      };
+    } else {
+      (void)ctx, (void)s;
+      throw std::invalid_argument("--moe-layer runs f32 or f64");
+    }
+  }
+
+  /// The layer's forward output on a sample of this rank's tokens against
+  /// sum over its experts of gate x gelu(x W1_g) W2_g in double (the gates
+  /// equal: the chosen logits tie).
+  double check_layer() {
+    const int64_t K = s_.width, F = s_.ffn, n = local_tokens_;
+    double num = 0, den = 0;
+    const int64_t stride = std::max<int64_t>(1, n / 16);
+    for (int64_t t = 0; t < n; t += stride) {
+      std::vector<double> ref(size_t(K), 0.0);
+      for (int g : experts_of(t0_ + t, s_.experts, s_.topk, s_.skew == "hot")) {
+        std::vector<double> h(size_t(F), 0.0);
+        for (int64_t j = 0; j < K; ++j)
+          for (int64_t f = 0; f < F; ++f)
+            h[size_t(f)] += double(xt_[size_t(t * K + j)]) * double(from_float<T>(global_value(g * K + j, f, 3) / 8));
+        for (double& v : h) v = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+        for (int64_t c = 0; c < K; ++c)
+          for (int64_t f = 0; f < F; ++f)
+            ref[size_t(c)] += h[size_t(f)] * double(from_float<T>(global_value(g * F + f, c, 4) / 8)) / s_.topk;
+      }
+      for (int64_t c = 0; c < K; ++c) {
+        num = std::max(num, std::abs(double(y_[size_t(t * K + c)]) - ref[size_t(c)]));
+        den = std::max(den, std::abs(ref[size_t(c)]));
+      }
+    }
+    return den > 0 ? num / den : num;
+  }
+
   /// max |out - ref| / max |ref| over a sample of this rank's rows (every
   /// rank's first, last and about 32 between), ref = (x W1_g) W2_g in double
   /// from the same inputs of type T.
@@ -225,13 +315,14 @@ class moe_bench {
     return std::max(compute_only_[i], comm_only_[i]);
   }
   [[nodiscard]] double flops() const {
-    return 4.0 * double(s_.tokens) * double(s_.topk) * double(s_.width) * double(s_.ffn);
+    // The layer's backward runs each product twice more (the input's and the weight's gradients).
+    return (s_.layer ? 12.0 : 4.0) * double(s_.tokens) * double(s_.topk) * double(s_.width) * double(s_.ffn);
   }
 
   void print() {
-    fmt::print("overlap-bench: moe {} tokens={} width={} ffn={} experts={} top-{} skew={} ranks={} transport: {}\n",
-               to_string(overlap::dtype_of<T>()), s_.tokens, s_.width, s_.ffn, s_.experts, s_.topk, s_.skew, R_,
-               transport_label(s_.transport, "unlabelled"));
+    fmt::print("overlap-bench: moe {}{} tokens={} width={} ffn={} experts={} top-{} skew={} ranks={} transport: {}\n",
+               s_.layer ? "layer forward+backward " : "", to_string(overlap::dtype_of<T>()), s_.tokens, s_.width,
+               s_.ffn, s_.experts, s_.topk, s_.skew, R_, transport_label(s_.transport, "unlabelled"));
     if (mesh_.size("dp") > 1)
       fmt::print("{} groups of {} ranks (dp x ep mesh) run the step at once, each on its own tokens\n",
                  mesh_.size("dp"), R_);
@@ -262,7 +353,7 @@ class moe_bench {
       const double hidden =
           comm_only_[h] > 0 ? (compute_only_[h] + comm_only_[h] - times_[i]) / comm_only_[h] : std::nan("");
       nlohmann::json row{{"op", "moe"},
-                         {"variant", "dispatch+combine"},
+                         {"variant", s_.layer ? "layer forward+backward" : "dispatch+combine"},
                          {"strategy", names_[i]},
                          {"dtype", to_string(overlap::dtype_of<T>())},
                          {"ranks", R_},
@@ -314,6 +405,8 @@ class moe_bench {
   std::vector<routed_row> rows_;  ///< x's rows: (token, expert), grouped by expert
   overlap::expert_counts counts_;
   std::vector<T> x_, w1_, w2_, h_, out_;
+  std::vector<T> xt_, router_, y_, dy_, dx_, grouter_, gw1_, gw2_;  ///< --moe-layer's tokens, router, gradients
+  std::vector<std::unique_ptr<layer_type>> layers_;                 ///< one per timed row (context, strategy)
   std::vector<std::string> names_;
   std::vector<double> times_, compute_only_, comm_only_, errors_;
   int wrong_ = 0;

@@ -24,6 +24,7 @@
 #include "overlap/ops/all_to_all_matmul.hpp"
 #include "overlap/ops/expert_counts.hpp"
 #include "overlap/ops/matmul_all_to_all.hpp"
+#include "overlap/ops/pending.hpp"
 #include "overlap/runtime/agreement.hpp"
 #include "overlap/runtime/context.hpp"
 
@@ -126,8 +127,11 @@ class moe_mlp {
     du_.resize(size_t(V * F_)), doutd_.resize(size_t(V * K_)), dxs_.resize(size_t(S * K_));
     all_to_all_matmul<T>(ctx_, {dout_.data(), S, K_}, w.w2, {du_.data(), V, F_}, {doutd_.data(), V, K_}, counts_, a2a);
     for (size_t i = 0; i < du_.size(); ++i) du_[i] *= math::gelu_grad<T>(u_[i]);
-    matmul_all_to_all<T>(ctx_, {du_.data(), V, F_}, w.w1, {dxs_.data(), S, K_}, counts_, a2a);
+    // The experts' weight gradients need only what is here: they compute
+    // while dXs's exchange runs on the context's worker.
+    pending exchange = start_matmul_all_to_all<T>(ctx_, {du_.data(), V, F_}, w.w1, {dxs_.data(), S, K_}, counts_, a2a);
     expert_grads(g);
+    exchange.wait();
     router_grads(dgate, w, g, dx);
     for (int64_t t = 0; t < tokens_; ++t)
       for (int j = 0; j < opt_.topk; ++j) {
