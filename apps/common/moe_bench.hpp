@@ -217,7 +217,13 @@ class moe_bench {
       const int64_t K = s_.width, F = s_.ffn, n = local_tokens_;
       layers_.push_back(std::make_unique<layer_type>(ctx, overlap::layers::moe_options{K, F, E_, s_.topk, s}));
       layer_type* l = layers_.back().get();
-      return [this, l, K, F, n] {
+      // The full context's steps are marked for tools/trace/render.py (its "=step NAME" window).
+      const char* mark = s == overlap::strategy::bulk       ? "step bulk"
+                         : s == overlap::strategy::pairwise ? "step pairwise"
+                                                            : "step automatic";
+      overlap::engine::trace_recorder* tr = &ctx == &full_ ? ctx.tracer() : nullptr;
+      return [this, l, K, F, n, mark, tr] {
+        overlap::layers::detail::phase_span whole(tr, mark);
         const overlap::layers::moe_weights<T> w{
             {router_.data(), K, s_.experts}, {w1_.data(), E_ * K, F}, {w2_.data(), E_ * F, K}};
         l->forward({xt_.data(), n, K}, w, {y_.data(), n, K});

@@ -5,7 +5,9 @@ row of ring-step GEMMs and waits, and a row per transfer direction (sends,
 receives) from post to observed completion, and above them the layer's
 phases when the trace comes from overlap-layer. When a trace holds spans
 named "step" (overlap-layer marks every training step), only its last step
-is drawn. Several traces stack one above
+is drawn; DIR:label=NAME draws the last span named NAME instead (overlap-bench
+--op moe --moe-layer marks "step bulk", "step pairwise", "step automatic").
+Several traces stack one above
 the other on one time axis from each one's first event, e.g. a bulk run and
 an overlapped run of the same work:
 
@@ -58,9 +60,9 @@ def spans(events):
     return out
 
 
-def last_step(events):
-    """(begin, end) of the last span named "step" on the layer track, or None."""
-    steps = [e for e in events if e.get("ph") == "X" and e.get("cat") == "layer" and e["name"] == "step"]
+def last_step(events, name="step"):
+    """(begin, end) of the last span named ``name`` on the layer track, or None."""
+    steps = [e for e in events if e.get("ph") == "X" and e.get("cat") == "layer" and e["name"] == name]
     if not steps:
         return None
     last = max(steps, key=lambda e: e["ts"])
@@ -70,14 +72,17 @@ def last_step(events):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", help="the SVG to write")
-    ap.add_argument("traces", nargs="+", help="DIR or DIR:label, one per stacked trace")
+    ap.add_argument("traces", nargs="+", help="DIR, DIR:label or DIR:label=SPAN, one per stacked trace")
     args = ap.parse_args()
     panels = []
     for spec in args.traces:
         directory, _, label = spec.partition(":")
+        label, _, window = label.partition("=")
         ranks = load(directory)
-        rows = {r: spans(ev) for r, ev in ranks.items()}
-        windows = [w for w in (last_step(ev) for ev in ranks.values()) if w]
+        rows = {r: [s for s in spans(ev) if not s[4].startswith("step ")] for r, ev in ranks.items()}
+        windows = [w for w in (last_step(ev, window or "step") for ev in ranks.values()) if w]
+        if window and not windows:
+            sys.exit(f"render.py: no span named {window!r} in {directory}")
         if windows:  # the last training step, from the earliest rank's start to the latest rank's end
             lo, hi = min(w[0] for w in windows), max(w[1] for w in windows)
             rows = {r: [(s[0], s[1], max(s[2], lo), min(s[3], hi), s[4]) for s in sp if s[3] > lo and s[2] < hi]

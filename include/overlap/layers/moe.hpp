@@ -19,8 +19,9 @@
 #include <vector>
 
 #include "overlap/core/matrix.hpp"
+#include "overlap/kernels/local_gelu.hpp"
 #include "overlap/kernels/local_gemm.hpp"
-#include "overlap/kernels/local_math.hpp"
+#include "overlap/layers/phase_span.hpp"
 #include "overlap/ops/all_to_all_matmul.hpp"
 #include "overlap/ops/expert_counts.hpp"
 #include "overlap/ops/matmul_all_to_all.hpp"
@@ -88,18 +89,32 @@ class moe_mlp {
   /// what backward needs (about (topk x (2K + F) + G) values per token).
   const moe_load& forward(matrix_view<const T> x, const moe_weights<T>& w, matrix_view<T> y) {
     check(x, w, y, "forward");
+    engine::trace_recorder* tr = ctx_.tracer();
     tokens_ = x.rows;
-    copy_in(x, x_);
-    route(w.router);
+    {
+      detail::phase_span ph(tr, "router");
+      copy_in(x, x_);
+      route(w.router);
+    }
     const int64_t S = counts_.sent_rows(), V = counts_.received_rows(), E = opt_.experts_per_rank;
     xd_.assign(size_t(V * K_), T(0));
     u_.assign(size_t(V * F_), T(0));
     o_.assign(size_t(S * K_), T(0));
     const a2a_options a2a{opt_.strategy};
-    all_to_all_matmul<T>(ctx_, {xs_.data(), S, K_}, w.w1, {u_.data(), V, F_}, {xd_.data(), V, K_}, counts_, a2a);
+    {
+      detail::phase_span ph(tr, "dispatch + W1 (all_to_all_matmul)");
+      all_to_all_matmul<T>(ctx_, {xs_.data(), S, K_}, w.w1, {u_.data(), V, F_}, {xd_.data(), V, K_}, counts_, a2a);
+    }
     h_.resize(u_.size());
-    for (size_t i = 0; i < u_.size(); ++i) h_[i] = math::gelu<T>(u_[i]);
-    matmul_all_to_all<T>(ctx_, {h_.data(), V, F_}, w.w2, {o_.data(), S, K_}, counts_, a2a);
+    {
+      detail::phase_span ph(tr, "GELU");
+      gelu_.forward(u_.data(), h_.data(), int64_t(u_.size()));
+    }
+    {
+      detail::phase_span ph(tr, "W2 + combine (matmul_all_to_all)");
+      matmul_all_to_all<T>(ctx_, {h_.data(), V, F_}, w.w2, {o_.data(), S, K_}, counts_, a2a);
+    }
+    detail::phase_span ph(tr, "gates");
     for (int64_t t = 0; t < tokens_; ++t) {
       T* yr = y.data + t * y.ld;
       std::fill(yr, yr + K_, T(0));
@@ -119,19 +134,33 @@ class moe_mlp {
   /// gradients. Collective; w must be the forward's.
   void backward(matrix_view<const T> dy, const moe_weights<T>& w, matrix_view<T> dx, const moe_gradients<T>& g) {
     check_backward(dy, w, dx, g);
+    engine::trace_recorder* tr = ctx_.tracer();
     const int64_t S = counts_.sent_rows(), V = counts_.received_rows();
-    const std::vector<T> dgate = output_grads(dy);
+    std::vector<T> dgate;
+    {
+      detail::phase_span ph(tr, "gates' gradient");
+      dgate = output_grads(dy);
+    }
     // dH = dO dispatched, times W2_e^T; dU = dH gelu'(U); dXs = dU times W1_e^T, combined.
     a2a_options a2a{opt_.strategy};
     a2a.transpose_w = true;
     du_.resize(size_t(V * F_)), doutd_.resize(size_t(V * K_)), dxs_.resize(size_t(S * K_));
-    all_to_all_matmul<T>(ctx_, {dout_.data(), S, K_}, w.w2, {du_.data(), V, F_}, {doutd_.data(), V, K_}, counts_, a2a);
-    for (size_t i = 0; i < du_.size(); ++i) du_[i] *= math::gelu_grad<T>(u_[i]);
-    // The experts' weight gradients need only what is here: they compute
-    // while dXs's exchange runs on the context's worker.
-    pending exchange = start_matmul_all_to_all<T>(ctx_, {du_.data(), V, F_}, w.w1, {dxs_.data(), S, K_}, counts_, a2a);
-    expert_grads(g);
-    exchange.wait();
+    {
+      detail::phase_span ph(tr, "dispatch dO + W2^T (all_to_all_matmul)");
+      all_to_all_matmul<T>(ctx_, {dout_.data(), S, K_}, w.w2, {du_.data(), V, F_}, {doutd_.data(), V, K_}, counts_,
+                           a2a);
+      gelu_.backward(u_.data(), du_.data(), int64_t(du_.size()));
+    }
+    {
+      // The experts' weight gradients need only what is here: they compute
+      // while dXs's exchange runs on the context's worker.
+      detail::phase_span ph(tr, "W1^T + combine dX (started), the experts' weight gradients meanwhile");
+      pending exchange =
+          start_matmul_all_to_all<T>(ctx_, {du_.data(), V, F_}, w.w1, {dxs_.data(), S, K_}, counts_, a2a);
+      expert_grads(g);
+      exchange.wait();
+    }
+    detail::phase_span ph(tr, "router's gradient");
     router_grads(dgate, w, g, dx);
     for (int64_t t = 0; t < tokens_; ++t)
       for (int j = 0; j < opt_.topk; ++j) {
@@ -307,6 +336,7 @@ class moe_mlp {
   moe_options opt_;
   int64_t G_;
   local_gemm<T> gemm_;
+  local_gelu<T> gelu_;
   int64_t tokens_ = -1;
   std::vector<T> x_;  ///< the forward's tokens (dense)
   std::vector<int> chosen_;
