@@ -16,3 +16,5 @@ template void overlap::ring_attention_backward<overlap::bfloat16>(context&, cons
                                                                   matrix_view<const overlap::bfloat16>,
                                                                   const attention_grads<overlap::bfloat16>&,
                                                                   const attention_options&);
+template class overlap::layers::moe_mlp<float>;
+template class overlap::layers::moe_mlp<double>;
