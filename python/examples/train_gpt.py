@@ -214,6 +214,14 @@ def cpu_model():
     return name
 
 
+def provenance():
+    """Where a run ran, for its JSON rows: the transport (OVERLAP_TRANSPORT),
+    the CPU and the ISA its GEMMs use, the versions and the date."""
+    return {"transport": os.environ.get("OVERLAP_TRANSPORT", "unspecified"), "cpu": cpu_model(),
+            "isa": overlap._core.cpu_isa(), "torch": torch.__version__, "overlap": overlap.__version__,
+            "mpi": MPI.Get_library_version().splitlines()[0].strip(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
 def main(argv=None):
     a = args_of(argv)
     if a.threads:
@@ -254,11 +262,7 @@ def main(argv=None):
                         "example": "train_gpt", "strategy": s, "ranks": comm.size, "step_ms": ms,
                         "final_loss": losses[-1], "losses": losses, "reference_losses": ref,
                         "max_rel_loss_diff": worst if ref else None, "steps": a.steps, "phases": a.phases, "layers": a.layers,
-                        "hidden": a.hidden, "heads": a.heads, "seq": a.seq, "batch": a.batch,
-                        "transport": os.environ.get("OVERLAP_TRANSPORT", "unspecified"),
-                        "cpu": cpu_model(), "isa": overlap._core.cpu_isa(), "torch": torch.__version__,
-                        "overlap": overlap.__version__, "mpi": MPI.Get_library_version().splitlines()[0].strip(),
-                        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                        "hidden": a.hidden, "heads": a.heads, "seq": a.seq, "batch": a.batch, **provenance(),
                     }) + "\n")
     return comm.bcast(status, root=0)
 

@@ -38,7 +38,7 @@ import overlap
 from overlap.torch import ExpertParallelMLP, allreduce_replicated_grads
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_gpt import cpu_model  # noqa: E402
+from train_gpt import provenance  # noqa: E402
 
 
 def args_of(argv=None):
@@ -185,10 +185,7 @@ def report(a, comm, results, ref):
                     "final_loss": losses[-1], "losses": losses, "reference_losses": ref,
                     "max_rel_loss_diff": worst, "steps": a.steps, "width": a.width, "ffn": a.ffn,
                     "experts": a.experts_per_rank * comm.size, "topk": a.topk, "tokens_per_rank": a.tokens,
-                    "dtype": a.dtype, "transport": os.environ.get("OVERLAP_TRANSPORT", "unspecified"),
-                    "cpu": cpu_model(), "isa": overlap._core.cpu_isa(), "torch": torch.__version__,
-                    "overlap": overlap.__version__, "mpi": MPI.Get_library_version().splitlines()[0].strip(),
-                    "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "dtype": a.dtype, **provenance(),
                 }) + "\n")
     return status
 
