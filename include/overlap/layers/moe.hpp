@@ -320,7 +320,7 @@ class moe_mlp {
     int64_t n = 0, at = 0;
     for (int q = 0; q < R; ++q)
       for (int f = 0; f < E; ++f) {
-        const int64_t c = counts_.recv[size_t(q * E + f)];
+        const int64_t c = counts_.recv[size_t(q) * size_t(E) + size_t(f)];
         if (f == e) {
           out.resize(size_t((n + c) * all.cols));
           std::memcpy(out.data() + n * all.cols, all.data + at * all.ld, size_t(c * all.cols) * sizeof(T));
