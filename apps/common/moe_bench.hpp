@@ -196,7 +196,7 @@ class moe_bench {
   /// for the experts route() chose and 0 for the others, a router that
   /// reads those features (8 x the identity), and the output's gradient.
   void layer_inputs() {
-    const int64_t K = s_.width, F = s_.ffn, G = s_.experts, n = local_tokens_;
+    const int64_t K = s_.width, G = s_.experts, n = local_tokens_;
     xt_.resize(size_t(n * K)), dy_.resize(size_t(n * K)), y_.resize(size_t(n * K)), dx_.resize(size_t(n * K));
     for (int64_t t = 0; t < n; ++t)
       for (int64_t j = 0; j < K; ++j) {
@@ -208,7 +208,6 @@ class moe_bench {
     router_.assign(size_t(K * G), T(0));
     for (int64_t g = 0; g < G; ++g) router_[size_t(g * G + g)] = from_float<T>(8);
     grouter_.resize(router_.size()), gw1_.resize(w1_.size()), gw2_.resize(w2_.size());
-    (void)F;
   }
 
   /// One forward + backward of a layer of its own on ctx with strategy s.
