@@ -222,6 +222,24 @@ def provenance():
             "mpi": MPI.Get_library_version().splitlines()[0].strip(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+def compare(results, ref, a):
+    """Prints each strategy's speedup over bulk and, with reference losses,
+    the largest relative loss difference from them. Returns (that difference
+    or None, the exit status: 1 past --tolerance)."""
+    if "bulk" in results:
+        for s, (_, ms) in results.items():
+            if s != "bulk":
+                print(f"speedup of {s} over bulk: {results['bulk'][1] / ms:.3f}x")
+    if not ref:
+        return None, 0
+    worst = max(abs(x - y) / abs(y) for losses, _ in results.values() for x, y in zip(losses, ref))
+    ok = worst <= a.tolerance
+    print(f"loss parity with single-process PyTorch over {a.steps} steps: largest relative difference "
+          f"{worst:.2e} (tolerance {a.tolerance:.0e}): {'ok' if ok else 'FAILED'}")
+    print("reference losses: " + " ".join(f"{x:.4f}" for x in ref))
+    return worst, 0 if ok else 1
+
+
 def main(argv=None):
     a = args_of(argv)
     if a.threads:
@@ -241,27 +259,15 @@ def main(argv=None):
                       f"loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
     status = 0
     if rank == 0:
-        if "bulk" in results:
-            for s, (_, ms) in results.items():
-                if s != "bulk":
-                    print(f"speedup of {s} over bulk: {results['bulk'][1] / ms:.3f}x")
         ref = train_reference(a) if a.check else None
-        worst = 0.0
-        if ref:
-            for s, (losses, _) in results.items():
-                worst = max(worst, max(abs(x - y) / abs(y) for x, y in zip(losses, ref)))
-            ok = worst <= a.tolerance
-            print(f"loss parity with single-process PyTorch over {a.steps} steps: largest relative difference "
-                  f"{worst:.2e} (tolerance {a.tolerance:.0e}): {'ok' if ok else 'FAILED'}")
-            print("reference losses: " + " ".join(f"{x:.4f}" for x in ref))
-            status = 0 if ok else 1
+        worst, status = compare(results, ref, a)
         if a.json:
             with open(a.json, "a") as f:
                 for s, (losses, ms) in results.items():
                     f.write(json.dumps({
                         "example": "train_gpt", "strategy": s, "ranks": comm.size, "step_ms": ms,
                         "final_loss": losses[-1], "losses": losses, "reference_losses": ref,
-                        "max_rel_loss_diff": worst if ref else None, "steps": a.steps, "phases": a.phases, "layers": a.layers,
+                        "max_rel_loss_diff": worst, "steps": a.steps, "phases": a.phases, "layers": a.layers,
                         "hidden": a.hidden, "heads": a.heads, "seq": a.seq, "batch": a.batch, **provenance(),
                     }) + "\n")
     return comm.bcast(status, root=0)

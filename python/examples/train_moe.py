@@ -38,7 +38,7 @@ import overlap
 from overlap.torch import ExpertParallelMLP, allreduce_replicated_grads
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_gpt import provenance  # noqa: E402
+from train_gpt import compare, provenance  # noqa: E402
 
 
 def args_of(argv=None):
@@ -162,21 +162,10 @@ def train_reference(model, a, ranks, dtype):
 
 
 def report(a, comm, results, ref):
-    """Rank 0: the times, the speedups, the parity check and the JSON rows; the exit status."""
+    """Rank 0: the times, the speedups, the parity check (train_gpt.compare) and the JSON rows; the exit status."""
     for s, (losses, ms) in results.items():
         print(f"{s:>9}: step {ms:9.2f} ms (median, slowest rank), loss {losses[0]:.4f} -> {losses[-1]:.4f}")
-    if "bulk" in results:
-        for s, (_, ms) in results.items():
-            if s != "bulk":
-                print(f"speedup of {s} over bulk: {results['bulk'][1] / ms:.3f}x")
-    worst, status = None, 0
-    if ref:
-        worst = max(abs(x - y) / abs(y) for losses, _ in results.values() for x, y in zip(losses, ref))
-        ok = worst <= a.tolerance
-        print(f"loss parity with single-process PyTorch over {a.steps} steps: largest relative difference "
-              f"{worst:.2e} (tolerance {a.tolerance:.0e}): {'ok' if ok else 'FAILED'}")
-        print("reference losses: " + " ".join(f"{x:.4f}" for x in ref))
-        status = 0 if ok else 1
+    worst, status = compare(results, ref, a)
     if a.json:
         with open(a.json, "a") as f:
             for s, (losses, ms) in results.items():
