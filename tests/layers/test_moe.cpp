@@ -136,6 +136,8 @@ void expect_close(const matrix<double>& got, const matrix<double>& want, const s
 struct moe_case {
   int experts, topk;
   overlap::strategy strategy;
+  bool in_waits = false;  ///< the weight gradients in the last exchange's waits, not beside it started
+  int64_t width = 8, ffn = 6;
 };
 
 class moe_layer : public ::testing::TestWithParam<moe_case> {};
@@ -144,10 +146,11 @@ TEST_P(moe_layer, forward_and_every_gradient_match_the_reference) {
   const moe_case cs = GetParam();
   overlap::context ctx(MPI_COMM_WORLD);
   const int R = ctx.size(), p = ctx.rank();
-  const problem pb{R, cs.experts, cs.experts * R, std::min(cs.topk, cs.experts * R), 8, 6, 11};
+  const problem pb{R, cs.experts, cs.experts * R, std::min(cs.topk, cs.experts * R), cs.width, cs.ffn, 11};
   overlap::layers::moe_options opt;
   opt.width = pb.K, opt.ffn = pb.F;
   opt.experts_per_rank = cs.experts, opt.topk = pb.topk, opt.strategy = cs.strategy;
+  opt.weight_gradients_in_waits = cs.in_waits;
   overlap::layers::moe_mlp<double> layer(ctx, opt);
   const matrix<double> x = pb.x(p), dy = pb.dy(p), wr = pb.router(), w1 = pb.w1(p), w2 = pb.w2(p);
   const overlap::layers::moe_weights<double> w{wr.cview(), w1.cview(), w2.cview()};
@@ -175,11 +178,15 @@ INSTANTIATE_TEST_SUITE_P(cases, moe_layer,
                          ::testing::Values(moe_case{1, 1, overlap::strategy::pairwise},
                                            moe_case{1, 2, overlap::strategy::bulk},
                                            moe_case{2, 2, overlap::strategy::pairwise},
-                                           moe_case{3, 2, overlap::strategy::automatic}),
+                                           moe_case{3, 2, overlap::strategy::automatic},
+                                           // Widths of several runs of rows (engine::row_split) per gradient.
+                                           moe_case{2, 2, overlap::strategy::pairwise, true, 70, 66},
+                                           moe_case{1, 2, overlap::strategy::automatic, true, 8, 6}),
                          [](const auto& param_info) {
-                           return std::to_string(param_info.param.experts) + "experts_top" +
-                                  std::to_string(param_info.param.topk) + "_" +
-                                  overlap::to_string(param_info.param.strategy);
+                           const moe_case& c = param_info.param;
+                           return std::to_string(c.experts) + "experts_top" + std::to_string(c.topk) + "_" +
+                                  overlap::to_string(c.strategy) + (c.in_waits ? "_in_waits" : "") + "_width" +
+                                  std::to_string(c.width);
                          });
 
 TEST(moe_layer_float, matches_the_double_reference) {

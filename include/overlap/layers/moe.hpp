@@ -19,9 +19,11 @@
 #include <vector>
 
 #include "overlap/core/matrix.hpp"
+#include "overlap/engine/side_work.hpp"
 #include "overlap/kernels/local_gelu.hpp"
 #include "overlap/kernels/local_gemm.hpp"
 #include "overlap/layers/phase_span.hpp"
+#include "overlap/mpi/simulator.hpp"
 #include "overlap/ops/all_to_all_matmul.hpp"
 #include "overlap/ops/expert_counts.hpp"
 #include "overlap/ops/matmul_all_to_all.hpp"
@@ -38,7 +40,15 @@ struct moe_options {
   int experts_per_rank = 1;  ///< E: experts on every rank; G = E x ranks experts in all
   int topk = 2;              ///< experts per token (1 <= topk <= G)
   /// Of both all-to-alls, forward and backward: bulk, pairwise or automatic.
+  /// With bulk nothing overlaps (the baseline): the backward's last
+  /// exchange ends before the experts' weight gradients start.
   overlap::strategy strategy = overlap::strategy::automatic;
+  /// Unless bulk: run the experts' weight gradients in pieces inside the
+  /// backward's last exchange's waits for its transfers, on the caller's
+  /// thread (engine/side_work.hpp), rather than beside the started exchange
+  /// on the context's worker thread. The default under SimGrid SMPI, where
+  /// a started op runs to its end at start and nothing would overlap it.
+  bool weight_gradients_in_waits = mpi::simulated;
 };
 
 /// The layer's parameters on this rank.
@@ -153,12 +163,23 @@ class moe_mlp {
     }
     {
       // The experts' weight gradients need only what is here: they compute
-      // while dXs's exchange runs on the context's worker.
-      detail::phase_span ph(tr, "W1^T + combine dX (started), the experts' weight gradients meanwhile");
-      pending exchange =
-          start_matmul_all_to_all<T>(ctx_, {du_.data(), V, F_}, w.w1, {dxs_.data(), S, K_}, counts_, a2a);
-      expert_grads(g);
-      exchange.wait();
+      // while dXs's exchange runs (unless bulk).
+      detail::phase_span ph(tr, "W1^T + combine dX, the experts' weight gradients meanwhile");
+      engine::side_work dw;
+      expert_grads(g, dw);
+      const matrix_view<const T> dh{du_.data(), V, F_};
+      const matrix_view<T> dxs{dxs_.data(), S, K_};
+      if (opt_.strategy == overlap::strategy::bulk) {
+        matmul_all_to_all<T>(ctx_, dh, w.w1, dxs, counts_, a2a);
+      } else if (opt_.weight_gradients_in_waits) {
+        engine::filling_waits fill(ctx_.requests(), dw);
+        matmul_all_to_all<T>(ctx_, dh, w.w1, dxs, counts_, a2a);
+      } else {
+        pending exchange = start_matmul_all_to_all<T>(ctx_, dh, w.w1, dxs, counts_, a2a);
+        dw.run_rest();  // on an exception, exchange's destructor waits for the op
+        exchange.wait();
+      }
+      dw.run_rest();  // what the exchange's waits left
     }
     detail::phase_span ph(tr, "router's gradient");
     router_grads(dgate, w, g, dx);
@@ -192,19 +213,32 @@ class moe_mlp {
       }
     return dgate;
   }
-  /// The experts' weight gradients (from du_ and doutd_): each expert's
-  /// rows (from every rank) gathered, then one GEMM per weight.
-  void expert_grads(const moe_gradients<T>& g) {
+  /// The experts' weight gradients (from du_ and doutd_), as pieces of
+  /// `work`, run in order: each expert's rows (from every rank) gathered,
+  /// then its weight's gradient in runs of rows (engine::for_row_runs).
+  void expert_grads(const moe_gradients<T>& g, engine::side_work& work) {
     const int64_t V = counts_.received_rows();
-    std::vector<T> a, b;
     for (int e = 0; e < opt_.experts_per_rank; ++e) {
-      const int64_t n = gather_expert_rows(e, {xd_.data(), V, K_}, a);
-      gather_expert_rows(e, {du_.data(), V, F_}, b);
-      gemm_.run(product::atb, K_, F_, n, {a.data(), K_, b.data(), F_, g.w1.data + e * K_ * g.w1.ld, g.w1.ld});
-      gather_expert_rows(e, {h_.data(), V, F_}, a);
-      gather_expert_rows(e, {doutd_.data(), V, K_}, b);
-      gemm_.run(product::atb, F_, K_, n, {a.data(), F_, b.data(), K_, g.w2.data + e * F_ * g.w2.ld, g.w2.ld});
+      // dW1_e = Xd_e^T dU_e (K x F), dW2_e = H_e^T dO_e (F x K).
+      weight_grad_pieces(work, e, {xd_.data(), V, K_}, {du_.data(), V, F_}, g.w1.block(e * K_, 0, K_, F_));
+      weight_grad_pieces(work, e, {h_.data(), V, F_}, {doutd_.data(), V, K_}, g.w2.block(e * F_, 0, F_, K_));
     }
+  }
+  /// c = a_e^T b_e for local expert e's rows of a and b: a gather piece,
+  /// then one per run of c's rows (short enough that a transfer completing
+  /// meanwhile is not kept waiting long).
+  void weight_grad_pieces(engine::side_work& work, int e, matrix_view<const T> a, matrix_view<const T> b,
+                          matrix_view<T> c) {
+    work.add([this, e, a, b] {
+      grad_rows_ = gather_expert_rows(e, a, grad_a_);
+      gather_expert_rows(e, b, grad_b_);
+    });
+    engine::for_row_runs(c.rows, engine::row_split{}, [&](int64_t first, int64_t rows) {
+      work.add([this, first, rows, c] {
+        gemm_.run(product::atb, rows, c.cols, grad_rows_,
+                  {grad_a_.data() + first, c.rows, grad_b_.data(), c.cols, c.data + first * c.ld, c.ld});
+      });
+    });
   }
   /// The router's gradient (this rank's tokens') and the router's part of
   /// dx (written: the experts' part is added after), through the softmax
@@ -231,8 +265,10 @@ class moe_mlp {
                                   ? overlap::detail::failure()
                                   : overlap::detail::failure(overlap::detail::failure::kind::invalid_argument, why),
                               where);
-    if (!overlap::detail::same_everywhere(ctx_, {K_, F_, opt_.experts_per_rank, opt_.topk, int64_t(opt_.strategy)},
-                                          where))
+    if (!overlap::detail::same_everywhere(
+            ctx_,
+            {K_, F_, opt_.experts_per_rank, opt_.topk, int64_t(opt_.strategy), int64_t(opt_.weight_gradients_in_waits)},
+            where))
       throw std::invalid_argument(where + ": width, ffn and the options must agree across ranks");
   }
   template <class V>
@@ -344,6 +380,8 @@ class moe_mlp {
   std::vector<int64_t> rows_;               ///< (token, choice) -> row of xs_
   std::vector<T> xs_, xd_, u_, h_, o_;      ///< the forward's rows: sent, dispatched, before and after GELU, combined
   std::vector<T> dout_, du_, doutd_, dxs_;  ///< the backward's: dO, dU, dO dispatched, dx's experts' part
+  std::vector<T> grad_a_, grad_b_;          ///< one expert's rows of a weight gradient's operands, gathered
+  int64_t grad_rows_ = 0;                   ///< their rows
   expert_counts counts_;
   moe_load load_;
 };
