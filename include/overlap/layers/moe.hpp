@@ -12,12 +12,15 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "overlap/backend/gemm.hpp"
 #include "overlap/core/matrix.hpp"
 #include "overlap/engine/side_work.hpp"
 #include "overlap/kernels/local_gelu.hpp"
@@ -235,10 +238,25 @@ class moe_mlp {
     });
     engine::for_row_runs(c.rows, engine::row_split{}, [&](int64_t first, int64_t rows) {
       work.add([this, first, rows, c] {
-        gemm_.run(product::atb, rows, c.cols, grad_rows_,
-                  {grad_a_.data() + first, c.rows, grad_b_.data(), c.cols, c.data + first * c.ld, c.ld});
+        gemm_atb(rows, c.cols, grad_rows_, grad_a_.data() + first, c.rows, grad_b_.data(), c.cols,
+                 c.data + first * c.ld, c.ld);
       });
     });
+  }
+  /// c (m x n, ldc) = a^T b (a: k x m, lda; b: k x n, ldb) on the
+  /// context's kernels, which SMPI charges as it charges the ops' GEMMs
+  /// (docs/smpi.md, "Compute times"): a steady figure per shape, not each
+  /// run's time on a shared machine.
+  void gemm_atb(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+    gemm_desc d = gemm_desc::shape(m, n, k).strides(lda, ldb, ldc).transposed(true, false);
+    d.types(dtype_of<T>(), dtype_of<T>());
+    const gemm_operands io = gemm_operands().a(a).b(b).c(c);
+    if (overlap::detail::run_degenerate(d, io)) return;
+    // Bounded: a routing's row counts vary, so shapes do (the backend keeps a cache of its own).
+    if (grad_kernels_.size() >= kernel_bound && grad_kernels_.count(d) == 0) grad_kernels_.clear();
+    std::shared_ptr<const gemm_kernel>& kernel = grad_kernels_[d];
+    if (!kernel) kernel = ctx_.make_kernel(d);
+    kernel->run(io);
   }
   /// The router's gradient (this rank's tokens') and the router's part of
   /// dx (written: the experts' part is added after), through the softmax
@@ -382,6 +400,8 @@ class moe_mlp {
   std::vector<T> dout_, du_, doutd_, dxs_;  ///< the backward's: dO, dU, dO dispatched, dx's experts' part
   std::vector<T> grad_a_, grad_b_;          ///< one expert's rows of a weight gradient's operands, gathered
   int64_t grad_rows_ = 0;                   ///< their rows
+  std::map<gemm_desc, std::shared_ptr<const gemm_kernel>> grad_kernels_;  ///< the weight gradients' kernels by shape
+  static constexpr size_t kernel_bound = 256;
   expert_counts counts_;
   moe_load load_;
 };
