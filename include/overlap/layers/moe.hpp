@@ -375,7 +375,7 @@ class moe_mlp {
     for (int q = 0; q < R; ++q)
       for (int f = 0; f < E; ++f) {
         const int64_t c = counts_.recv[size_t(q) * size_t(E) + size_t(f)];
-        if (f == e) {
+        if (f == e && c > 0) {  // an empty block may have null data (memcpy's arguments must not be null)
           out.resize(size_t((n + c) * all.cols));
           std::memcpy(out.data() + n * all.cols, all.data + at * all.ld, size_t(c * all.cols) * sizeof(T));
           n += c;
