@@ -52,7 +52,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
 .PHONY: all deps bench-deps lint-deps smpi-deps configure build test check test-mpi test-isa asan tsan lint format demo bench \
         install clean docs clang ccache-stats \
-        smpi test-smpi bench-smpi
+        smpi test-smpi bench-smpi bench-smpi-scale
 
 all: build
 
@@ -243,6 +243,15 @@ bench: bench-deps build smpi
 # has bench/overlap-projection).
 bench-smpi: smpi
 	PROJECTION=$(BUILD)/bench/overlap-projection bash bench/smpi_sweep.sh $(SMPI_BUILD)
+
+# The scale runs (bench/smpi_scale.sh): the three ops on simulated tensor
+# groups of 8-64 ranks at 25, 100 and 200 Gbit/s and on 1024-rank dp x tp
+# meshes, timing only, into docs/scaling.md's opening tables and the cost
+# model's list in docs/results.md. SCALE_RATES, SCALE_TP, SCALE_OPS,
+# SCALE_MESHES and SCALE_LIMIT_S narrow or bound it.
+bench-smpi-scale: smpi
+	@$(MAKE) --no-print-directory deps DEPS="gnuplot-nox python3"
+	bash bench/smpi_scale.sh $(SMPI_BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

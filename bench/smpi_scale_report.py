@@ -1,0 +1,229 @@
+"""The scale runs of bench/smpi_scale.sh (make bench-smpi-scale) into docs/scaling.md, whose
+opening section they are, and docs/results.md, where every (predicted, simulated) pair of the
+cost model is listed. Each section replaces any earlier one between its markers.
+
+    python3 bench/smpi_scale_report.py docs/results/smpi/scale docs/scaling.md docs/results.md"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+BEGIN, END = "<!-- smpi-scale: begin -->", "<!-- smpi-scale: end -->"
+OPS = {"all_gather_matmul": "ag", "matmul_reduce_scatter": "rs", "matmul_all_reduce": "ar"}
+NAMES = {("bulk", "named"): "bulk", ("ring", "named"): "ring", ("bidirectional", "named"): "bidirectional",
+         ("bulk", "others"): "others", ("hierarchical", "named"): "two-level"}
+WITHIN = 0.10  # the issue's bar: predictions within 10% of the simulated times
+
+
+def runs(out, kind):
+    """{(gbit, ranks, tp, op): {strategy: row}} of KIND-fattree*.jsonl."""
+    by = {}
+    for path in sorted(glob.glob(os.path.join(out, f"{kind}-fattree*.jsonl"))):
+        gbit = int(os.path.basename(path).split("-")[2].replace("gbit.jsonl", ""))
+        for line in open(path):
+            r = json.loads(line)
+            # overlap-bench's "ranks" are a tensor group's; the world holds tensor_groups of them.
+            tp = r["ranks"]
+            by.setdefault((gbit, tp * r["tensor_groups"], tp, OPS[r["op"]]), {})[r["strategy"]] = r
+    return by
+
+
+def costs(out):
+    """{(kind, gbit, ranks, tp, op): cost row} of tools/smpi/measure's cost.jsonl."""
+    path = os.path.join(out, "cost.jsonl")
+    by = {}
+    if os.path.exists(path):
+        for line in open(path):
+            c = json.loads(line)
+            kind, platform, np, tp, op = c["label"].split()
+            by[(kind, int(platform.split("-")[1].replace("gbit", "")), int(np), int(tp), op)] = c
+    return by
+
+
+def with_chunks(name, chunks):
+    return f"{name}, {chunks} chunk{'s' if chunks > 1 else ''}" if chunks else name
+
+
+def chose(row):
+    s = row.get("schedule") or {}
+    return with_chunks(NAMES.get((s.get("strategy"), s.get("algorithm")), s.get("strategy", "?")), s.get("chunks"))
+
+
+def pairs(row):
+    """The cost model's (candidate, predicted, simulated) for each candidate automatic timed."""
+    out = []
+    for c in (row.get("schedule") or {}).get("candidates", []):
+        if c.get("measured_ms") is not None:
+            name = NAMES.get((c["strategy"], c["algorithm"]), c["strategy"])
+            out.append((with_chunks(name, c["chunks"]), c["predicted_ms"], c["measured_ms"]))
+    return out
+
+
+def modelled(row):
+    """The cost model's speedup over bulk for automatic's choice: bulk's prediction over the choice's."""
+    s = row.get("schedule") or {}
+    bulk = [c["predicted_ms"] for c in s.get("candidates", []) if c["strategy"] == "bulk" and c["algorithm"] == "named"]
+    return bulk[0] / s["predicted_ms"] if bulk and s.get("predicted_ms") else None
+
+
+def speedup_cell(b):
+    if not b or "automatic" not in b or "bulk" not in b:
+        return "-"
+    m = modelled(b["automatic"])
+    return (f"{b['bulk']['time_ms'] / b['automatic']['time_ms']:.2f} / " + (f"{m:.2f}" if m else "-")
+            + f" ({chose(b['automatic'])})")
+
+
+def speedup_table(groups, mesh, rates, tps):
+    lines = ["| op | Gbit/s | " + " | ".join(f"tp {tp}" for tp in tps) + " | 1024 ranks (dp x tp) |",
+             "|---|---|" + "---|" * (len(tps) + 1)]
+    for op in ("ag", "rs", "ar"):
+        for gbit in rates:
+            cells = [speedup_cell(groups.get((gbit, tp, tp, op))) for tp in tps]
+            m = [f"{R // tp} x {tp}: {speedup_cell(b)}" for (g, R, tp, o), b in sorted(mesh.items()) if g == gbit and o == op]
+            lines.append(f"| {op} | {gbit} | " + " | ".join(cells) + f" | {'; '.join(m) or '-'} |")
+    return lines
+
+
+def times_table(groups, mesh, cost):
+    lines = ["| Gbit/s | ranks | dp x tp | op | bulk ms | ring ms | automatic ms (chose) | speedup | "
+             "ring / its limit | wall s | peak PSS GiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for kind, by in (("groups", groups), ("mesh", mesh)):
+        for (gbit, R, tp, op), b in sorted(by.items(), key=lambda x: (x[0][3], x[0][0], x[0][1], x[0][2])):
+            c = cost.get((kind, gbit, R, tp, op), {})
+            t = {s: b[s]["time_ms"] for s in b}
+            auto = f"{t['automatic']:.1f} ({chose(b['automatic'])})" if "automatic" in t else "-"
+            sp = f"{t['bulk'] / t['automatic']:.2f}" if "automatic" in t and "bulk" in t else "-"
+            lim = f"{b['ring']['ratio_to_limit']:.3f}" if "ring" in b and b["ring"].get("ratio_to_limit") else "-"
+            cell = lambda s: f"{t[s]:.1f}" if s in t else "-"
+            lines.append(f"| {gbit} | {R} | {R // tp} x {tp} | {op} | {cell('bulk')} | {cell('ring')} | {auto} | {sp} | "
+                         f"{lim} | {c.get('wall_s', '-')} | {c.get('peak_pss_gib', '-')} |")
+    unfinished = [c for c in cost.values() if c["rc"] != 0]
+    for c in unfinished:
+        lines.append(f"| {c['label']}: ended with exit {c['rc']} (124: out of its time) after {c['wall_s']} s |"
+                     + " |" * 10)
+    return lines
+
+
+def plot(groups, rates, tps, out_svg):
+    """Automatic's speedup over bulk against the group size, one line per op and rate (gnuplot)."""
+    if not shutil.which("gnuplot"):
+        return False
+    dat = out_svg[:-4] + ".dat"
+    with open(dat, "w") as f:
+        for op in ("ag", "rs", "ar"):
+            for gbit in rates:
+                f.write(f"# {op} {gbit}\n")
+                for tp in tps:
+                    b = groups.get((gbit, tp, tp, op))
+                    if b and "automatic" in b:
+                        f.write(f"{tp} {b['bulk']['time_ms'] / b['automatic']['time_ms']}\n")
+                f.write("\n\n")
+    titles = [f"{op} {gbit} Gbit/s" for op in ("ag", "rs", "ar") for gbit in rates]
+    series = ", ".join(f"'{dat}' index {i} with linespoints title '{t}'" for i, t in enumerate(titles))
+    script = (f"set terminal svg size 720,420; set output '{out_svg}'; set logscale x 2; "
+              "set xlabel 'ranks in the tensor group'; set ylabel 'speedup over bulk (automatic)'; "
+              f"set key outside right; set grid; plot {series}")
+    subprocess.run(["gnuplot", "-e", script], check=True)
+    os.remove(dat)
+    return True
+
+
+def accuracy(groups, mesh):
+    """Every (case, candidate) the cost model predicted and the simulation timed."""
+    rows, within, misses = [], 0, []
+    for kind, by in (("group", groups), ("mesh", mesh)):
+        for (gbit, R, tp, op), b in sorted(by.items(), key=lambda x: (x[0][3], x[0][0], x[0][1])):
+            for name, pred, sim in pairs(b.get("automatic", {})):
+                err = pred / sim - 1
+                within += abs(err) <= WITHIN
+                rows.append(f"| {gbit} | {R} | {R // tp} x {tp} | {op} | {name} | {pred:.1f} | {sim:.1f} | "
+                            f"{100 * err:+.1f}% |")
+                if abs(err) > WITHIN:
+                    misses.append(f"- {op}, {gbit} Gbit/s, {R // tp} x {tp}: {name} predicted {pred:.1f} ms, "
+                                  f"simulated {sim:.1f} ({100 * err:+.1f}%)")
+    return rows, within, misses
+
+
+def replace_section(path, body, after_title):
+    text = open(path).read() if os.path.exists(path) else ""
+    block = BEGIN + "\n" + "\n".join(body) + "\n" + END + "\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        text = head + block + ("\n" + tail if tail else "")
+    elif after_title and text.startswith("# "):
+        title, rest = text.split("\n", 1)
+        text = title + "\n\n" + block + "\n" + rest.lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    open(path, "w").write(text)
+
+
+def main(out, scaling_md, results_md):
+    groups, mesh, cost = runs(out, "groups"), runs(out, "mesh"), costs(out)
+    if not groups and not mesh:
+        sys.exit(f"smpi_scale_report: no runs in {out}")
+    rates = sorted({k[0] for k in groups} | {k[0] for k in mesh})
+    tps = sorted({k[2] for k in groups})
+    any_row = next(iter((groups or mesh).values()))["bulk"]
+    where = (f"{any_row['cpu']}, SimGrid SMPI ({any_row['mpi'].split('.')[0]}.{any_row['mpi'].split('.')[1][:2]}), "
+             f"overlap {any_row['overlap']}, {any_row['date']}")
+    svg = os.path.join(os.path.dirname(scaling_md), "results", "scaling-simulated.svg")
+    drawn = plot(groups, rates, tps, svg)
+    acc, within, misses = accuracy(groups, mesh)
+    body = ["## Simulated: the real code at 8-1024 ranks (make bench-smpi-scale)", "",
+            "Simulated, not measured: overlap-bench (make smpi) under SimGrid SMPI on the 1024-node fat trees",
+            "of tools/smpi/ (two levels, full bisection; nodes of 3.2 Tf, 32 of this machine's cores, one",
+            "rank per node; 1 us per link; CM02 network model, Open MPI's collective selection; the settings",
+            "tools/smpi/run adds at scale are in docs/smpi.md). Each tensor group of tp ranks holds the shards",
+            "of one 65536 x 8192 x 8192 product (M x N x K, f32; all-gather: lhs_rows, reduce-scatter and",
+            "all-reduce: rows). GEMMs are charged from the platform's calibration for the group size",
+            "(OVERLAP_SIM_COMPUTE=calibrated): no GEMM runs, so the cost model and the simulation see the",
+            "same compute and what differs is the schedules' transfers. Automatic's measured choice (the",
+            "default) timed its three best candidates. One iteration per strategy; the slowest rank.",
+            f"Simulated on: {where}. `bench/smpi_scale.sh` says what each run is.", "",
+            "The 1024-rank column runs every group of the dp x tp mesh at once on its own nodes: each group's",
+            "traffic stays on its own links of the full-bisection tree, so a mesh's times are its group's (the",
+            "table below shows both). That column is what the simulation can hold at 1024 ranks in this",
+            "sweep's time; the single groups give the rates and group sizes.", "",
+            "### Speedup over bulk: simulated / the cost model's (automatic's choice)", "",
+            "Each cell: automatic's simulated speedup over bulk, then the cost model's prediction of the same",
+            "(bulk's predicted time over the chosen schedule's), and the schedule automatic chose.", ""]
+    body += speedup_table(groups, mesh, rates, tps)
+    if drawn:
+        body += ["", f"![simulated speedup over bulk](results/{os.path.basename(svg)})"]
+    body += ["", "### Times, and what each simulation cost", "",
+             "`ring / its limit`: the ring's time over max(its GEMMs alone, its transfers alone). `wall s` and",
+             "`peak PSS` are the whole simulation's real time and memory on the machine that ran it",
+             "(tools/smpi/measure: PSS summed over the simulation's processes every 0.5-2 s).", ""]
+    body += times_table(groups, mesh, cost)
+    body += ["", "### Against the cost model", "",
+             f"Of {len(acc)} predictions (every candidate automatic timed, every case), {within} "
+             f"({100 * within / max(1, len(acc)):.0f}%) are within {100 * WITHIN:.0f}% of the simulated time;",
+             "docs/results.md lists them all (\"The cost model at scale\"). Those beyond it:", ""]
+    body += misses or ["- none"]
+    if misses and all(m.startswith("- ar,") for m in misses):
+        body += ["", "Every miss is an all-reduce ring where its GEMMs and its transfers take about as long.",
+                 "The model spreads each group's all-gather (`MPI_Iallgatherv`) evenly over the next group's ring",
+                 "steps; the simulated network shares each link between flows (max-min, as TCP or a NIC shares",
+                 "it per flow), so the all-gather's R - 1 flows take most of the link until they end, the next",
+                 "ring's first transfers crawl and its GEMMs wait for them. With C in one group the prediction",
+                 "is exact (docs/smpi.md, \"The tp 8 all-reduce\"); where the transfers dominate (25 Gbit/s) it holds."]
+    replace_section(scaling_md, body, after_title=True)
+    res = ["## The cost model at scale: every simulated case (make bench-smpi-scale)", "",
+           "bench/smpi_scale.sh's runs (docs/scaling.md, \"Simulated\"): for each case, every schedule",
+           "automatic timed, the cost model's prediction against the simulated time of the slowest rank.",
+           f"{within} of {len(acc)} ({100 * within / max(1, len(acc)):.0f}%) within {100 * WITHIN:.0f}%. "
+           f"Simulated on: {where}.", "",
+           "| Gbit/s | ranks | dp x tp | op | schedule | predicted ms | simulated ms | error |",
+           "|---|---|---|---|---|---|---|---|"] + acc
+    replace_section(results_md, res, after_title=False)
+    print(f"smpi_scale_report: {len(groups)} group cases, {len(mesh)} mesh cases, {within}/{len(acc)} within 10%")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
