@@ -246,12 +246,14 @@ bench-smpi: smpi
 
 # The scale runs (bench/smpi_scale.sh): the three ops on simulated tensor
 # groups of 8-64 ranks at 25, 100 and 200 Gbit/s and on 1024-rank dp x tp
-# meshes, timing only, into docs/scaling.md's opening tables and the cost
-# model's list in docs/results.md. SCALE_RATES, SCALE_TP, SCALE_OPS,
-# SCALE_MESHES and SCALE_LIMIT_S narrow or bound it.
+# meshes, and single rings of 128 and 256 ranks beside the projection (when
+# $(BUILD) has bench/overlap-projection), timing only, into docs/scaling.md's
+# opening tables and the cost model's list in docs/results.md. SCALE_RATES,
+# SCALE_TP, SCALE_OPS, SCALE_MESHES, SCALE_RINGS and SCALE_LIMIT_S narrow or
+# bound it (an empty list skips its part and keeps its earlier rows).
 bench-smpi-scale: smpi
 	@$(MAKE) --no-print-directory deps DEPS="gnuplot-nox python3"
-	bash bench/smpi_scale.sh $(SMPI_BUILD)
+	PROJECTION=$(BUILD)/bench/overlap-projection bash bench/smpi_scale.sh $(SMPI_BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

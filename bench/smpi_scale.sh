@@ -16,6 +16,15 @@
 #           its own links, so a mesh's times are its group's; a mesh run
 #           checks that, and that the simulation holds 1024 ranks (wall
 #           time and real memory: tools/smpi/measure).
+#   rings   one tensor group of 128 and 256 ranks (SCALE_RINGS) at 100 Gbit/s,
+#           bulk and the ring, the MLP block's two products of
+#           bench/projection.cpp (tokens 4096, hidden 4096, ffn 16384), beside
+#           that projection from the same calibration: a single ring of 1024
+#           ranks stays a projection, and these check it where the
+#           simulation can still follow every message. The 64-rank group's
+#           calibration serves (its links span two leaves, as theirs do).
+#           $PROJECTION is the projection's binary (make bench-smpi-scale
+#           passes build/bench/overlap-projection; without it, no projection).
 #
 # Each rank of a group holds a shard of the same product, 65536 x 8192 x 8192
 # f32 (M x N x K; the per-group problem of the issue's 1024-rank command):
@@ -42,10 +51,11 @@ build=$(cd "${1:?usage: smpi_scale.sh BUILD_SMPI_DIR}" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/docs/results/smpi/scale"
 bench="$build/apps/overlap-bench"
-rates=${SCALE_RATES:-25 100 200}
-tps=${SCALE_TP:-8 16 32 64}
-ops=${SCALE_OPS:-ag rs ar}
+rates=${SCALE_RATES-25 100 200}
+tps=${SCALE_TP-8 16 32 64}
+ops=${SCALE_OPS-ag rs ar}
 meshes=${SCALE_MESHES-8:ag:100 8:rs:100}
+rings=${SCALE_RINGS-128 256}
 limit=${SCALE_LIMIT_S:-600}
 shape=(-m 65536 -n 8192 -k 8192)
 mkdir -p "$out"
@@ -63,16 +73,47 @@ one() {
     --json "$out/$kind-$p.jsonl" > /dev/null || echo "[smpi scale] exit $? (timeout: 124)" >&2
 }
 
-rm -f "$out"/groups-*.jsonl "$out"/mesh-*.jsonl "$out/cost.jsonl"
+# fresh KIND: a part that runs replaces its own earlier rows (and costs) only,
+# so that SCALE_RATES= SCALE_MESHES= ... reruns one part.
+fresh() {
+  rm -f "$out/$1"-*.jsonl
+  if [ -f "$out/cost.jsonl" ]; then
+    grep -v "\"label\": \"$1 " "$out/cost.jsonl" > "$out/cost.jsonl.tmp" || true
+    mv "$out/cost.jsonl.tmp" "$out/cost.jsonl"
+  fi
+}
+[ -n "$rates" ] && [ -n "$tps" ] && [ -n "$ops" ] && fresh groups
 for rate in $rates; do
   for tp in $tps; do
     for op in $ops; do one groups "fattree1024-${rate}gbit" "$tp" "$tp" "$op"; done
   done
 done
 echo "[smpi scale] groups done at $((SECONDS - t_start)) s" >&2
+[ -n "$meshes" ] && fresh mesh
 for m in $meshes; do
   IFS=: read -r tp op rate <<< "$m"
   one mesh "fattree1024-${rate}gbit" 1024 "$tp" "$op"
 done
 echo "[smpi scale] meshes done at $((SECONDS - t_start)) s" >&2
+p=fattree1024-100gbit
+cal="$root/docs/results/smpi/model-$p-64ranks-calibration.json"
+[ -n "$rings" ] && fresh rings
+for np in $rings; do
+  for op in "ag -m 4096 -k 4096 -n 16384" "rs -m 4096 -n 4096 -k 16384"; do
+    echo "[smpi scale] ring $p: $np ranks, ${op%% *} ($((SECONDS - t_start)) s)" >&2
+    # shellcheck disable=SC2086
+    OVERLAP_CALIBRATION="$cal" OVERLAP_TRANSPORT="smpi, $p, $np ranks" MEASURE_OUT="$out/cost.jsonl" \
+      MEASURE_LABEL="rings $p $np $np ${op%% *}" "$root/tools/smpi/measure" timeout "$limit" "$root/tools/smpi/run" "$p" "$np" \
+      "$bench" --op $op --strategies ring --iters 1 --warmup 0 --no-peers --no-check --json "$out/rings-$p.jsonl" \
+      > /dev/null || echo "[smpi scale] exit $? (timeout: 124)" >&2
+  done
+done
+# The projection of the same platform: the calibration's node GEMM rates (one
+# "core" of --cores 1 is the node), its links' latency, the fat tree's rate.
+if [ -n "$rings" ] && [ -x "${PROJECTION:-}" ]; then
+  lat=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['links']['network']['latency_us'])" "$cal")
+  "$PROJECTION" "$cal" --cores 1 --efficiency 1 --gbit 100 --latency-us "$lat" --slowdown 1 \
+    --tokens 4096 --hidden 4096 > "$out/rings-projection.jsonl"
+fi
+echo "[smpi scale] rings done at $((SECONDS - t_start)) s" >&2
 python3 "$root/bench/smpi_scale_report.py" "$out" "$root/docs/scaling.md" "$root/docs/results.md"

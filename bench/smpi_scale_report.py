@@ -148,6 +148,43 @@ def accuracy(groups, mesh):
     return rows, within, misses
 
 
+def rings(out, cost):
+    """One tensor group of 128-512 ranks, bulk and the ring, beside bench/projection.cpp's projection."""
+    sims = {}
+    for path in sorted(glob.glob(os.path.join(out, "rings-fattree*.jsonl"))):
+        for line in open(path):
+            r = json.loads(line)
+            sims.setdefault((r["ranks"], OPS[r["op"]]), {})[r["strategy"]] = r["time_ms"]
+    proj_path = os.path.join(out, "rings-projection.jsonl")
+    if not sims or not os.path.exists(proj_path):
+        return []
+    proj = {}
+    for line in open(proj_path):
+        r = json.loads(line)
+        proj[r["ranks"]] = r
+    lines = ["", "### One ring of 128-512 ranks against the projection", "",
+             "A single tensor group's ring of 1024 ranks stays a projection (bench/projection.cpp, the section",
+             "below); here the simulation follows every message of single rings of fewer ranks, on the",
+             "100 Gbit/s fat tree with GEMMs charged from the 64-rank group's calibration, and the projection",
+             "prices the same products from the same calibration (its node GEMM rates, its links' latency).",
+             "The MLP block's two products: up = ag 4096 x 4096 by 4096 x 16384 (lhs_rows), down = rs",
+             "(rows) back; ms, the slowest rank; `error` = projected / simulated - 1.", "",
+             "| ranks | product | bulk simulated | bulk projected | error | ring simulated | ring projected | error |"
+             " wall s |", "|---|---|---|---|---|---|---|---|---|"]
+    for (R, op), t in sorted(sims.items()):
+        key = "up" if op == "ag" else "down"
+        p = proj.get(R, {}).get(key)
+        c = cost.get(("rings", 100, R, R, op), {})
+        cells = []
+        for name in ("bulk", "ring"):
+            sim = t.get(name)
+            pr = 1e3 * p[name] if p else None
+            cells += [f"{sim:.2f}" if sim else "-", f"{pr:.2f}" if pr else "-",
+                      f"{100 * (pr / sim - 1):+.1f}%" if sim and pr else "-"]
+        lines.append(f"| {R} | {key} ({op}) | " + " | ".join(cells) + f" | {c.get('wall_s', '-')} |")
+    return lines
+
+
 def replace_section(path, body, after_title):
     text = open(path).read() if os.path.exists(path) else ""
     block = BEGIN + "\n" + "\n".join(body) + "\n" + END + "\n"
@@ -201,6 +238,7 @@ def main(out, scaling_md, results_md):
              "`peak PSS` are the whole simulation's real time and memory on the machine that ran it",
              "(tools/smpi/measure: PSS summed over the simulation's processes every 0.5-2 s).", ""]
     body += times_table(groups, mesh, cost)
+    body += rings(out, cost)
     body += ["", "### Against the cost model", "",
              f"Of {len(acc)} predictions (every candidate automatic timed, every case), {within} "
              f"({100 * within / max(1, len(acc)):.0f}%) are within {100 * WITHIN:.0f}% of the simulated time;",
