@@ -28,20 +28,22 @@
 #
 # Each rank of a group holds a shard of the same product, 65536 x 8192 x 8192
 # f32 (M x N x K; the per-group problem of the 1024-rank command):
-# on 3.2 Tf nodes its GEMMs take about 43 ms in all, against 20-340 ms of
-# transfers across the rates and ops. GEMMs are charged from the platform's
+# on 3.2 Tf nodes a rank's GEMMs take about 350-380 ms at tp 8 and 8 times
+# less at tp 64, so the cases run from bound by their GEMMs to bound by
+# their transfers across the group sizes and rates. GEMMs are charged from the platform's
 # calibration for the group size (OVERLAP_SIM_COMPUTE=calibrated,
 # docs/results/smpi/model-PLATFORM-TPranks-calibration.json, picked by
 # tools/smpi/run): no GEMM runs, so the figures do not depend on this
 # machine's load, and the cost model and the simulation see the same compute.
 # The simulator's precision is 1e-6 (SMPI_PRECISION; tools/smpi/run's own is
-# 1e-9 up to 64 ranks, for the model sweeps, and 1e-7 beyond): SimGrid handles
+# 1e-9 up to 64 ranks, for the model sweeps, and 1e-6 beyond): SimGrid handles
 # flows that end within 1 us as one event, so an all-to-all's flows that end
 # together cost one solve of the network's sharing, not one each. On a tensor
 # group of 64 ranks (ag, moving the other operands) the run went from 165 s
 # to 26 s, its simulated times moving by under 0.3% (docs/smpi.md).
-# The 1024-rank mesh of tp 64 is not in the default SCALE_MESHES: it did not
-# end within 14 minutes (docs/smpi.md says where the time goes).
+# The 1024-rank meshes of tp 64 and the tp 8 all-reduce are not in the
+# default SCALE_MESHES: they took 455-795 s each (docs/smpi.md says where
+# the time goes), which would take the sweep past 30 minutes.
 # Every run is bounded by SCALE_LIMIT_S (default 600 s); one that passes it
 # is recorded as such (tools/smpi/measure's rc 124) and the sweep goes on.
 #
