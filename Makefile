@@ -245,11 +245,12 @@ bench-smpi: smpi
 	PROJECTION=$(BUILD)/bench/overlap-projection bash bench/smpi_sweep.sh $(SMPI_BUILD)
 
 # The scale runs (bench/smpi_scale.sh): the three ops on simulated tensor
-# groups of 8-64 ranks at 25, 100 and 200 Gbit/s and on 1024-rank dp x tp
-# meshes, and single rings of 128 and 256 ranks beside the projection (when
-# $(BUILD) has bench/overlap-projection), timing only, into docs/scaling.md's
-# opening tables and the cost model's list in docs/results.md. SCALE_RATES,
-# SCALE_TP, SCALE_OPS, SCALE_MESHES, SCALE_RINGS and SCALE_LIMIT_S narrow or
+# groups of 8-64 ranks at 25, 100 and 200 Gbit/s (and of 8-32 on nodes of
+# 128 cores), on 1024-rank dp x tp meshes, and single rings of 128 and 256
+# ranks beside the projection (when $(BUILD) has bench/overlap-projection),
+# timing only, into docs/scaling.md's opening tables and the cost model's
+# list in docs/results.md. SCALE_RATES, SCALE_TP, SCALE_OPS, SCALE_MESHES,
+# SCALE_RINGS, SCALE_128_RATES, SCALE_128_TP and SCALE_LIMIT_S narrow or
 # bound it (an empty list skips its part and keeps its earlier rows).
 bench-smpi-scale: smpi
 	@$(MAKE) --no-print-directory deps DEPS="gnuplot-nox python3"

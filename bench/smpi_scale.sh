@@ -16,6 +16,11 @@
 #           its own links, so a mesh's times are its group's; a mesh run
 #           checks that, and that the simulation holds 1024 ranks (wall
 #           time and real memory: tools/smpi/measure).
+#   nodes128  the groups part again on nodes of 128 cores (SCALE_128_RATES,
+#           default 100 Gbit/s; SCALE_128_TP, default 8 16 32): the
+#           calibration's node GEMM rates times 4, the rule of the
+#           projection (a node's rate = its cores x one core's), written
+#           beside the rows as calibration-PLATFORM-TPranks-128cores.json.
 #   rings   one tensor group of 128 and 256 ranks (SCALE_RINGS) at 100 Gbit/s,
 #           bulk and the ring, the MLP block's two products of
 #           bench/projection.cpp (tokens 4096, hidden 4096, ffn 16384), beside
@@ -58,6 +63,8 @@ tps=${SCALE_TP-8 16 32 64}
 ops=${SCALE_OPS-ag rs ar}
 meshes=${SCALE_MESHES-8:ag:100 8:rs:100}
 rings=${SCALE_RINGS-128 256}
+rates128=${SCALE_128_RATES-100}
+tps128=${SCALE_128_TP-8 16 32}
 limit=${SCALE_LIMIT_S:-600}
 shape=(-m 65536 -n 8192 -k 8192)
 mkdir -p "$out"
@@ -65,7 +72,8 @@ export OMP_NUM_THREADS=1 OVERLAP_SIM_COMPUTE=calibrated SMPI_PRECISION=${SMPI_PR
 t_start=$SECONDS
 
 # one KIND PLATFORM NP TP OP: one overlap-bench run, its rows into
-# KIND-PLATFORM.jsonl and its wall time and peak PSS into cost.jsonl.
+# KIND-PLATFORM.jsonl and its wall time and peak PSS into cost.jsonl
+# ($OVERLAP_CALIBRATION, when set, instead of tools/smpi/run's choice).
 one() {
   local kind=$1 p=$2 np=$3 tp=$4 op=$5
   echo "[smpi scale] $kind $p: $np ranks, tp $tp, $op ($((SECONDS - t_start)) s)" >&2
@@ -91,6 +99,19 @@ for rate in $rates; do
   done
 done
 echo "[smpi scale] groups done at $((SECONDS - t_start)) s" >&2
+[ -n "$rates128" ] && [ -n "$tps128" ] && fresh groups128
+for rate in $rates128; do
+  p="fattree1024-${rate}gbit"
+  for tp in $tps128; do
+    cal="$out/calibration-$p-${tp}ranks-128cores.json"
+    python3 -c "import json, sys
+c = json.load(open(sys.argv[1]))
+c['gemm']['f32']['gflops'] = [4 * g for g in c['gemm']['f32']['gflops']]
+json.dump(c, open(sys.argv[2], 'w'), indent=1)" "$root/docs/results/smpi/model-$p-${tp}ranks-calibration.json" "$cal"
+    for op in $ops; do OVERLAP_CALIBRATION="$cal" one groups128 "$p" "$tp" "$tp" "$op"; done
+  done
+done
+echo "[smpi scale] nodes of 128 cores done at $((SECONDS - t_start)) s" >&2
 [ -n "$meshes" ] && fresh mesh
 for m in $meshes; do
   IFS=: read -r tp op rate <<< "$m"

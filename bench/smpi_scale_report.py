@@ -77,13 +77,18 @@ def speedup_cell(b):
 
 
 def speedup_table(groups, mesh, rates, tps):
-    lines = ["| op | Gbit/s | " + " | ".join(f"tp {tp}" for tp in tps) + " | 1024 ranks (dp x tp) |",
-             "|---|---|" + "---|" * (len(tps) + 1)]
+    """Automatic's speedups by op, rate and group size; a column of the meshes unless mesh is None."""
+    head = "| op | Gbit/s | " + " | ".join(f"tp {tp}" for tp in tps) + " |"
+    lines = [head + (" 1024 ranks (dp x tp) |" if mesh is not None else ""),
+             "|---|---|" + "---|" * (len(tps) + (mesh is not None))]
     for op in ("ag", "rs", "ar"):
         for gbit in rates:
-            cells = [speedup_cell(groups.get((gbit, tp, tp, op))) for tp in tps]
-            m = [f"{R // tp} x {tp}: {speedup_cell(b)}" for (g, R, tp, o), b in sorted(mesh.items()) if g == gbit and o == op]
-            lines.append(f"| {op} | {gbit} | " + " | ".join(cells) + f" | {'; '.join(m) or '-'} |")
+            row = f"| {op} | {gbit} | " + " | ".join(speedup_cell(groups.get((gbit, tp, tp, op))) for tp in tps) + " |"
+            if mesh is not None:
+                m = [f"{R // tp} x {tp}: {speedup_cell(b)}" for (g, R, tp, o), b in sorted(mesh.items())
+                     if g == gbit and o == op]
+                row += f" {'; '.join(m) or '-'} |"
+            lines.append(row)
     return lines
 
 
@@ -132,18 +137,18 @@ def plot(groups, rates, tps, out_svg):
     return True
 
 
-def accuracy(groups, mesh):
+def accuracy(groups, mesh, groups128):
     """Every (case, candidate) the cost model predicted and the simulation timed."""
     rows, within, misses = [], 0, []
-    for kind, by in (("group", groups), ("mesh", mesh)):
+    for kind, by in (("32 cores", groups), ("32 cores", mesh), ("128 cores", groups128)):
         for (gbit, R, tp, op), b in sorted(by.items(), key=lambda x: (x[0][3], x[0][0], x[0][1])):
             for name, pred, sim in pairs(b.get("automatic", {})):
                 err = pred / sim - 1
                 within += abs(err) <= WITHIN
-                rows.append(f"| {gbit} | {R} | {R // tp} x {tp} | {op} | {name} | {pred:.1f} | {sim:.1f} | "
+                rows.append(f"| {kind} | {gbit} | {R} | {R // tp} x {tp} | {op} | {name} | {pred:.1f} | {sim:.1f} | "
                             f"{100 * err:+.1f}% |")
                 if abs(err) > WITHIN:
-                    misses.append(f"- {op}, {gbit} Gbit/s, {R // tp} x {tp}: {name} predicted {pred:.1f} ms, "
+                    misses.append(f"- {op}, {gbit} Gbit/s, {R // tp} x {tp}, {kind}: {name} predicted {pred:.1f} ms, "
                                   f"simulated {sim:.1f} ({100 * err:+.1f}%)")
     return rows, within, misses
 
@@ -202,6 +207,7 @@ def replace_section(path, body, after_title):
 
 def main(out, scaling_md, results_md):
     groups, mesh, cost = runs(out, "groups"), runs(out, "mesh"), costs(out)
+    groups128 = runs(out, "groups128")
     if not groups and not mesh:
         sys.exit(f"smpi_scale_report: no runs in {out}")
     rates = sorted({k[0] for k in groups} | {k[0] for k in mesh})
@@ -211,7 +217,7 @@ def main(out, scaling_md, results_md):
              f"overlap {any_row['overlap']}, {any_row['date']}")
     svg = os.path.join(os.path.dirname(scaling_md), "results", "scaling-simulated.svg")
     drawn = plot(groups, rates, tps, svg)
-    acc, within, misses = accuracy(groups, mesh)
+    acc, within, misses = accuracy(groups, mesh, groups128)
     body = ["## Simulated: the real code at 8-1024 ranks (make bench-smpi-scale)", "",
             "Simulated, not measured: overlap-bench (make smpi) under SimGrid SMPI on the 1024-node fat trees",
             "of tools/smpi/ (two levels, full bisection; nodes of 3.2 Tf, 32 of this machine's cores, one",
@@ -233,6 +239,13 @@ def main(out, scaling_md, results_md):
     body += speedup_table(groups, mesh, rates, tps)
     if drawn:
         body += ["", f"![simulated speedup over bulk](results/{os.path.basename(svg)})"]
+    if groups128:
+        rates128 = sorted({k[0] for k in groups128})
+        tps128 = sorted({k[2] for k in groups128})
+        body += ["", "### Nodes of 128 cores", "",
+                 "The same groups with every node computing 4 times as fast (the calibration's GEMM rates times",
+                 "4, as the projection below scales a node's rate with its cores); the links are the same.", ""]
+        body += speedup_table(groups128, None, rates128, tps128)
     body += ["", "### Times, and what each simulation cost", "",
              "`ring / its limit`: the ring's time over max(its GEMMs alone, its transfers alone). `wall s` and",
              "`peak PSS` are the whole simulation's real time and memory on the machine that ran it",
@@ -257,8 +270,8 @@ def main(out, scaling_md, results_md):
            "automatic timed, the cost model's prediction against the simulated time of the slowest rank.",
            f"{within} of {len(acc)} ({100 * within / max(1, len(acc)):.0f}%) within {100 * WITHIN:.0f}%. "
            f"Simulated on: {where}.", "",
-           "| Gbit/s | ranks | dp x tp | op | schedule | predicted ms | simulated ms | error |",
-           "|---|---|---|---|---|---|---|---|"] + acc
+           "| nodes | Gbit/s | ranks | dp x tp | op | schedule | predicted ms | simulated ms | error |",
+           "|---|---|---|---|---|---|---|---|---|"] + acc
     replace_section(results_md, res, after_title=False)
     print(f"smpi_scale_report: {len(groups)} group cases, {len(mesh)} mesh cases, {within}/{len(acc)} within 10%")
 
