@@ -11,6 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_report  # noqa: E402
+import sections  # noqa: E402
 
 out_dir, md_path, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
 
@@ -537,11 +538,9 @@ for run in runs:
 lines += appendix
 # The scale runs' list of the cost model's predictions (bench/smpi_scale_report.py, make
 # bench-smpi-scale) comes from a sweep of its own: kept as it stands.
-SCALE_BEGIN, SCALE_END = "<!-- smpi-scale: begin -->", "<!-- smpi-scale: end -->"
-if os.path.exists(md_path):
-    old = open(md_path).read()
-    if SCALE_BEGIN in old and SCALE_END in old:
-        lines += ["", SCALE_BEGIN + old.split(SCALE_BEGIN, 1)[1].split(SCALE_END, 1)[0] + SCALE_END]
+scale_section = sections.kept(md_path, sections.SMPI_SCALE)
+if scale_section:
+    lines += ["", scale_section]
 with open(md_path, "w") as f:
     f.write("\n".join(lines) + "\n")
 print(f"wrote {md_path}")

@@ -12,6 +12,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sections  # noqa: E402
+
 BEGIN, END = "<!-- smpi-sweep: begin -->", "<!-- smpi-sweep: end -->"
 DECOMPOSED = ("ring", "bidirectional")
 LIBRARY = ("bulk", "ring", "bidirectional", "others")
@@ -374,15 +377,7 @@ def block(smpi_dir):
 
 
 def replace_section(path, body):
-    text = open(path).read() if os.path.exists(path) else ""
-    block = BEGIN + "\n" + "\n".join(body) + END + "\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        text = head + block + ("\n" + tail if tail else "")  # prose after the section keeps its blank line
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    open(path, "w").write(text)
+    sections.replace(path, (BEGIN, END), "\n".join(body))
 
 
 def main(smpi_dir, results_md, scaling_md=None):

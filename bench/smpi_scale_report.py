@@ -10,7 +10,9 @@ import shutil
 import subprocess
 import sys
 
-BEGIN, END = "<!-- smpi-scale: begin -->", "<!-- smpi-scale: end -->"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sections  # noqa: E402
+
 OPS = {"all_gather_matmul": "ag", "matmul_reduce_scatter": "rs", "matmul_all_reduce": "ar"}
 NAMES = {("bulk", "named"): "bulk", ("ring", "named"): "ring", ("bidirectional", "named"): "bidirectional",
          ("bulk", "others"): "others", ("hierarchical", "named"): "two-level"}
@@ -190,21 +192,6 @@ def rings(out, cost):
     return lines
 
 
-def replace_section(path, body, after_title):
-    text = open(path).read() if os.path.exists(path) else ""
-    block = BEGIN + "\n" + "\n".join(body) + "\n" + END + "\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        text = head + block + ("\n" + tail if tail else "")
-    elif after_title and text.startswith("# "):
-        title, rest = text.split("\n", 1)
-        text = title + "\n\n" + block + "\n" + rest.lstrip("\n")
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    open(path, "w").write(text)
-
-
 def main(out, scaling_md, results_md):
     groups, mesh, cost = runs(out, "groups"), runs(out, "mesh"), costs(out)
     groups128 = runs(out, "groups128")
@@ -264,7 +251,7 @@ def main(out, scaling_md, results_md):
                  "it per flow), so the all-gather's R - 1 flows take most of the link until they end, the next",
                  "ring's first transfers crawl and its GEMMs wait for them. With C in one group the prediction",
                  "is exact (docs/smpi.md, \"The tp 8 all-reduce\"); where the transfers dominate (25 Gbit/s) it holds."]
-    replace_section(scaling_md, body, after_title=True)
+    sections.replace(scaling_md, sections.SMPI_SCALE, "\n".join(body) + "\n", after_title=True)
     res = ["## The cost model at scale: every simulated case (make bench-smpi-scale)", "",
            "bench/smpi_scale.sh's runs (docs/scaling.md, \"Simulated\"): for each case, every schedule",
            "automatic timed, the cost model's prediction against the simulated time of the slowest rank.",
@@ -272,7 +259,7 @@ def main(out, scaling_md, results_md):
            f"Simulated on: {where}.", "",
            "| nodes | Gbit/s | ranks | dp x tp | op | schedule | predicted ms | simulated ms | error |",
            "|---|---|---|---|---|---|---|---|---|"] + acc
-    replace_section(results_md, res, after_title=False)
+    sections.replace(results_md, sections.SMPI_SCALE, "\n".join(res) + "\n")
     print(f"smpi_scale_report: {len(groups)} group cases, {len(mesh)} mesh cases, {within}/{len(acc)} within 10%")
 
 
