@@ -71,16 +71,42 @@ mkdir -p "$out"
 export OMP_NUM_THREADS=1 OVERLAP_SIM_COMPUTE=calibrated SMPI_PRECISION=${SMPI_PRECISION:-1e-6}
 t_start=$SECONDS
 
-# one KIND PLATFORM NP TP OP: one overlap-bench run, its rows into
-# KIND-PLATFORM.jsonl and its wall time and peak PSS into cost.jsonl
-# ($OVERLAP_CALIBRATION, when set, instead of tools/smpi/run's choice).
+# one KIND PLATFORM NP TP OP [BENCH_ARGS...]: one overlap-bench run of OP, its
+# rows into KIND-PLATFORM.jsonl and its wall time and peak PSS into
+# cost.jsonl ($OVERLAP_CALIBRATION, when set, instead of tools/smpi/run's
+# choice). BENCH_ARGS default to the groups' shape, --tp TP and bulk, ring and
+# automatic.
 one() {
   local kind=$1 p=$2 np=$3 tp=$4 op=$5
+  shift 5
+  local args=("$@")
+  [ ${#args[@]} -gt 0 ] || args=("${shape[@]}" --tp "$tp" --strategies "ring,automatic")
   echo "[smpi scale] $kind $p: $np ranks, tp $tp, $op ($((SECONDS - t_start)) s)" >&2
   OVERLAP_TRANSPORT="smpi, $p, $np ranks" MEASURE_OUT="$out/cost.jsonl" MEASURE_LABEL="$kind $p $np $tp $op" \
-    "$root/tools/smpi/measure" timeout "$limit" "$root/tools/smpi/run" "$p" "$np" "$bench" --op "$op" "${shape[@]}" \
-    --tp "$tp" --strategies ring,automatic --iters 1 --warmup 0 --no-peers --no-check \
-    --json "$out/$kind-$p.jsonl" > /dev/null || echo "[smpi scale] exit $? (timeout: 124)" >&2
+    "$root/tools/smpi/measure" timeout "$limit" "$root/tools/smpi/run" "$p" "$np" "$bench" --op "$op" "${args[@]}" \
+    --iters 1 --warmup 0 --no-peers --no-check --json "$out/$kind-$p.jsonl" > /dev/null ||
+    echo "[smpi scale] exit $? (timeout: 124)" >&2
+}
+
+# groups KIND RATES TPS GEMM_FACTOR: every op on one tensor group of each size
+# in TPS at each rate, the group's calibration with its node GEMM rates times
+# GEMM_FACTOR (written beside the rows when not 1).
+groups() {
+  local kind=$1 rates=$2 tps=$3 factor=$4 rate tp op p cal
+  for rate in $rates; do
+    p="fattree1024-${rate}gbit"
+    for tp in $tps; do
+      cal="$root/docs/results/smpi/model-$p-${tp}ranks-calibration.json"
+      if [ "$factor" != 1 ]; then
+        python3 -c "import json, sys
+c = json.load(open(sys.argv[1]))
+c['gemm']['f32']['gflops'] = [float(sys.argv[3]) * g for g in c['gemm']['f32']['gflops']]
+json.dump(c, open(sys.argv[2], 'w'), indent=1)" "$cal" "$out/calibration-$p-${tp}ranks-$((32 * factor))cores.json" "$factor"
+        cal="$out/calibration-$p-${tp}ranks-$((32 * factor))cores.json"
+      fi
+      for op in $ops; do OVERLAP_CALIBRATION="$cal" one "$kind" "$p" "$tp" "$tp" "$op"; done
+    done
+  done
 }
 
 # fresh KIND: a part that runs replaces its own earlier rows (and costs) only,
@@ -93,24 +119,10 @@ fresh() {
   fi
 }
 [ -n "$rates" ] && [ -n "$tps" ] && [ -n "$ops" ] && fresh groups
-for rate in $rates; do
-  for tp in $tps; do
-    for op in $ops; do one groups "fattree1024-${rate}gbit" "$tp" "$tp" "$op"; done
-  done
-done
+groups groups "$rates" "$tps" 1
 echo "[smpi scale] groups done at $((SECONDS - t_start)) s" >&2
-[ -n "$rates128" ] && [ -n "$tps128" ] && fresh groups128
-for rate in $rates128; do
-  p="fattree1024-${rate}gbit"
-  for tp in $tps128; do
-    cal="$out/calibration-$p-${tp}ranks-128cores.json"
-    python3 -c "import json, sys
-c = json.load(open(sys.argv[1]))
-c['gemm']['f32']['gflops'] = [4 * g for g in c['gemm']['f32']['gflops']]
-json.dump(c, open(sys.argv[2], 'w'), indent=1)" "$root/docs/results/smpi/model-$p-${tp}ranks-calibration.json" "$cal"
-    for op in $ops; do OVERLAP_CALIBRATION="$cal" one groups128 "$p" "$tp" "$tp" "$op"; done
-  done
-done
+[ -n "$rates128" ] && [ -n "$tps128" ] && [ -n "$ops" ] && fresh groups128
+groups groups128 "$rates128" "$tps128" 4
 echo "[smpi scale] nodes of 128 cores done at $((SECONDS - t_start)) s" >&2
 [ -n "$meshes" ] && fresh mesh
 for m in $meshes; do
@@ -122,14 +134,8 @@ p=fattree1024-100gbit
 cal="$root/docs/results/smpi/model-$p-64ranks-calibration.json"
 [ -n "$rings" ] && fresh rings
 for np in $rings; do
-  for op in "ag -m 4096 -k 4096 -n 16384" "rs -m 4096 -n 4096 -k 16384"; do
-    echo "[smpi scale] ring $p: $np ranks, ${op%% *} ($((SECONDS - t_start)) s)" >&2
-    # shellcheck disable=SC2086
-    OVERLAP_CALIBRATION="$cal" OVERLAP_TRANSPORT="smpi, $p, $np ranks" MEASURE_OUT="$out/cost.jsonl" \
-      MEASURE_LABEL="rings $p $np $np ${op%% *}" "$root/tools/smpi/measure" timeout "$limit" "$root/tools/smpi/run" "$p" "$np" \
-      "$bench" --op $op --strategies ring --iters 1 --warmup 0 --no-peers --no-check --json "$out/rings-$p.jsonl" \
-      > /dev/null || echo "[smpi scale] exit $? (timeout: 124)" >&2
-  done
+  OVERLAP_CALIBRATION="$cal" one rings "$p" "$np" "$np" ag -m 4096 -k 4096 -n 16384 --strategies ring
+  OVERLAP_CALIBRATION="$cal" one rings "$p" "$np" "$np" rs -m 4096 -n 4096 -k 16384 --strategies ring
 done
 # The projection of the same platform: the calibration's node GEMM rates (one
 # "core" of --cores 1 is the node), its links' latency, the fat tree's rate.
