@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "overlap/config.hpp"
+#include "overlap/mpi/simulator.hpp"
 #include "overlap/runtime/context.hpp"
 #include "overlap/runtime/plan_cache.hpp"
 #include "overlap/runtime/watchdog.hpp"
@@ -50,13 +52,25 @@ inline std::string choice_key(const context& ctx, const std::string& op, uint64_
   return op + "/" + std::to_string(ctx.size()) + "r" + std::to_string(ctx.nodes()) + "n/" + hex;
 }
 
+/// Timed calls per candidate: one in SMPI's timing-only runs
+/// (sim_compute::skipped and calibrated), where a candidate's simulated
+/// time is the same on every call (GEMMs and copies charged, buffers shared
+/// and faulted in once), and a second call of a 1024-rank other-operands
+/// schedule costs minutes of the simulation; else measured_choice's default.
+inline int measured_rounds(const context& ctx) {
+  const sim_compute sim = ctx.config().sim;
+  return mpi::simulated && (sim == sim_compute::skipped || sim == sim_compute::calibrated)
+             ? 1
+             : measured_choice::default_rounds;
+}
+
 /// The measured choice of a shape the model ranked (`by_model`): its
 /// candidates, settled at once on the one an earlier job saved in the
 /// context's calibration under the same key, if it is still a candidate.
 inline std::shared_ptr<measured_choice> choice_for(const context& ctx, const schedule& by_model, std::string key,
                                                    std::string call) {
   auto choice = std::make_shared<measured_choice>(measured_candidates(by_model), ctx.config().automatic_recheck,
-                                                  std::move(key), std::move(call));
+                                                  std::move(key), std::move(call), measured_rounds(ctx));
   const std::optional<overlap::calibration>& cal = ctx.calibration();
   if (cal)
     if (auto it = cal->choices.find(choice->key()); it != cal->choices.end())

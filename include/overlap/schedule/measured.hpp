@@ -62,7 +62,7 @@ namespace overlap::detail {
 }
 
 /// The measured choice of one call shape. Measuring: every call runs the
-/// candidate whose turn it is, `rounds` timed calls each (the first call of
+/// candidate whose turn it is, rounds() timed calls each (the first call of
 /// a plan pays its page faults: the fastest of its calls counts). Settled:
 /// calls run the fastest candidate (the earliest on a tie); one call in
 /// drift_every is timed, and a time off the settled one by more than
@@ -70,7 +70,8 @@ namespace overlap::detail {
 /// `recheck` calls (0: never).
 class measured_choice {
  public:
-  static constexpr int rounds = 2;
+  /// Timed calls per candidate on a real machine.
+  static constexpr int default_rounds = 2;
   static constexpr int64_t drift_every = 50;
   static constexpr double drift_bound = 1.25;
 
@@ -80,12 +81,22 @@ class measured_choice {
     bool timed = false;
   };
 
-  /// `key` names the shape in the calibration's saved choices, `call` in words.
-  measured_choice(std::vector<candidate> candidates, int64_t recheck, std::string key, std::string call)
-      : candidates_(std::move(candidates)), recheck_(recheck), key_(std::move(key)), call_(std::move(call)) {
+  /// `key` names the shape in the calibration's saved choices, `call` in
+  /// words; `rounds` timed calls per candidate (1 where a call's time does
+  /// not vary: SMPI's timing-only runs, measured_plans.hpp).
+  measured_choice(std::vector<candidate> candidates, int64_t recheck, std::string key, std::string call,
+                  int rounds = default_rounds)
+      : candidates_(std::move(candidates)),
+        recheck_(recheck),
+        key_(std::move(key)),
+        call_(std::move(call)),
+        rounds_(std::max(rounds, 1)) {
     if (candidates_.empty()) throw std::logic_error("overlap: a measured choice needs a candidate");
     restart("first calls");
   }
+
+  /// Timed calls per candidate.
+  [[nodiscard]] int rounds() const noexcept { return rounds_; }
 
   /// The next call's turn (a call is being made: counts it).
   turn next_call() {
@@ -118,7 +129,7 @@ class measured_choice {
     ++version_;
     double& best = candidates_[current_].measured_s;
     if (best < 0 || seconds < best) best = seconds;
-    if (++round_ < rounds) return;
+    if (++round_ < rounds_) return;
     if (candidates_[chosen_].measured_s < 0 || best < candidates_[chosen_].measured_s) chosen_ = current_;
     round_ = 0;
     advance();
@@ -176,7 +187,8 @@ class measured_choice {
   void advance() {
     ++current_;
     while (current_ < candidates_.size() && candidates_[current_].measured_s >= 0) ++current_;
-    if (current_ == candidates_.size()) settle("timed on " + std::to_string(rounds) + " calls each (" + reason_ + ")");
+    if (current_ == candidates_.size())
+      settle("timed on " + std::to_string(rounds_) + (rounds_ == 1 ? " call" : " calls") + " each (" + reason_ + ")");
   }
   void settle(std::string evidence) {
     ++version_;
@@ -189,6 +201,7 @@ class measured_choice {
   std::vector<candidate> candidates_;
   int64_t recheck_;
   std::string key_, call_;
+  int rounds_;
   bool settled_ = false, news_ = false;
   size_t current_ = 0, chosen_ = 0;
   int round_ = 0, measurements_ = 0;
