@@ -3,20 +3,23 @@
 /// The implementation of matmul_all_reduce: part of the header-only flavour,
 /// compiled once into the library otherwise (flavour.hpp). The op is made of
 /// matmul_reduce_scatter's rings (one per group of C's rows or columns)
-/// and non-blocking all-gathers, so it has no ring pattern of its own: its
-/// traits run their plans themselves (run_member, ops/pipeline.hpp).
+/// and ring all-gathers paced over the next group's ring, so it has no ring
+/// pattern of its own: its traits run their plans themselves (run_member,
+/// ops/pipeline.hpp).
 
 #include <mpi.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "overlap/core/matrix.hpp"
 #include "overlap/engine/buffer.hpp"
+#include "overlap/engine/paced_gather.hpp"
 #include "overlap/engine/tags.hpp"
 #include "overlap/mpi/datatype.hpp"
 #include "overlap/mpi/timing_only.hpp"
@@ -47,12 +50,15 @@ inline constexpr int ar_max_groups = 8;
 
 /// One group of C's rows (reduced = rows) or columns: its ring, and its
 /// all-gather's blocks (rank q's block is counts[q] elements at displs[q]
-/// of c, or of gather_ws where the blocks cannot land in c).
+/// of c, or of gather_ws where the blocks cannot land in c). With two lanes
+/// each block travels half each way: lane l moves lane_counts[l][q]
+/// elements at lane_displs[l][q].
 struct ar_group {
   range span;           ///< the group's rows or columns of C
   shard_layout layout;  ///< its blocks over the ranks
   size_t ring = 0;      ///< its ring plan: groups of one length share one
   std::vector<int> counts, displs;
+  std::array<std::vector<int>, 2> lane_counts, lane_displs;
 };
 
 /// What each rank contributes when the ranks exchange their calls (see
@@ -92,14 +98,14 @@ struct ar_plan final : op_plan<T, rs_step, std::byte> {
   std::vector<std::unique_ptr<rs_plan<T>>> rings;
   engine::buffer<T> gather_ws;  ///< every group's blocks, where they cannot land in c
   // a call's state, kept so that a cached call allocates nothing
-  std::vector<MPI_Request> gathers;  ///< each group's all-gather in flight
-  std::vector<char> packed;          ///< whether a ring plan's B is packed this call
+  /// The previous group's all-gather, a ring per lane, paced over this group's ring.
+  std::array<engine::paced_gather, 2> gathers;
+  std::vector<char> packed;  ///< whether a ring plan's B is packed this call
 };
 
 /// matmul_all_reduce's names and message tags (ops/op_id.hpp). Its rings
-/// are matmul_reduce_scatter's plans, run with that op's tags, and its
-/// all-gathers are collectives: the tags it owns stay unused. Its chunks
-/// are its rings' (config.rs_chunks).
+/// are matmul_reduce_scatter's plans, run with that op's tags; its
+/// all-gathers' lanes use its own. Its chunks are its rings' (config.rs_chunks).
 template <>
 struct op_info<op_id::matmul_all_reduce> : owns_tags<op_id::matmul_all_reduce> {
   static constexpr entry_names names = OVERLAP_ENTRY_NAMES("matmul_all_reduce", "ar_options", "reduced", "rs_chunks");
@@ -319,14 +325,25 @@ struct ar_op : op_defaults,
         gr.displs.push_back(
             mpi::detail::to_count((gr.span.begin + gr.layout.offset(q)) * width, "all-gather displacement"));
       }
+      split_lanes(gr, plan.lanes);
       auto same = [&](const std::unique_ptr<rs_plan<T>>& r) { return r->whole.layout.sizes() == gr.layout.sizes(); };
       gr.ring = static_cast<size_t>(std::find_if(plan.rings.begin(), plan.rings.end(), same) - plan.rings.begin());
       if (gr.ring == plan.rings.size()) plan.rings.push_back(build_group_ring(at, plan, gr, x, opt, chunks));
       plan.groups.push_back(std::move(gr));
     }
     if (!in_c) plan.gather_ws = at.buffer<T>(static_cast<size_t>(extent * width));
-    plan.gathers.assign(plan.groups.size(), MPI_REQUEST_NULL);
     plan.packed.assign(plan.rings.size(), 0);
+  }
+
+  /// A group's blocks split between the lanes' gathers: with two lanes, the
+  /// first half of each block goes one way round the ring and the rest the
+  /// other, as the cost model spreads the gather over both lanes' links.
+  static void split_lanes(ar_group& gr, int lanes) {
+    for (size_t q = 0; q < gr.counts.size(); ++q) {
+      const int first = lanes == 2 ? gr.counts[q] / 2 : gr.counts[q];
+      gr.lane_counts[0].push_back(first), gr.lane_displs[0].push_back(gr.displs[q]);
+      gr.lane_counts[1].push_back(gr.counts[q] - first), gr.lane_displs[1].push_back(gr.displs[q] + first);
+    }
   }
 
   /// A group's ring: a plan of matmul_reduce_scatter, described as the
@@ -365,6 +382,17 @@ struct ar_op : op_defaults,
     const int p = ctx.rank();
     T* dst = plan.gather_ws.data() != nullptr ? plan.gather_ws.data() : x.c.data;
     std::fill(plan.packed.begin(), plan.packed.end(), 0);  // row groups read the same b: packed once per ring plan
+    configure_gathers(ctx, plan);
+    // A failure is fatal (the peers are in the gathers too): what is in
+    // flight is forgotten, as the ring's requests are (engine::run_ring).
+    struct leak_on_throw {
+      ar_plan<T>& plan;
+      int unwinding = std::uncaught_exceptions();
+      ~leak_on_throw() {
+        if (std::uncaught_exceptions() > unwinding)
+          for (engine::paced_gather& g : plan.gathers) g.leak();
+      }
+    } guard{plan};
     for (size_t i = 0; i < plan.groups.size(); ++i) {
       const ar_group& gr = plan.groups[i];
       rs_plan<T>& ring = *plan.rings[gr.ring];
@@ -373,12 +401,16 @@ struct ar_op : op_defaults,
       plan.packed[gr.ring] = 1;
       // The bias has one value per column of C; a column group's ring reads its block's.
       const T* own_bias = bias == nullptr || plan.whole.rows ? bias : bias + gr.span.begin + gr.layout.offset(p);
-      run_ring<rs_op<T>>(ctx, ring, y, ring_options(opt), own_bias, pack);
+      // The previous group's gather advances by even shares of this ring's
+      // steps, before each step's sends: the spread the cost model prices.
+      run_ring<rs_op<T>>(ctx, ring, y, ring_options(opt), own_bias, pack, [&plan](int t, int steps) {
+        for (engine::paced_gather& g : plan.gathers) g.advance_to(1 + t * g.steps() / steps);
+      });
+      finish_gathers(ctx, plan);
       if (x.c.data != dst) copy_block<T>(y.c, block_at(plan, gr, dst, p));
-      start_gather(ctx, plan, gr, dst, &plan.gathers[i]);
+      start_gathers(ctx, plan, gr, dst);
     }
-    for (MPI_Request& r : plan.gathers)
-      if (r != MPI_REQUEST_NULL) watched_wait(ctx, "MPI_Iallgatherv", r, [&] { return plan.summary; });
+    finish_gathers(ctx, plan);
     if (x.c.data == dst) return;
     run_local_step(ctx, plan, [&] {
       for (const ar_group& gr : plan.groups)
@@ -396,14 +428,43 @@ struct ar_op : op_defaults,
                            : matrix_view<T>(at, plan.whole.m, len, std::max<int64_t>(len, 1));
   }
 
-  /// Starts group gr's all-gather in place (not at all under
-  /// ring_phases::compute_only, where benchmarks time the computing alone).
-  static void start_gather(context& ctx, const ar_plan<T>& plan, const ar_group& gr, T* base, MPI_Request* req) {
+  /// The gathers' rings (the context's, lane 1 the other way round) and
+  /// tags (this op's), once per plan.
+  static void configure_gathers(const context& ctx, ar_plan<T>& plan) {
+    if (plan.gathers[0].configured()) return;
+    for (int l = 0; l < 2; ++l) {
+      std::vector<int> ring(static_cast<size_t>(ctx.size()));
+      for (int s = 0; s < ctx.size(); ++s) ring[static_cast<size_t>(s)] = ctx.ring_at(l == 0 ? s : -s);
+      engine::paced_gather& g = plan.gathers[static_cast<size_t>(l)];
+      g.configure(std::move(ring), ar_op::tags.lanes[l]);
+      g.set_timeout(ctx.config().timeout_s);
+    }
+  }
+
+  /// Starts group gr's all-gather in place, a ring per lane (not at all
+  /// under ring_phases::compute_only, where benchmarks time the computing
+  /// alone).
+  static void start_gathers(context& ctx, ar_plan<T>& plan, const ar_group& gr, T* base) {
     if (ctx.config().phases == ring_phases::compute_only) return;
-    const int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, gr.counts.data(), gr.displs.data(),
-                                   mpi_type_of(dtype_of<T>()), ctx.comm(), req);
-    if (rc != MPI_SUCCESS)
-      ctx.fatal(plan.summary + ": " + mpi_error_text(rc), "MPI_Iallgatherv", rc, error_source::mpi);
+    fatal_on_failure(
+        ctx, plan, "all-gather", [&] { return plan.summary + ", starting a group's all-gather"; },
+        [&] {
+          for (int l = 0; l < plan.lanes; ++l) {
+            const auto lane = static_cast<size_t>(l);
+            plan.gathers[lane].start(
+                {base, gr.lane_counts[lane].data(), gr.lane_displs[lane].data(), mpi_type_of(dtype_of<T>())},
+                ctx.comm());
+          }
+        });
+  }
+
+  /// Completes the gathers in flight (blocking): their steps the pacing left.
+  static void finish_gathers(context& ctx, ar_plan<T>& plan) {
+    fatal_on_failure(
+        ctx, plan, "all-gather", [&] { return plan.summary + ", a group's all-gather"; },
+        [&] {
+          for (engine::paced_gather& g : plan.gathers) g.finish();
+        });
   }
 
   /// The bulk run: the GEMM, MPI_Allreduce in place, and the pass over c.

@@ -301,15 +301,45 @@ struct packing_first {
   }
 };
 
+/// A pattern that calls hook(t, steps) before step t's sends are posted:
+/// other work paced by the ring's steps (matmul_all_reduce's gathers).
+template <class Pattern, class Hook>
+struct hooked_steps {
+  Pattern& p;
+  Hook& hook;
+  [[nodiscard]] int steps() const { return p.steps(); }
+  [[nodiscard]] engine::ring_window window() const { return p.window(); }
+  [[nodiscard]] engine::transfer recv(int t, int lane) const { return p.recv(t, lane); }
+  [[nodiscard]] engine::transfer send(int t, int lane) {
+    if (lane == 0) hook(t, p.steps());
+    return p.send(t, lane);
+  }
+  void compute(int t) { p.compute(t); }
+};
+
+/// No hook.
+struct no_step_hook {
+  void operator()(int /*t*/, int /*steps*/) const noexcept {}
+};
+
 /// Runs a ring plan's steps with the op's ring pattern, B packed at the
 /// first product (packing_first) unless `pack` is false (B already packed
-/// in the plan this call: matmul_all_reduce's row groups share it).
-template <class Op>
+/// in the plan this call: matmul_all_reduce's row groups share it), calling
+/// hook(t, steps) before step t's sends (not at all under
+/// ring_phases::compute_only, which posts none).
+template <class Op, class Hook = no_step_hook>
 void run_ring(context& ctx, typename Op::plan& plan, const typename Op::args& x, const typename Op::options& opt,
-              const typename Op::element* bias, bool pack = true) {
+              const typename Op::element* bias, bool pack = true, Hook hook = {}) {
   typename Op::pattern pattern(plan, x, opt, bias, ctx.rank());
-  packing_first<typename Op::pattern, typename Op::plan, typename Op::args> packing{pattern, plan, x, !pack};
-  run_on_ring(ctx, plan, packing, Op::tags, plan.lanes, plan.strategy == strategy::hierarchical);
+  using packing_t = packing_first<typename Op::pattern, typename Op::plan, typename Op::args>;
+  packing_t packing{pattern, plan, x, !pack};
+  const bool two_levels = plan.strategy == strategy::hierarchical;
+  if constexpr (std::is_same_v<Hook, no_step_hook>) {
+    run_on_ring(ctx, plan, packing, Op::tags, plan.lanes, two_levels);
+  } else {
+    hooked_steps<packing_t, Hook> hooked{packing, hook};
+    run_on_ring(ctx, plan, hooked, Op::tags, plan.lanes, two_levels);
+  }
   if (pattern.work_after_ring()) run_local_step(ctx, plan, [&] { pattern.after_ring(); });
 }
 
