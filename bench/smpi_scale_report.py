@@ -244,13 +244,6 @@ def main(out, scaling_md, results_md):
              f"({100 * within / max(1, len(acc)):.0f}%) are within {100 * WITHIN:.0f}% of the simulated time;",
              "docs/results.md lists them all (\"The cost model at scale\"). Those beyond it:", ""]
     body += misses or ["- none"]
-    if misses and all(m.startswith("- ar,") for m in misses):
-        body += ["", "Every miss is an all-reduce ring where its GEMMs and its transfers take about as long.",
-                 "The model spreads each group's all-gather (`MPI_Iallgatherv`) evenly over the next group's ring",
-                 "steps; the simulated network shares each link between flows (max-min, as TCP or a NIC shares",
-                 "it per flow), so the all-gather's R - 1 flows take most of the link until they end, the next",
-                 "ring's first transfers crawl and its GEMMs wait for them. With C in one group the prediction",
-                 "is exact (docs/smpi.md, \"The tp 8 all-reduce\"); where the transfers dominate (25 Gbit/s) it holds."]
     sections.replace(scaling_md, sections.SMPI_SCALE, "\n".join(body) + "\n", after_title=True)
     res = ["## The cost model at scale: every simulated case (make bench-smpi-scale)", "",
            "bench/smpi_scale.sh's runs (docs/scaling.md, \"Simulated\"): for each case, every schedule",
