@@ -3,6 +3,7 @@
 // functions and instantiates every op for every element type of
 // OVERLAP_FOR_EACH_ELEMENT. Code that links the library parses declarations
 // only (flavour.hpp).
+#include "overlap/backend/eigen.hpp"
 #include "overlap/ops/all_gather_matmul-inl.hpp"
 #include "overlap/ops/matmul_all_reduce-inl.hpp"
 #include "overlap/ops/matmul_reduce_scatter-inl.hpp"
@@ -27,3 +28,7 @@ OVERLAP_FOR_EACH_ELEMENT(OVERLAP_INSTANTIATE)
 #undef OVERLAP_ENTRY_POINTS
 
 }  // namespace overlap::detail
+
+// The Eigen kernels (backend/eigen.hpp declares them extern in this flavour).
+template class overlap::backend::eigen_gemm<float>;
+template class overlap::backend::eigen_gemm<double>;

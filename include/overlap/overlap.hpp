@@ -6,7 +6,11 @@
 /// Header-only (CMake target overlap::overlap) every header brings its own
 /// implementation, so this includes the whole of it; with the compiled
 /// flavour (overlap::compiled, which defines OVERLAP_COMPILED) it declares
-/// only, and the library holds the implementation (flavour.hpp).
+/// only, and the library holds the implementation (flavour.hpp): a
+/// translation unit that includes it parses neither oneDNN's nor Eigen's
+/// headers. The layers, whose classes hold oneDNN and Eigen kernels, are
+/// included on their own: <overlap/layers/transformer.hpp> and
+/// <overlap/layers/moe.hpp>.
 
 #include "overlap/attention/ring_attention.hpp"
 #include "overlap/backend/gemm.hpp"
@@ -18,7 +22,6 @@
 #include "overlap/core/flavour.hpp"
 #include "overlap/core/matrix.hpp"
 #include "overlap/core/version.hpp"
-#include "overlap/layers/moe.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/mpi/environment.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
