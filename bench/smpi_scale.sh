@@ -17,7 +17,7 @@
 #           checks that, and that the simulation holds 1024 ranks (wall
 #           time and real memory: tools/smpi/measure).
 #   nodes128  the groups part again on nodes of 128 cores (SCALE_128_RATES,
-#           default 100 Gbit/s; SCALE_128_TP, default 8 16 32): the
+#           default 25, 100 and 200 Gbit/s; SCALE_128_TP, default 8 16 32): the
 #           calibration's node GEMM rates times 4, the rule of the
 #           projection (a node's rate = its cores x one core's), written
 #           beside the rows as calibration-PLATFORM-TPranks-128cores.json.
@@ -46,7 +46,8 @@
 # together cost one solve of the network's sharing, not one each. On a tensor
 # group of 64 ranks (ag, moving the other operands) the run went from 165 s
 # to 26 s, its simulated times moving by under 0.3% (docs/smpi.md).
-# The default SCALE_MESHES are the tp 8 x dp 128 mesh's three ops and the
+# The default SCALE_MESHES are the tp 8 x dp 128 mesh's three ops at 100
+# Gbit/s and its all-gather at 25 and 200 (about a minute each), and the
 # tp 64 x dp 16 mesh's all-gather (the issue's command, about 7 minutes).
 # The tp 64 mesh's reduce-scatter and all-reduce are not among them: the
 # first took 455 s, the second did not end in 15 minutes (docs/smpi.md says
@@ -63,9 +64,9 @@ bench="$build/apps/overlap-bench"
 rates=${SCALE_RATES-25 100 200}
 tps=${SCALE_TP-8 16 32 64}
 ops=${SCALE_OPS-ag rs ar}
-meshes=${SCALE_MESHES-8:ag:100 8:rs:100 8:ar:100 64:ag:100}
+meshes=${SCALE_MESHES-8:ag:25 8:ag:100 8:rs:100 8:ar:100 8:ag:200 64:ag:100}
 rings=${SCALE_RINGS-128 256}
-rates128=${SCALE_128_RATES-100}
+rates128=${SCALE_128_RATES-25 100 200}
 tps128=${SCALE_128_TP-8 16 32}
 limit=${SCALE_LIMIT_S:-600}
 shape=(-m 65536 -n 8192 -k 8192)
@@ -126,9 +127,24 @@ echo "[smpi scale] groups done at $((SECONDS - t_start)) s" >&2
 [ -n "$rates128" ] && [ -n "$tps128" ] && [ -n "$ops" ] && fresh groups128
 groups groups128 "$rates128" "$tps128" 4
 echo "[smpi scale] nodes of 128 cores done at $((SECONDS - t_start)) s" >&2
-[ -n "$meshes" ] && fresh mesh
+# fresh_mesh TP OP PLATFORM: a mesh's run replaces that mesh's earlier rows
+# and cost only, so that SCALE_MESHES=... adds meshes beside the others.
+fresh_mesh() {
+  python3 - "$out/mesh-$3.jsonl" "$out/cost.jsonl" "$1" "$2" "mesh $3 1024 $1 $2" <<'EOF'
+import json, os, sys
+rows, cost, tp, op, label = sys.argv[1:6]
+name = {"ag": "all_gather_matmul", "rs": "matmul_reduce_scatter", "ar": "matmul_all_reduce"}[op]
+def keep(path, ok):
+    if os.path.exists(path):
+        lines = [l for l in open(path) if l.strip() and ok(json.loads(l))]
+        open(path, "w").writelines(lines)
+keep(rows, lambda r: not (r.get("ranks") == int(tp) and r.get("op") == name))
+keep(cost, lambda r: r.get("label") != label)
+EOF
+}
 for m in $meshes; do
   IFS=: read -r tp op rate <<< "$m"
+  fresh_mesh "$tp" "$op" "fattree1024-${rate}gbit"
   one mesh "fattree1024-${rate}gbit" 1024 "$tp" "$op"
 done
 echo "[smpi scale] meshes done at $((SECONDS - t_start)) s" >&2
