@@ -4,6 +4,7 @@
 // by default (CMake target overlap_lint_headers).
 #include "overlap/attention/ring_attention.hpp"
 #include "overlap/layers/example_values.hpp"
+#include "overlap/layers/moe.hpp"
 #include "overlap/layers/transformer.hpp"
 #include "overlap/overlap.hpp"
 
