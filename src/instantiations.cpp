@@ -4,6 +4,7 @@
 // OVERLAP_FOR_EACH_ELEMENT. Code that links the library parses declarations
 // only (flavour.hpp).
 #include "overlap/backend/eigen.hpp"
+#include "overlap/engine/trace-inl.hpp"
 #include "overlap/ops/all_gather_matmul-inl.hpp"
 #include "overlap/ops/matmul_all_reduce-inl.hpp"
 #include "overlap/ops/matmul_reduce_scatter-inl.hpp"

@@ -7,8 +7,8 @@
 /// implementation, so this includes the whole of it; with the compiled
 /// flavour (overlap::compiled, which defines OVERLAP_COMPILED) it declares
 /// only, and the library holds the implementation (flavour.hpp): a
-/// translation unit that includes it parses neither oneDNN's nor Eigen's
-/// headers. The layers, whose classes hold oneDNN and Eigen kernels, are
+/// translation unit that includes it parses none of oneDNN's, Eigen's or
+/// nlohmann-json's headers. The layers, whose classes hold oneDNN and Eigen kernels, are
 /// included on their own: <overlap/layers/transformer.hpp> and
 /// <overlap/layers/moe.hpp>.
 

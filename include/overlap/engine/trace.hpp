@@ -11,21 +11,23 @@
 
 #include <mpi.h>
 
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "overlap/core/flavour.hpp"
 
 namespace overlap::engine {
 
+/// An event's arguments: named integers (a step count, a peer, bytes).
+using trace_args = std::vector<std::pair<const char*, long long>>;
+
 /// The process's recorder (every context of the process writes into it).
+/// Events are kept as plain records and written as JSON by flush(), which
+/// is compiled once in the compiled flavour (engine/trace-inl.hpp), so a
+/// unit that includes this header parses no JSON library.
 class trace_recorder {
  public:
   /// Thread of an event: ops and ring steps on the caller's (or the
@@ -48,11 +50,10 @@ class trace_recorder {
   [[nodiscard]] double now() const { return (MPI_Wtime() - t0_) * 1e6; }
 
   /// A span [begin, end) (microseconds) named `name` on a track.
-  void span(std::string name, const char* category, track t, double begin, double end,
-            nlohmann::json args = nlohmann::json::object()) {
-    nlohmann::json e{{"name", std::move(name)}, {"cat", category}, {"ph", "X"},     {"ts", begin},
-                     {"dur", end - begin},      {"pid", rank_},    {"tid", int(t)}, {"args", std::move(args)}};
-    add(std::move(e));
+  /// `category` must outlive the recorder (a string literal).
+  void span(std::string name, const char* category, track t, double begin, double end, trace_args args = {}) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back({std::move(name), category, 'X', begin, end - begin, int(t), -1, std::move(args)});
   }
   /// A transfer from its post to its observed completion.
   struct transfer_span {
@@ -70,69 +71,46 @@ class trace_recorder {
   void transfer(const transfer_span& s) {
     std::lock_guard<std::mutex> lock(mutex_);
     const long id = next_id_++;
-    const std::string name =
-        std::string(s.send ? "send to " : "receive from ") + "rank " + std::to_string(s.peer_world);
-    const nlohmann::json args{{"peer", s.peer_world}, {"bytes", s.bytes}, {"lane", s.lane}};
-    events_.push_back({{"name", name},
-                       {"cat", "transfer"},
-                       {"ph", "b"},
-                       {"id", id},
-                       {"ts", s.posted},
-                       {"pid", rank_},
-                       {"tid", int(track::steps)},
-                       {"args", args}});
-    events_.push_back({{"name", name},
-                       {"cat", "transfer"},
-                       {"ph", "e"},
-                       {"id", id},
-                       {"ts", s.completed},
-                       {"pid", rank_},
-                       {"tid", int(track::steps)}});
+    std::string name = std::string(s.send ? "send to " : "receive from ") + "rank " + std::to_string(s.peer_world);
+    events_.push_back({name,
+                       "transfer",
+                       'b',
+                       s.posted,
+                       0,
+                       int(track::steps),
+                       id,
+                       {{"peer", s.peer_world}, {"bytes", s.bytes}, {"lane", s.lane}}});
+    events_.push_back({std::move(name), "transfer", 'e', s.completed, 0, int(track::steps), id, {}});
   }
 
   /// Writes DIR/rank\<R\>.json with every event so far (the whole file, so it
   /// is complete after every flush). A failure is reported, never thrown.
-  void flush() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    const std::string path = dir_ + "/rank" + std::to_string(rank_) + ".json";
-    nlohmann::json doc{{"traceEvents", nlohmann::json::array()}, {"displayTimeUnit", "ms"}};
-    nlohmann::json& ev = doc["traceEvents"];
-    ev.push_back(
-        {{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
-    ev.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"sort_index", rank_}}}});
-    ev.push_back(
-        {{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", int(track::ops)}, {"args", {{"name", "ops"}}}});
-    ev.push_back({{"name", "thread_name"},
-                  {"ph", "M"},
-                  {"pid", rank_},
-                  {"tid", int(track::steps)},
-                  {"args", {{"name", "ring steps and transfers"}}}});
-    ev.push_back({{"name", "thread_name"},
-                  {"ph", "M"},
-                  {"pid", rank_},
-                  {"tid", int(track::layer)},
-                  {"args", {{"name", "layer phases"}}}});
-    for (const nlohmann::json& e : events_) ev.push_back(e);
-    std::ofstream out(path);
-    out << doc.dump();
-    if (!out) std::fprintf(stderr, "overlap: OVERLAP_TRACE: cannot write %s\n", path.c_str());
-  }
+  void flush();
 
  private:
+  /// One Chrome trace event: a complete span ('X', with dur) or the begin
+  /// ('b') or end ('e') of an asynchronous one (with id).
+  struct event {
+    std::string name;
+    const char* category;
+    char phase;
+    double ts, dur;
+    int tid;
+    long id;
+    trace_args args;
+  };
   trace_recorder(std::string dir, int rank) : dir_(std::move(dir)), rank_(rank), t0_(MPI_Wtime()) {}
-  void add(nlohmann::json e) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    events_.push_back(std::move(e));
-  }
 
   std::string dir_;
   int rank_;
   double t0_;
   std::mutex mutex_;
-  std::vector<nlohmann::json> events_;
+  std::vector<event> events_;
   long next_id_ = 0;
 };
 
 }  // namespace overlap::engine
+
+#ifndef OVERLAP_COMPILED
+#include "overlap/engine/trace-inl.hpp"
+#endif
