@@ -39,6 +39,11 @@ OVERLAP_FUNC void trace_recorder::flush() {
                 {"pid", rank_},
                 {"tid", int(track::layer)},
                 {"args", {{"name", "layer phases"}}}});
+  ev.push_back({{"name", "thread_name"},
+                {"ph", "M"},
+                {"pid", rank_},
+                {"tid", int(track::data_parallel)},
+                {"args", {{"name", "data-parallel collectives"}}}});
   for (const event& e : events_) {
     nlohmann::json j{{"name", e.name}, {"cat", e.category}, {"ph", std::string(1, e.phase)},
                      {"ts", e.ts},     {"pid", rank_},      {"tid", e.tid}};

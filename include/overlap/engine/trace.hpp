@@ -32,8 +32,10 @@ class trace_recorder {
  public:
   /// Thread of an event: ops and ring steps on the caller's (or the
   /// worker's) thread, transfers as asynchronous spans, the phases of a
-  /// layer (layers/transformer.hpp) on the caller's thread.
-  enum class track { ops = 0, steps = 1, layer = 2 };
+  /// layer (layers/transformer.hpp) on the caller's thread, and the
+  /// data-parallel collectives of a training step (layers/block_stack.hpp),
+  /// which run beside them.
+  enum class track { ops = 0, steps = 1, layer = 2, data_parallel = 3 };
 
   /// The recorder for dir, made on first use (the first directory given
   /// wins); its clock starts now: the caller calls it right after a

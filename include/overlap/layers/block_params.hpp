@@ -125,12 +125,17 @@ struct block_params {
     wqkv.assign(d * 3 * w, U{}), bqkv.assign(3 * w, U{}), wo.assign(w * d, U{}), bo.assign(d, U{});
     w1.assign(d * f, U{}), b1.assign(f, U{}), w2.assign(f * d, U{}), b2.assign(d, U{});
   }
-  /// f(name, tensor, replicated) for every tensor.
+  /// f(name, tensor, replicated) for every tensor, always in this order.
   template <class F>
   void each(F&& f) {
     f("ln1_g", ln1_g, true), f("ln1_b", ln1_b, true), f("wqkv", wqkv, false), f("bqkv", bqkv, false);
     f("wo", wo, false), f("bo", bo, true), f("ln2_g", ln2_g, true), f("ln2_b", ln2_b, true);
     f("w1", w1, false), f("b1", b1, false), f("w2", w2, false), f("b2", b2, true);
+  }
+  /// The same, read-only.
+  template <class F>
+  void each(F&& f) const {
+    const_cast<block_params*>(this)->each([&](const char* name, const std::vector<U>& v, bool r) { f(name, v, r); });
   }
 };
 
