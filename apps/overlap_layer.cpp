@@ -2,7 +2,10 @@
 // transformer block (overlap/layers/transformer.hpp), every op bulk or
 // every op decomposed, side by side in one run; with the step's
 // collectives alone for the share of communication hidden, and each mode's
-// error against the same block in double precision.
+// error against the same block in double precision. With --blocks N or
+// --dp-sync: training steps of N blocks with a loss and an optimizer
+// (overlap/layers/block_stack.hpp), the data-parallel gradient sum after
+// the backward (bulk), overlapped with it, or left out (none), side by side.
 #include <mpi.h>
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 #include <overlap/attention/ring_attention.hpp>
+#include <overlap/layers/block_stack.hpp>
 #include <overlap/layers/example_values.hpp>
 #include <overlap/layers/transformer.hpp>
 #include <overlap/overlap.hpp>
@@ -43,6 +47,11 @@ struct options {
   /// Where the weight gradients run (block_options): beside started ops,
   /// in the ops' waits, or after the ops; empty: the block's default.
   std::string weight_gradients;
+  /// The N-block model (--blocks, --dp-sync): blocks 0 runs one block as above.
+  int blocks = 0;
+  std::vector<std::string> dp_sync;
+  std::string optimizer = "replicated";
+  double bucket_mib = 25, learning_rate = 1e-3;
 };
 
 /// The weight gradients' place as --weight-gradients names it.
@@ -183,8 +192,170 @@ struct row {
   double step_ms = 0, speedup = 0, hidden = 0, err = -1;
 };
 
+/// The N-block model's training steps, one row per --dp-sync mode: each
+/// mode's own model (the same initial weights and data), its steps
+/// interleaved with the others' and with the data-parallel collectives
+/// alone. tp strategy: --modes' one value.
+template <class T>
+int run_stack(const options& o, const overlap::layers::block_options& bo) {
+  using overlap::layers::block_stack;
+  using overlap::layers::dp_sync;
+  const int world = overlap::apps::world_size(), wrank = overlap::apps::world_rank();
+  const int blocks = std::max(o.blocks, 1);
+  std::vector<dp_sync> modes;
+  for (const auto& m : o.dp_sync.empty() ? std::vector<std::string>{"bulk", "overlapped", "none"} : o.dp_sync) {
+    dp_sync d = dp_sync::bulk;
+    (void)overlap::parse_enum(m, d);  // CLI11 checked the names
+    if (std::find(modes.begin(), modes.end(), d) == modes.end()) modes.push_back(d);
+  }
+  overlap::config cfg = overlap::config::from_env();
+  cfg.plan_cache = std::max(cfg.plan_cache, 16 * static_cast<int>(modes.size() + 1));
+  overlap::mesh mesh(MPI_COMM_WORLD, {{"dp", 0}, {"cp", o.cp, true}, {"tp", o.tp > 0 ? o.tp : world / o.cp, true}},
+                     cfg);
+  overlap::context& ctx = mesh.context("tp");
+  overlap::layers::stack_options so;
+  so.block = bo;
+  (void)overlap::parse_enum(o.optimizer, so.optimizer);
+  so.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mib * 1024 * 1024));
+  so.learning_rate = o.learning_rate;
+  const auto& s = o.shape;
+  std::vector<std::unique_ptr<block_stack<T>>> stacks;
+  std::vector<double> losses(modes.size(), 0);
+  std::vector<T> x, target;
+  for (dp_sync d : modes) {
+    so.dp_sync = d;
+    stacks.push_back(std::make_unique<block_stack<T>>(mesh, blocks, s, so));
+    block_stack<T>& st = *stacks.back();
+    for (int b = 0; b < blocks; ++b)
+      overlap::layers::visit(st.block(b).params(), st.layout(), [&](const char* name, T& v, int64_t i, int64_t j) {
+        v = overlap::layers::detail::cast<T>(overlap::layers::example_parameter(s, b, name, i, j));
+      });
+  }
+  block_stack<T>& first = *stacks.front();
+  const auto& l = first.layout();
+  const int64_t n = l.rows(), d = s.hidden, q = first.replica();
+  x.resize(size_t(n * d)), target.resize(x.size());
+  for (int64_t i = 0; i < n; ++i)  // replica q's own sequence
+    for (int64_t j = 0; j < d; ++j) {
+      x[size_t(i * d + j)] =
+          overlap::layers::detail::cast<T>(overlap::layers::example_value("x", l.token(i) + s.seq * q, j));
+      target[size_t(i * d + j)] =
+          overlap::layers::detail::cast<T>(0.5 * overlap::layers::example_value("target", l.token(i) + s.seq * q, j));
+    }
+  std::vector<std::function<void()>> bodies;
+  for (size_t m = 0; m < modes.size(); ++m)
+    bodies.emplace_back([&, m] {
+      overlap::layers::detail::phase_span whole(ctx.tracer(), "step");
+      losses[m] = stacks[m]->step({x.data(), n, d}, {target.data(), n, d});
+    });
+  // The data-parallel collectives alone, as bulk runs them (a model that sums).
+  size_t summing = 0;
+  while (summing < modes.size() && modes[summing] == dp_sync::none) ++summing;
+  const bool have_comm = summing < modes.size();
+  if (have_comm) bodies.emplace_back([&] { stacks[summing]->collectives_only(); });
+  // Every mode steps alike while automatic settles, so that their models
+  // have taken the same steps (bulk's and overlapped's sums are the same
+  // rings: their losses then agree).
+  int settling = 0;
+  if (bo.strategy == overlap::strategy::automatic)
+    settling = overlap::apps::run_until_settled(ctx, [&] {
+      for (size_t m = 0; m < modes.size(); ++m) bodies[m]();
+    });
+  const std::vector<double> ms = overlap::apps::interleaved_median_max_ms(MPI_COMM_WORLD, o.warmup, o.steps, bodies);
+  for (auto& st : stacks) st->synchronize();
+  auto at = [&](dp_sync m) {
+    const auto it = std::find(modes.begin(), modes.end(), m);
+    return it == modes.end() ? -1.0 : ms[size_t(it - modes.begin())];
+  };
+  const double bulk_ms = at(dp_sync::bulk), none_ms = at(dp_sync::none), comm_ms = have_comm ? ms.back() : 0;
+  const double bulk_loss =
+      bulk_ms >= 0 ? losses[size_t(std::find(modes.begin(), modes.end(), dp_sync::bulk) - modes.begin())] : 0;
+  if (wrank != 0) return 0;
+  fmt::print(
+      "overlap-layer: {} blocks seq={} hidden={} heads={} ffn={} {} on {} ranks (dp {} x cp {} x tp {}), tp ops {}, "
+      "optimizer state {}, buckets of {:.1f} MiB, {}, transport: {}\n",
+      blocks, s.seq, s.hidden, s.heads, s.ffn, o.dtype, world, mesh.size("dp"), mesh.size("cp"), ctx.size(),
+      overlap::to_string(bo.strategy), o.optimizer, o.bucket_mib,
+      first.threaded() ? "dp collectives on the model's thread" : "dp collectives advanced between blocks",
+      o.transport);
+  fmt::print("{}\n", overlap::apps::provenance_line());
+  fmt::print("step = forward + loss + backward + dp sync + SGD; median of {} steps, slowest rank\n", o.steps);
+  fmt::print("{:<14}{:>12}{:>18}{:>18}{:>14}\n", "dp sync", "step ms", "speedup vs bulk", "dp sum hidden", "loss");
+  struct stack_row {
+    std::string mode;
+    double step_ms, speedup, hidden, loss;
+    bool bounded;  ///< hidden is defined (bulk and none ran, bulk slower); negative: slower than bulk
+  };
+  std::vector<stack_row> rows;
+  for (size_t m = 0; m < modes.size(); ++m) {
+    const bool bounded = bulk_ms > 0 && none_ms > 0 && bulk_ms > none_ms && modes[m] != dp_sync::none;
+    rows.push_back({overlap::to_string(modes[m]), ms[m], bulk_ms > 0 ? bulk_ms / ms[m] : 0,
+                    bounded ? (bulk_ms - ms[m]) / (bulk_ms - none_ms) : 0, losses[m], bounded});
+    const stack_row& r = rows.back();
+    fmt::print("{:<14}{:>12.1f}{:>18}{:>18}{:>14.6g}\n", r.mode, r.step_ms,
+               r.speedup > 0 ? fmt::format("{:.3f}x", r.speedup) : "-",
+               r.bounded ? fmt::format("{:.0f}%", 100 * r.hidden) : "-", r.loss);
+  }
+  if (have_comm)
+    fmt::print(
+        "{:<14}{:>12.1f}   (the data-parallel collectives alone, as bulk runs them; dp sum hidden = (bulk - "
+        "mode) / (bulk - none))\n",
+        "dp comm only", comm_ms);
+  if (o.json.empty()) return 0;
+  std::ofstream out(o.json, std::ios::app);
+  const nlohmann::json provenance = overlap::apps::provenance();
+  for (const stack_row& r : rows) {
+    nlohmann::json j{{"dp_sync", r.mode},
+                     {"step_ms", r.step_ms},
+                     {"speedup_vs_bulk", r.speedup > 0 ? nlohmann::json(r.speedup) : nlohmann::json(nullptr)},
+                     {"dp_hidden", r.bounded ? nlohmann::json(r.hidden) : nlohmann::json(nullptr)},
+                     {"dp_comm_ms", have_comm ? nlohmann::json(comm_ms) : nlohmann::json(nullptr)},
+                     {"bulk_ms", bulk_ms >= 0 ? nlohmann::json(bulk_ms) : nlohmann::json(nullptr)},
+                     {"none_ms", none_ms >= 0 ? nlohmann::json(none_ms) : nlohmann::json(nullptr)},
+                     {"loss", r.loss},
+                     {"loss_vs_bulk", bulk_ms >= 0 && bulk_loss != 0 ? nlohmann::json((r.loss - bulk_loss) / bulk_loss)
+                                                                     : nlohmann::json(nullptr)},
+                     {"blocks", blocks},
+                     {"strategy", overlap::to_string(bo.strategy)},
+                     {"optimizer", o.optimizer},
+                     {"bucket_bytes", so.bucket_bytes},
+                     {"dp_thread", first.threaded()},
+                     {"seq", s.seq},
+                     {"hidden", s.hidden},
+                     {"heads", s.heads},
+                     {"ffn", s.ffn},
+                     {"dtype", o.dtype},
+                     {"ranks", world},
+                     {"dp", mesh.size("dp")},
+                     {"cp", mesh.size("cp")},
+                     {"tp", ctx.size()},
+                     {"sequence_parallel", o.sequence_parallel},
+                     {"weight_gradients", weight_gradients_name(bo)},
+                     {"steps", o.steps},
+                     {"automatic_settling_steps", settling},
+                     {"transport", o.transport}};
+    j.update(provenance);
+    out << j.dump() << "\n";
+  }
+  if (!out) {
+    fmt::print(stderr, "overlap-layer: cannot write {}\n", o.json);
+    return 1;
+  }
+  return 0;
+}
+
 template <class T>
 int run(const options& o) {
+  overlap::layers::block_options bo;
+  bo.sequence_parallel = o.sequence_parallel;
+  if (!o.weight_gradients.empty()) {
+    bo.overlap_weight_gradients = o.weight_gradients != "after";
+    bo.weight_gradients_in_waits = o.weight_gradients == "in-waits";
+  }
+  if (o.blocks > 0 || !o.dp_sync.empty()) {
+    (void)overlap::parse_enum(o.modes.back(), bo.strategy);  // one strategy (main checked)
+    return run_stack<T>(o, bo);
+  }
   int world = 1, wrank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
@@ -203,12 +374,6 @@ int run(const options& o) {
                      cfg);
   overlap::context& ctx = mesh.context("tp");
   overlap::context* cp = o.cp > 1 ? &mesh.context("cp") : nullptr;
-  overlap::layers::block_options bo;
-  bo.sequence_parallel = o.sequence_parallel;
-  if (!o.weight_gradients.empty()) {
-    bo.overlap_weight_gradients = o.weight_gradients != "after";
-    bo.weight_gradients_in_waits = o.weight_gradients == "in-waits";
-  }
   std::vector<std::unique_ptr<runner<T>>> runners;
   std::vector<std::function<void()>> bodies;
   for (const auto& m : modes) {
@@ -361,9 +526,33 @@ int main(int argc, char** argv) {
                  "context's worker), in-waits (in pieces inside those ops' waits, one thread; the default under "
                  "SMPI), after (after each op)")
       ->check(CLI::IsMember({"started", "in-waits", "after"}));
+  app.add_option("--blocks", o.blocks,
+                 "train a model of N blocks (loss, SGD with momentum) and compare --dp-sync modes; its tp ops "
+                 "use --modes' one strategy")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dp-sync", o.dp_sync,
+                 "with --blocks: when the data-parallel gradient sum runs: bulk (after the backward), overlapped "
+                 "(each block's during the blocks before it), none (the bound); default all three")
+      ->check(CLI::IsMember({"bulk", "overlapped", "none"}))
+      ->delimiter(',');
+  app.add_option("--optimizer", o.optimizer,
+                 "with --blocks: replicated optimizer state (all-reduced gradients) or sharded (ZeRO-1/2: "
+                 "reduce-scattered gradients, all-gathered weights)")
+      ->check(CLI::IsMember({"replicated", "sharded"}));
+  app.add_option("--bucket-mib", o.bucket_mib, "with --blocks: MiB of gradient per data-parallel ring collective")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.learning_rate, "with --blocks: SGD's learning rate (momentum 0.9)")
+      ->check(CLI::NonNegativeNumber);
   overlap::apps::add_common_options(app, o.transport, &o.save_calibration);
   if (auto done = overlap::apps::parse(app, argc, argv, rank)) return *done;
   if (o.shape.ffn == 0) o.shape.ffn = 4 * o.shape.hidden;
+  if ((o.blocks > 0 || !o.dp_sync.empty()) && o.modes.size() != 1) {
+    if (rank == 0)
+      fmt::print(stderr,
+                 "overlap-layer: --blocks/--dp-sync compare dp modes under one tp strategy: give --modes one "
+                 "value\n");
+    return 2;
+  }
   o.transport = overlap::apps::transport_label(o.transport, "shared memory (one machine)");
   if (world % (o.cp * std::max(o.tp, 1)) != 0) {
     if (rank == 0)

@@ -106,6 +106,45 @@ import json, sys
 d = json.load(sys.stdin)
 assert sorted(d['ranks']) == ['0', '1', '2'] and all(r['collective_ms'] > 0 for r in d['ranks'].values()), d
 "
+# The N-block model (--blocks): one row per --dp-sync mode at dp 2 and
+# dp 3 (tp 1), with a trace whose data-parallel track holds the rings
+# beside the backward; bulk and overlapped sum the same rings: equal losses.
+# Then the sharded optimizer state at dp 2.
+for np in 2 3; do
+  OVERLAP_TRACE="$dir/trace-stack$np" mpi_run "$np" "$layer" "${dims[@]}" --blocks 2 --tp 1 \
+    --dp-sync bulk,overlapped,none --bucket-mib 0.001 --steps 2 --warmup 1 --json "$dir/stack$np.jsonl" \
+    > "$dir/stack$np.txt"
+  grep -q "dp comm only" "$dir/stack$np.txt"
+  python3 - "$dir/stack$np.jsonl" "$dir/trace-stack$np/rank0.json" "$np" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["dp_sync"] for r in rows] == ["bulk", "overlapped", "none"], rows
+for r in rows:
+    assert r["step_ms"] > 0 and r["blocks"] == 2 and r["dp"] == int(sys.argv[3]) and r["tp"] == 1, r
+    assert r["dp_comm_ms"] > 0 and r["bucket_bytes"] == 1048, r
+assert rows[0]["loss"] == rows[1]["loss"] and rows[2]["loss"] != rows[0]["loss"], rows
+ev = json.load(open(sys.argv[2]))["traceEvents"]
+dp = [e for e in ev if e.get("cat") == "dp"]
+assert dp and all(e["tid"] == 3 and e["args"]["bytes"] > 0 for e in dp), dp[:3]
+assert {e["name"] for e in dp} == {"all-reduce"}, {e["name"] for e in dp}
+assert any(e["ph"] == "M" and e.get("args", {}).get("name") == "data-parallel collectives" for e in ev)
+print("stack json and trace ok at", sys.argv[3], "ranks")
+PY
+done
+python3 "$tools/render.py" "$dir/stack.svg" "$dir/trace-stack2:overlapped" > /dev/null
+grep -q "rank 0 dp" "$dir/stack.svg"
+mpi_run 2 "$layer" "${dims[@]}" --blocks 2 --tp 1 --optimizer sharded --dp-sync overlapped --steps 1 --warmup 0 \
+  --json "$dir/sharded.jsonl" > /dev/null
+python3 -c "
+import json, sys
+r = [json.loads(l) for l in open('$dir/sharded.jsonl')]
+assert len(r) == 1 and r[0]['optimizer'] == 'sharded' and r[0]['dp_sync'] == 'overlapped' and r[0]['dp'] == 2, r
+"
+if timeout 60 "$MPIEXEC" "${MPI_FLAGS[@]}" -n 2 "$layer" "${dims[@]}" --blocks 2 --modes ring,bulk \
+     > "$dir/bad.txt" 2>&1; then
+  echo "--blocks with two --modes was accepted"; exit 1
+fi
+grep -q "give --modes one value" "$dir/bad.txt"
 # Bad input: a message and a non-zero status, no hang.
 if timeout 60 "$MPIEXEC" "${MPI_FLAGS[@]}" -n 2 "$layer" --seq 8 --hidden 30 --heads 4 \
      > "$dir/bad.txt" 2>&1; then

@@ -241,6 +241,41 @@ TEST(transformer, gradients_match_finite_differences) {
   }
 }
 
+// on_gradients: called in order as each group is final; what it reads then
+// is what backward() ends with.
+TEST(transformer, on_gradients_reports_each_group_when_it_is_final) {
+  overlap::context ctx(MPI_COMM_WORLD);
+  for (overlap::strategy st : {overlap::strategy::bulk, overlap::strategy::ring})
+    for (int wgrad : {0, 1, 2}) {
+      const fixture<double> f(uneven);
+      transformer_block<double> blk(ctx, uneven, {st, wgrad > 0, 4, true, wgrad == 2});
+      f.set_params(blk);
+      const block_layout& l = blk.layout();
+      const std::vector<double> x = f.rows(f.x, l), dout = f.rows(f.dout, l);
+      std::vector<double> out(x.size()), dx(x.size());
+      std::vector<overlap::layers::gradients_ready> calls;
+      std::vector<double> w2, b1, w1;
+      blk.on_gradients([&](overlap::layers::gradients_ready g) {
+        calls.push_back(g);
+        if (g == overlap::layers::gradients_ready::mlp_down) w2 = blk.grads().w2, b1 = blk.grads().b1;
+        if (g == overlap::layers::gradients_ready::mlp_up) w1 = blk.grads().w1;
+      });
+      const int64_t n = l.rows(), d = uneven.hidden;
+      for (int step = 0; step < 2; ++step) {
+        calls.clear();
+        blk.forward({x.data(), n, d}, {out.data(), n, d});
+        blk.backward({dout.data(), n, d}, {dx.data(), n, d});
+        ASSERT_EQ(calls.size(), 3u);
+        EXPECT_EQ(calls[0], overlap::layers::gradients_ready::mlp_down);
+        EXPECT_EQ(calls[1], overlap::layers::gradients_ready::mlp_up);
+        EXPECT_EQ(calls[2], overlap::layers::gradients_ready::all);
+        EXPECT_EQ(w2, blk.grads().w2) << "strategy " << overlap::to_string(st) << " wgrad " << wgrad;
+        EXPECT_EQ(b1, blk.grads().b1) << "strategy " << overlap::to_string(st) << " wgrad " << wgrad;
+        EXPECT_EQ(w1, blk.grads().w1) << "strategy " << overlap::to_string(st) << " wgrad " << wgrad;
+      }
+    }
+}
+
 /// `bad` must throw std::invalid_argument mentioning `needle` on every rank.
 void expect_every_rank_rejects(const std::string& needle, const std::function<void()>& bad) {
   int threw = 0;

@@ -3,6 +3,7 @@
 // templates instantiated so that their bodies are checked too. Never built
 // by default (CMake target overlap_lint_headers).
 #include "overlap/attention/ring_attention.hpp"
+#include "overlap/layers/block_stack.hpp"
 #include "overlap/layers/example_values.hpp"
 #include "overlap/layers/moe.hpp"
 #include "overlap/layers/transformer.hpp"
@@ -18,4 +19,5 @@ template void overlap::ring_attention_backward<overlap::bfloat16>(context&, cons
                                                                   const attention_grads<overlap::bfloat16>&,
                                                                   const attention_options&);
 template class overlap::layers::moe_mlp<float>;
+template class overlap::layers::block_stack<float>;
 template class overlap::layers::moe_mlp<double>;

@@ -3,7 +3,8 @@
 one SVG picture: per rank, a row of ops (ring, collective, local steps), a
 row of ring-step GEMMs and waits, and a row per transfer direction (sends,
 receives) from post to observed completion, and above them the layer's
-phases when the trace comes from overlap-layer. When a trace holds spans
+phases when the trace comes from overlap-layer, with the data-parallel
+collectives of its N-block model (--blocks) in a row of their own. When a trace holds spans
 named "step" (overlap-layer marks every training step), only its last step
 is drawn; DIR:label=NAME draws the last span named NAME instead (overlap-bench
 --op moe --moe-layer marks "step bulk", "step pairwise", "step automatic").
@@ -22,7 +23,7 @@ import os
 import sys
 
 COLOURS = {"layer": "#d4b95e", "op": "#9fb4c7", "collective": "#e07b39", "gemm": "#4c9a5b", "wait": "#c0392b",
-           "send": "#3b6fb6", "receive": "#8e6bbf"}
+           "send": "#3b6fb6", "receive": "#8e6bbf", "dp": "#16a085"}
 ROW, GAP, LEFT, WIDTH = 16, 4, 150, 1100
 
 
@@ -48,6 +49,8 @@ def spans(events):
         if e["ph"] == "X" and cat == "layer":
             if e["name"] != "step":
                 out.append(("layer", cat, e["ts"], e["ts"] + e["dur"], e["name"]))
+        elif e["ph"] == "X" and cat == "dp":  # a data-parallel collective, beside the layer's work
+            out.append(("dp", cat, e["ts"], e["ts"] + e["dur"], f"{e['name']}, {e['args']['bytes']} B"))
         elif e["ph"] == "X":
             row = "ops" if cat in ("op", "collective") or e["name"].startswith("local step") else "steps"
             out.append((row, cat, e["ts"], e["ts"] + e["dur"], e["name"]))
@@ -92,7 +95,7 @@ def main():
         panels.append((label or directory, rows, t0, t1))
     longest = max(p[3] - p[2] for p in panels) or 1.0
     scale = WIDTH / longest
-    kinds = [k for k in ("layer", "ops", "steps", "send", "receive")
+    kinds = [k for k in ("layer", "dp", "ops", "steps", "send", "receive")
              if any(s[0] == k for _, rows, _, _ in panels for sp in rows.values() for s in sp)]
     body, y = [], 30
     for label, rows, t0, _ in panels:

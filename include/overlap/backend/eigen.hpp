@@ -55,7 +55,8 @@ class eigen_gemm final : public gemm_kernel {
 
 #ifdef OVERLAP_COMPILED
 // Compiled once, in the library (src/instantiations.cpp): Eigen's products
-// were 3.4 s of Clang's 16 in every test suite that reached this header.
+// at -O3 are the costliest part of every unit that reaches this header
+// (docs/building.md).
 extern template class eigen_gemm<float>;
 extern template class eigen_gemm<double>;
 #endif

@@ -9,8 +9,10 @@
 /// averaged over the replicas (and summed over the context-parallel shares
 /// of a sequence) by ring collectives over every rank with the same
 /// tensor-parallel rank (layers/data_parallel.hpp), in buckets:
-/// - dp_sync::overlapped starts block i's as soon as its backward has
-///   made them, so that they travel while blocks i-1 .. 0 compute;
+/// - dp_sync::overlapped starts each group of block i's gradients as soon
+///   as its backward has made them (transformer_block::on_gradients: the
+///   MLP's down projection, its up projection, then the rest), so that they
+///   travel while the rest of block i and blocks i-1 .. 0 compute;
 /// - dp_sync::bulk sums them after the whole backward pass (the baseline);
 /// - dp_sync::none leaves each replica its own (the bound of any overlap).
 ///
@@ -136,11 +138,36 @@ class block_stack {
   void collectives_only();
 
  private:
+  /// A block's flat parameters: its tensors grouped by gradients_ready
+  /// (each group contiguous, in the order backward finishes them).
+  static constexpr int groups = 3;
+  struct segment {
+    int64_t begin = 0, count = 0;
+  };
   void agree(bool ok, const std::string& what);
-  /// The number of elements of a block's parameters (all twelve tensors).
-  [[nodiscard]] int64_t parameter_count() const;
-  /// Block i's gradients into grads_[i], scaled by 1 / replicas.
-  void flatten_gradients(int i);
+  /// Collective: the cp axis, the replicas' communicator, the context over
+  /// every rank and the reducer.
+  void join(overlap::mesh& m);
+  /// Collective: the options valid and the same everywhere.
+  void check(int blocks);
+  /// Collective: the activations, flat buffers and momentum, agreed.
+  void allocate();
+  /// on_gradients of block i: group g is final (flatten it; send it when overlapped).
+  void gradients_made(int i, int g);
+  /// step's parts: the loss (and dL/dout into grad_a_), the backward with
+  /// the sums, the optimizer.
+  double loss_and_gradient(matrix_view<const T> target);
+  void backward_and_sums();
+  void optimize();
+  /// Lays out the flat buffers: every tensor's offset, each group's segment.
+  void lay_out();
+  /// f(tensor, its offset in the flat buffers) for every tensor of p (group g only, or all when g < 0).
+  template <class P, class F>
+  void each_tensor(P& p, int g, F&& f) const;
+  /// Block i's gradients of group g into grads_[i], scaled by 1 / replicas.
+  void flatten_gradients(int i, int g);
+  /// Queues `what` of group g's segment of buf; returns its ticket.
+  typename dp_reducer<acc>::ticket enqueue(engine::ring_collective what, std::vector<acc>& buf, int g);
   /// The optimizer on block i's gradients (grads_[i], summed as the options say).
   void update(int i, bool sharded);
   /// Block i's weights from weights_[i] (after their gather).
@@ -161,6 +188,9 @@ class block_stack {
   std::vector<std::vector<acc>> grads_, weights_, momentum_;          ///< per block, flat
   std::vector<acc> scratch_;                                          ///< collectives_only's buffer
   std::vector<typename dp_reducer<acc>::ticket> reduced_, gathered_;  ///< per block: 0 when none is in flight
+  std::vector<int64_t> offsets_;                                      ///< every tensor's, in each() order
+  std::vector<int> group_of_;                                         ///< every tensor's gradients_ready
+  segment segments_[groups];
 };
 
 // ---------------------------------------------------------------------------
@@ -168,6 +198,19 @@ class block_stack {
 template <class T>
 block_stack<T>::block_stack(overlap::mesh& m, int blocks, const block_shape& shape, const stack_options& opt)
     : tp_(&m.context("tp")), opt_(opt) {
+  join(m);
+  check(blocks);
+  for (int i = 0; i < blocks; ++i) {
+    blocks_.push_back(cp_ != nullptr ? std::make_unique<transformer_block<T>>(*tp_, *cp_, shape, opt.block)
+                                     : std::make_unique<transformer_block<T>>(*tp_, shape, opt.block));
+    blocks_.back()->on_gradients([this, i](gradients_ready g) { gradients_made(i, int(g)); });
+  }
+  lay_out();
+  allocate();
+}
+
+template <class T>
+void block_stack<T>::join(overlap::mesh& m) {
   bool has_cp = false;
   for (const mesh_axis& a : m.axes()) has_cp = has_cp || a.name == "cp";
   if (has_cp && m.size("cp") > 1) cp_ = &m.context("cp");
@@ -182,59 +225,77 @@ block_stack<T>::block_stack(overlap::mesh& m, int blocks, const block_shape& sha
   overlap::config quiet = tp_->config();
   quiet.progress = progress_policy::none, quiet.trace.clear();
   everyone_ = std::make_unique<context>(m.cart(), quiet);
-  const int summed = replicas_comm_.size();
-  replicas_ = summed / shares_;
+  replicas_ = replicas_comm_.size() / shares_;
   for (const mesh_axis& a : m.axes())  // the data axes' coordinates, as one index
     if (a.name != "tp" && a.name != "cp") replica_ = replica_ * a.size + m.coord(a.name);
+  // Data-parallel rings on a thread of their own where one may call MPI
+  // beside the caller's. Collective (a duplicate of the replicas'
+  // communicator): made here, before anything that can fail on one rank.
+  int provided = MPI_THREAD_SINGLE;
+  OVERLAP_MPI(MPI_Query_thread, &provided);
+  typename dp_reducer<acc>::options ro;
+  ro.bucket = std::max<int64_t>(1, opt_.bucket_bytes / int64_t(sizeof(acc)));
+  ro.timeout_s = tp_->config().timeout_s;
+  ro.thread = opt_.dp_thread && !mpi::simulated && provided >= MPI_THREAD_MULTIPLE;
+  ro.interval = tp_->config().progress_interval;
+  reducer_ = std::make_unique<dp_reducer<acc>>(replicas_comm_.get(), ro);
+  reducer_->trace(tp_->tracer());
+}
 
-  const bool sane = blocks >= 1 && opt.bucket_bytes > 0 && std::isfinite(opt.learning_rate) && opt.learning_rate >= 0 &&
-                    opt.momentum >= 0 && opt.momentum < 1;
+template <class T>
+void block_stack<T>::check(int blocks) {
+  const stack_options& o = opt_;
+  const bool sane = blocks >= 1 && o.bucket_bytes > 0 && std::isfinite(o.learning_rate) && o.learning_rate >= 0 &&
+                    o.momentum >= 0 && o.momentum < 1;
   agree(sane, "block_stack needs blocks >= 1, bucket_bytes > 0, learning_rate >= 0 and 0 <= momentum < 1; got " +
-                  std::to_string(blocks) + " blocks, bucket_bytes " + std::to_string(opt.bucket_bytes) +
-                  ", learning_rate " + std::to_string(opt.learning_rate) + ", momentum " +
-                  std::to_string(opt.momentum));
+                  std::to_string(blocks) + " blocks, bucket_bytes " + std::to_string(o.bucket_bytes) +
+                  ", learning_rate " + std::to_string(o.learning_rate) + ", momentum " + std::to_string(o.momentum));
   auto bits = [](double v) {
     int64_t b = 0;
     std::memcpy(&b, &v, sizeof b);
     return b;
   };
-  const std::vector<int64_t> mine{blocks,           int64_t(opt.dp_sync),    int64_t(opt.optimizer),
-                                  opt.bucket_bytes, bits(opt.learning_rate), bits(opt.momentum)};
+  const std::vector<int64_t> mine{blocks,         int64_t(o.dp_sync),    int64_t(o.optimizer),
+                                  o.bucket_bytes, bits(o.learning_rate), bits(o.momentum)};
   agree(overlap::detail::same_everywhere(*everyone_, mine, "overlap::layers::block_stack"),
         "the ranks passed different blocks, dp_sync, optimizer, bucket_bytes, learning_rate or momentum");
+}
 
-  for (int i = 0; i < blocks; ++i)
-    blocks_.push_back(cp_ != nullptr ? std::make_unique<transformer_block<T>>(*tp_, *cp_, shape, opt.block)
-                                     : std::make_unique<transformer_block<T>>(*tp_, shape, opt.block));
-  const int64_t rows = layout().rows(), d = shape.hidden, count = parameter_count();
+template <class T>
+void block_stack<T>::allocate() {
+  const int64_t rows = layout().rows(), d = layout().shape.hidden,
+                count = segments_[groups - 1].begin + segments_[groups - 1].count;
+  const auto n = size_t(blocks());
   std::string failed;
   try {
-    acts_.assign(size_t(blocks), std::vector<T>(size_t(rows * d)));
+    acts_.assign(n, std::vector<T>(size_t(rows * d)));
     grad_a_.resize(size_t(rows * d)), grad_b_.resize(size_t(rows * d));
-    grads_.assign(size_t(blocks), std::vector<acc>(size_t(count)));
-    const bool sharded = opt.optimizer == optimizer_state::sharded && opt.dp_sync != dp_sync::none && summed > 1;
-    if (sharded) weights_.assign(size_t(blocks), std::vector<acc>(size_t(count)));
-    reduced_.assign(size_t(blocks), 0), gathered_.assign(size_t(blocks), 0);
-    // Data-parallel rings on a thread of their own where one may call MPI
-    // beside the caller's.
-    int provided = MPI_THREAD_SINGLE;
-    OVERLAP_MPI(MPI_Query_thread, &provided);
-    const bool thread = opt.dp_thread && !mpi::simulated && provided >= MPI_THREAD_MULTIPLE;
-    const int64_t bucket = std::max<int64_t>(1, opt.bucket_bytes / int64_t(sizeof(acc)));
-    reducer_ = std::make_unique<dp_reducer<acc>>(replicas_comm_.get(), bucket, tp_->config().timeout_s, thread,
-                                                 tp_->config().progress_interval);
-    reducer_->trace(tp_->tracer());
+    grads_.assign(n, std::vector<acc>(size_t(count)));
+    const bool sharded =
+        opt_.optimizer == optimizer_state::sharded && opt_.dp_sync != dp_sync::none && replicas_comm_.size() > 1;
+    if (sharded) weights_.assign(n, std::vector<acc>(size_t(count)));
+    reduced_.assign(n, 0), gathered_.assign(n, 0);
     // The momentum: all of it, or this rank's part of every bucket.
     int64_t owned = count;
     if (sharded) {
       owned = 0;
-      reducer_->for_each_owned(count, [&](int64_t, int64_t n) { owned += n; });
+      for (const segment& sg : segments_) reducer_->for_each_owned(sg.count, [&](int64_t, int64_t k) { owned += k; });
     }
-    momentum_.assign(size_t(blocks), std::vector<acc>(size_t(owned), acc(0)));
+    momentum_.assign(n, std::vector<acc>(size_t(owned), acc(0)));
   } catch (const std::bad_alloc&) {
     failed = "cannot allocate the stack's activations, gradients and optimizer state (std::bad_alloc)";
   }
   agree(failed.empty(), failed);
+}
+
+template <class T>
+void block_stack<T>::gradients_made(int i, int g) {
+  flatten_gradients(i, g);
+  if (opt_.dp_sync == dp_sync::overlapped && replicas_comm_.size() > 1)
+    reduced_[size_t(i)] = enqueue(opt_.optimizer == optimizer_state::sharded ? engine::ring_collective::reduce_scatter
+                                                                             : engine::ring_collective::all_reduce,
+                                  grads_[size_t(i)], g);
+  reducer_->poll();
 }
 
 template <class T>
@@ -254,19 +315,51 @@ void block_stack<T>::agree(bool ok, const std::string& what) {
 }
 
 template <class T>
-int64_t block_stack<T>::parameter_count() const {
-  int64_t n = 0;
-  blocks_.front()->params().each([&](const char*, const std::vector<T>& v, bool) { n += int64_t(v.size()); });
-  return n;
+void block_stack<T>::lay_out() {
+  // Each tensor's group, by name: what backward() has finished at each on_gradients call.
+  auto group = [](const std::string& name) {
+    if (name == "w2" || name == "b1") return int(gradients_ready::mlp_down);
+    if (name == "w1") return int(gradients_ready::mlp_up);
+    return int(gradients_ready::all);
+  };
+  std::vector<int64_t> sizes;
+  blocks_.front()->params().each([&](const char* name, const std::vector<T>& v, bool) {
+    sizes.push_back(int64_t(v.size()));
+    group_of_.push_back(group(name));
+  });
+  offsets_.assign(sizes.size(), 0);
+  int64_t at = 0;
+  for (int g = 0; g < groups; ++g) {
+    segments_[g].begin = at;
+    for (size_t t = 0; t < sizes.size(); ++t)
+      if (group_of_[t] == g) offsets_[t] = at, at += sizes[t];
+    segments_[g].count = at - segments_[g].begin;
+  }
 }
 
 template <class T>
-void block_stack<T>::flatten_gradients(int i) {
-  const acc scale = acc(1) / acc(replicas_);
-  acc* out = grads_[size_t(i)].data();
-  blocks_[size_t(i)]->grads().each([&](const char*, const std::vector<acc>& v, bool) {
-    for (acc e : v) *out++ = e * scale;
+template <class P, class F>
+void block_stack<T>::each_tensor(P& p, int g, F&& f) const {
+  size_t t = 0;
+  p.each([&](const char*, auto& v, bool) {
+    if (g < 0 || group_of_[t] == g) f(v, offsets_[t]);
+    ++t;
   });
+}
+
+template <class T>
+void block_stack<T>::flatten_gradients(int i, int g) {
+  const acc scale = acc(1) / acc(replicas_);
+  acc* flat = grads_[size_t(i)].data();
+  each_tensor(blocks_[size_t(i)]->grads(), g, [&](const std::vector<acc>& v, int64_t at) {
+    for (size_t k = 0; k < v.size(); ++k) flat[at + int64_t(k)] = v[k] * scale;
+  });
+}
+
+template <class T>
+typename dp_reducer<typename block_stack<T>::acc>::ticket block_stack<T>::enqueue(engine::ring_collective what,
+                                                                                  std::vector<acc>& buf, int g) {
+  return reducer_->enqueue(what, buf.data() + segments_[g].begin, segments_[g].count);
 }
 
 template <class T>
@@ -275,37 +368,36 @@ void block_stack<T>::update(int i, bool sharded) {
   const std::vector<acc>& g = grads_[size_t(i)];
   std::vector<acc>& v = momentum_[size_t(i)];
   if (!sharded) {
-    size_t k = 0;
-    blocks_[size_t(i)]->params().each([&](const char*, std::vector<T>& w, bool) {
-      for (T& e : w) {
-        v[k] = mu * v[k] + g[k];
-        e = detail::cast<T>(detail::cast<acc>(e) - lr * v[k]);
-        ++k;
+    each_tensor(blocks_[size_t(i)]->params(), -1, [&](std::vector<T>& w, int64_t at) {
+      for (size_t k = 0; k < w.size(); ++k) {
+        const size_t f = size_t(at) + k;
+        v[f] = mu * v[f] + g[f];
+        w[k] = detail::cast<T>(detail::cast<acc>(w[k]) - lr * v[f]);
       }
     });
     return;
   }
   // This rank's part of every bucket: the weights as they are, the summed
-  // gradient, this part's momentum; the gather brings the other parts.
+  // gradient, this part's momentum; the gathers bring the other parts.
   std::vector<acc>& w = weights_[size_t(i)];
-  acc* flat = w.data();
-  blocks_[size_t(i)]->params().each([&](const char*, std::vector<T>& p, bool) {
-    for (const T& e : p) *flat++ = detail::cast<acc>(e);
+  each_tensor(blocks_[size_t(i)]->params(), -1, [&](const std::vector<T>& p, int64_t at) {
+    for (size_t k = 0; k < p.size(); ++k) w[size_t(at) + k] = detail::cast<acc>(p[k]);
   });
   size_t j = 0;
-  reducer_->for_each_owned(int64_t(w.size()), [&](int64_t at, int64_t n) {
-    for (int64_t k = at; k < at + n; ++k, ++j) {
-      v[j] = mu * v[j] + g[size_t(k)];
-      w[size_t(k)] -= lr * v[j];
-    }
-  });
+  for (const segment& sg : segments_)
+    reducer_->for_each_owned(sg.count, [&](int64_t at, int64_t n) {
+      for (int64_t k = sg.begin + at; k < sg.begin + at + n; ++k, ++j) {
+        v[j] = mu * v[j] + g[size_t(k)];
+        w[size_t(k)] -= lr * v[j];
+      }
+    });
 }
 
 template <class T>
 void block_stack<T>::unflatten_weights(int i) {
-  const acc* flat = weights_[size_t(i)].data();
-  blocks_[size_t(i)]->params().each([&](const char*, std::vector<T>& p, bool) {
-    for (T& e : p) e = detail::cast<T>(*flat++);
+  const std::vector<acc>& w = weights_[size_t(i)];
+  each_tensor(blocks_[size_t(i)]->params(), -1, [&](std::vector<T>& p, int64_t at) {
+    for (size_t k = 0; k < p.size(); ++k) p[k] = detail::cast<T>(w[size_t(at) + k]);
   });
 }
 
@@ -330,11 +422,11 @@ void block_stack<T>::collectives_only() {
   const bool sharded = opt_.optimizer == optimizer_state::sharded;
   scratch_.resize(grads_.front().size());
   for (int i = blocks() - 1; i >= 0; --i)
-    reducer_->wait(
-        reducer_->enqueue(sharded ? engine::ring_collective::reduce_scatter : engine::ring_collective::all_reduce,
-                          scratch_.data(), int64_t(scratch_.size())));
+    for (int g = 0; g < groups; ++g)
+      reducer_->wait(enqueue(sharded ? engine::ring_collective::reduce_scatter : engine::ring_collective::all_reduce,
+                             scratch_, g));
   for (int i = 0; sharded && i < blocks(); ++i)
-    reducer_->wait(reducer_->enqueue(engine::ring_collective::all_gather, scratch_.data(), int64_t(scratch_.size())));
+    for (int g = 0; g < groups; ++g) reducer_->wait(enqueue(engine::ring_collective::all_gather, scratch_, g));
 }
 
 template <class T>
@@ -349,11 +441,6 @@ double block_stack<T>::step(matrix_view<const T> x, matrix_view<const T> target)
   };
   agree(fits(x) && fits(target), "step: x and target must be " + std::to_string(n) + " x " + std::to_string(d) +
                                      " (ld >= " + std::to_string(d) + "); got " + dims(x) + " and " + dims(target));
-  engine::trace_recorder* tracer = tp_->tracer();
-  const bool summed = opt_.dp_sync != dp_sync::none && replicas_comm_.size() > 1;
-  const bool sharded = summed && opt_.optimizer == optimizer_state::sharded;
-  const auto form = sharded ? engine::ring_collective::reduce_scatter : engine::ring_collective::all_reduce;
-
   // Forward, each block's weights taken from their gather just before it runs.
   for (int i = 0; i < blocks(); ++i) {
     take_weights(i);
@@ -361,9 +448,18 @@ double block_stack<T>::step(matrix_view<const T> x, matrix_view<const T> target)
     blocks_[size_t(i)]->forward(in, {acts_[size_t(i)].data(), n, d});
     reducer_->poll();
   }
+  const double loss = loss_and_gradient(target);
+  backward_and_sums();
+  optimize();
+  return loss;
+}
 
+template <class T>
+double block_stack<T>::loss_and_gradient(matrix_view<const T> target) {
   // The loss of this rank's rows and its gradient: every tp rank holds all of
   // the share's rows without sequence parallelism, so one of them counts them.
+  const block_layout& l = layout();
+  const int64_t n = l.rows(), d = l.shape.hidden;
   const std::vector<T>& out = acts_.back();
   const double per_entry = 1.0 / (double(l.shape.seq) * double(d));
   double mine = 0;
@@ -380,49 +476,49 @@ double block_stack<T>::step(matrix_view<const T> x, matrix_view<const T> target)
       *everyone_, "MPI_Allreduce", [&] { return MPI_Allreduce(&mine, &loss, 1, MPI_DOUBLE, MPI_SUM, all); },
       [&](MPI_Request* r) { return MPI_Iallreduce(&mine, &loss, 1, MPI_DOUBLE, MPI_SUM, all, r); },
       [] { return std::string("overlap::layers::block_stack: the loss"); });
-  loss /= replicas_;
+  return loss / replicas_;
+}
 
-  // Backward, last block first; each block's gradients leave as soon as
-  // they are made (overlapped) or after the whole pass (bulk).
+template <class T>
+void block_stack<T>::backward_and_sums() {
+  // Last block first; each block's on_gradients flattens each group as it is
+  // made, and sends it when overlapped (gradients_made). Bulk sums them after.
+  const int64_t n = layout().rows(), d = layout().shape.hidden;
   {
-    detail::phase_span span(tracer, "backward");
+    detail::phase_span span(tp_->tracer(), "backward");
     for (int i = blocks() - 1; i >= 0; --i) {
       std::vector<T>& dout = (blocks() - 1 - i) % 2 == 0 ? grad_a_ : grad_b_;
       std::vector<T>& din = (blocks() - 1 - i) % 2 == 0 ? grad_b_ : grad_a_;
       blocks_[size_t(i)]->backward({dout.data(), n, d}, {din.data(), n, d});
-      flatten_gradients(i);
-      if (summed && opt_.dp_sync == dp_sync::overlapped) {
-        auto& g = grads_[size_t(i)];
-        reduced_[size_t(i)] = reducer_->enqueue(form, g.data(), int64_t(g.size()));
-      }
-      reducer_->poll();
     }
   }
-  if (summed && opt_.dp_sync == dp_sync::bulk) {
-    detail::phase_span span(tracer, "data-parallel sum");
-    for (int i = blocks() - 1; i >= 0; --i) {
-      auto& g = grads_[size_t(i)];
-      reducer_->wait(reducer_->enqueue(form, g.data(), int64_t(g.size())));
-    }
-  }
+  if (opt_.dp_sync != dp_sync::bulk || replicas_comm_.size() < 2) return;
+  detail::phase_span span(tp_->tracer(), "data-parallel sum");
+  const bool sharded = opt_.optimizer == optimizer_state::sharded;
+  for (int i = blocks() - 1; i >= 0; --i)
+    for (int g = 0; g < groups; ++g)
+      reducer_->wait(enqueue(sharded ? engine::ring_collective::reduce_scatter : engine::ring_collective::all_reduce,
+                             grads_[size_t(i)], g));
+}
 
-  // The optimizer, in the order the sums finish; the sharded form's weight
-  // gathers are queued first block first, the order the next forward needs them.
-  {
-    detail::phase_span span(tracer, "optimizer");
-    for (int i = blocks() - 1; i >= 0; --i) {
-      auto& t = reduced_[size_t(i)];
-      if (t != 0) reducer_->wait(t), t = 0;
-      update(i, sharded);
-    }
-    if (sharded)
-      for (int i = 0; i < blocks(); ++i) {
-        auto& w = weights_[size_t(i)];
-        gathered_[size_t(i)] = reducer_->enqueue(engine::ring_collective::all_gather, w.data(), int64_t(w.size()));
-        if (opt_.dp_sync == dp_sync::bulk) take_weights(i);
-      }
+template <class T>
+void block_stack<T>::optimize() {
+  // In the order the sums finish; the sharded form's weight gathers are
+  // queued first block first, the order the next forward needs them.
+  detail::phase_span span(tp_->tracer(), "optimizer");
+  const bool sharded =
+      opt_.dp_sync != dp_sync::none && replicas_comm_.size() > 1 && opt_.optimizer == optimizer_state::sharded;
+  for (int i = blocks() - 1; i >= 0; --i) {
+    auto& t = reduced_[size_t(i)];
+    if (t != 0) reducer_->wait(t), t = 0;
+    update(i, sharded);
   }
-  return loss;
+  if (!sharded) return;
+  for (int i = 0; i < blocks(); ++i) {
+    for (int g = 0; g < groups; ++g)
+      gathered_[size_t(i)] = enqueue(engine::ring_collective::all_gather, weights_[size_t(i)], g);
+    if (opt_.dp_sync == dp_sync::bulk) take_weights(i);
+  }
 }
 
 }  // namespace overlap::layers

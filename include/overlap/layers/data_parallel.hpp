@@ -80,17 +80,25 @@ class dp_reducer {
   /// Counts the collectives queued so far: wait(t) returns once the first t have finished.
   using ticket = int64_t;
 
-  /// Collective over comm: duplicates it (the rings' messages then meet no
-  /// others). bucket: elements per ring collective (>= 1). timeout_s: the
-  /// watchdog's bound on one ring step (0: none). thread: advance the rings
-  /// on a thread of the reducer's own, testing every `interval` (needs
-  /// MPI_THREAD_MULTIPLE); otherwise poll() and wait() advance them.
-  dp_reducer(MPI_Comm comm, int64_t bucket, double timeout_s, bool thread, std::chrono::microseconds interval)
+  /// How a reducer runs.
+  struct options {
+    int64_t bucket = int64_t(25) << 20;  ///< elements per ring collective (clamped to 1 .. INT_MAX)
+    double timeout_s = 0;                ///< the watchdog's bound on one ring step (0: none)
+    /// Advance the rings on a thread of the reducer's own, testing every
+    /// `interval` (needs MPI_THREAD_MULTIPLE; ignored under SimGrid SMPI,
+    /// where a rank's second thread must not call MPI); otherwise poll()
+    /// and wait() advance them.
+    bool thread = true;
+    std::chrono::microseconds interval{100};  ///< see thread
+  };
+
+  /// Collective over comm: duplicates it (the rings' messages then meet no others).
+  dp_reducer(MPI_Comm comm, const options& o)
       : comm_(mpi::communicator::borrow(comm).dup()),
-        bucket_(std::clamp<int64_t>(bucket, 1, INT_MAX)),
-        interval_(interval) {
-    ring_.configure(comm_.get(), 0, timeout_s);
-    if (thread) thread_ = std::thread([this] { loop(); });
+        bucket_(std::clamp<int64_t>(o.bucket, 1, INT_MAX)),
+        interval_(o.interval) {
+    ring_.configure(comm_.get(), 0, o.timeout_s);
+    if (o.thread && !mpi::simulated) thread_ = std::thread([this] { loop(); });
   }
   dp_reducer(const dp_reducer&) = delete;
   dp_reducer& operator=(const dp_reducer&) = delete;

@@ -32,4 +32,10 @@ inline double example_parameter(const block_shape& s, const std::string& name, i
   return 1.5 * u / std::sqrt(double(name == "w2" ? s.ffn : s.hidden));
 }
 
+/// Block b's parameter of a model of several blocks (layers/block_stack.hpp):
+/// as example_parameter, different in every block.
+inline double example_parameter(const block_shape& s, int b, const std::string& name, int64_t i, int64_t j) {
+  return example_parameter(s, name, i + 7919 * int64_t(b), j);
+}
+
 }  // namespace overlap::layers

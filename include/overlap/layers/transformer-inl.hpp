@@ -412,6 +412,7 @@ void transformer_block<T>::backward(matrix_view<const T> dout, matrix_view<T> dx
   // Without sequence parallelism every rank saw every token of the share:
   // its replicated gradients are already whole.
   if (opt_.sequence_parallel) sum_replicated_grads();
+  if (ready_) ready_(gradients_ready::all);
 }
 
 template <class T>
@@ -450,6 +451,7 @@ void transformer_block<T>::mlp_backward() {
                       {u + first * f, f, dzg + first * d, d, g_.w2.data(), d});
   local.add([this, S, f] { detail::add_column_sums<acc>({du_.data(), S, f}, g_.b1); });
   overlapped(op, local);
+  if (ready_) ready_(gradients_ready::mlp_down);
   detail::phase_span ph(tr, "layer norm 2 backward");
   const acc* dy = detail::widen(dy_t_, dy_);
   norm_backward(h_, dy, w_.ln2_g, w_.ln2_b, mean2_, stat2_, g_.ln2_g, g_.ln2_b);
@@ -487,6 +489,7 @@ void transformer_block<T>::attention_backward() {
                     {y2g, d, du_.data(), f, g_.w1.data(), f});  // dW1 = y2^T dU
     overlapped(gather, local);
   }
+  if (ready_) ready_(gradients_ready::mlp_up);
   const acc* dqkv = attention_core_backward();
   auto op = [&](bool started) {
     detail::phase_span ph(

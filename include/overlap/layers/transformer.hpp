@@ -36,6 +36,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -91,6 +92,14 @@ struct block_options {
   bool weight_gradients_in_waits = mpi::simulated;
 };
 
+/// Which of a block's gradients backward() has finished, in the order it
+/// finishes them (block_stack starts their data-parallel sums then).
+enum class gradients_ready {
+  mlp_down,  ///< w2 and b1 (after the MLP up projection's data gradient)
+  mlp_up,    ///< w1 (after the output projection's data gradient)
+  all,       ///< the rest: wqkv, bqkv, wo and the replicated ones (summed over tp)
+};
+
 /// One block on the ranks of a context. T: float, double or bfloat16 (the
 /// type of the ops' operands); the local parts (layer norms, attention,
 /// GELU, weight gradients) run in double for double, else in float.
@@ -137,6 +146,11 @@ class transformer_block {
   /// Collective, after forward: dx = d(loss)/dx and grads() for dout =
   /// d(loss)/d(out), both rows() x hidden. Gradients are overwritten.
   void backward(matrix_view<const T> dout, matrix_view<T> dx);
+  /// Calls f on the caller's thread as backward() finishes each group of
+  /// gradients (gradients_ready), so that the caller can send them on while
+  /// the rest of the backward pass computes. f may read grads() of that
+  /// group; it must not call the block. Empty: none. Local.
+  void on_gradients(std::function<void(gradients_ready)> f) { ready_ = std::move(f); }
 
  private:
   /// Collective over tp (and cp): checks the shape and options agree,
@@ -215,6 +229,7 @@ class transformer_block {
   attention::tile_math<acc> tiles_;       ///< attention in double: ring attention's online softmax, on one rank
   local_primitives prims_;                ///< layer norms and GELU on oneDNN (float)
   bool have_forward_ = false;
+  std::function<void(gradients_ready)> ready_;  ///< on_gradients's
 
   // Forward activations (S = seq, n = rows(), d = hidden, w = width(), f = ffn_width()).
   std::vector<acc> x_, mean1_, stat1_, h_, mean2_, stat2_;  // n x d, n
