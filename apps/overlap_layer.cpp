@@ -192,6 +192,38 @@ struct row {
   double step_ms = 0, speedup = 0, hidden = 0, err = -1;
 };
 
+/// The fields every JSON row shares: the shape, the mesh, the block's
+/// modes, the run, and where it ran (provenance).
+nlohmann::json run_fields(const options& o, const overlap::mesh& mesh, int tp,
+                          const overlap::layers::block_options& bo) {
+  const auto& s = o.shape;
+  nlohmann::json j{{"seq", s.seq},
+                   {"hidden", s.hidden},
+                   {"heads", s.heads},
+                   {"ffn", s.ffn},
+                   {"dtype", o.dtype},
+                   {"ranks", overlap::apps::world_size()},
+                   {"tensor_groups", mesh.size("dp") * mesh.size("cp")},
+                   {"dp", mesh.size("dp")},
+                   {"cp", mesh.size("cp")},
+                   {"tp", tp},
+                   {"sequence_parallel", o.sequence_parallel},
+                   {"weight_gradients", weight_gradients_name(bo)},
+                   {"steps", o.steps},
+                   {"transport", o.transport}};
+  j.update(overlap::apps::provenance());
+  return j;
+}
+
+/// Appends one line per row to `path`; 1 (with a message) when it cannot be written.
+int append_rows(const std::string& path, const std::vector<nlohmann::json>& rows) {
+  std::ofstream out(path, std::ios::app);
+  for (const nlohmann::json& j : rows) out << j.dump() << "\n";
+  if (out) return 0;
+  fmt::print(stderr, "overlap-layer: cannot write {}\n", path);
+  return 1;
+}
+
 /// The N-block model's training steps, one row per --dp-sync mode: each
 /// mode's own model (the same initial weights and data), its steps
 /// interleaved with the others' and with the data-parallel collectives
@@ -302,8 +334,7 @@ int run_stack(const options& o, const overlap::layers::block_options& bo) {
         "mode) / (bulk - none))\n",
         "dp comm only", comm_ms);
   if (o.json.empty()) return 0;
-  std::ofstream out(o.json, std::ios::app);
-  const nlohmann::json provenance = overlap::apps::provenance();
+  std::vector<nlohmann::json> out;
   for (const stack_row& r : rows) {
     nlohmann::json j{{"dp_sync", r.mode},
                      {"step_ms", r.step_ms},
@@ -320,28 +351,11 @@ int run_stack(const options& o, const overlap::layers::block_options& bo) {
                      {"optimizer", o.optimizer},
                      {"bucket_bytes", so.bucket_bytes},
                      {"dp_thread", first.threaded()},
-                     {"seq", s.seq},
-                     {"hidden", s.hidden},
-                     {"heads", s.heads},
-                     {"ffn", s.ffn},
-                     {"dtype", o.dtype},
-                     {"ranks", world},
-                     {"dp", mesh.size("dp")},
-                     {"cp", mesh.size("cp")},
-                     {"tp", ctx.size()},
-                     {"sequence_parallel", o.sequence_parallel},
-                     {"weight_gradients", weight_gradients_name(bo)},
-                     {"steps", o.steps},
-                     {"automatic_settling_steps", settling},
-                     {"transport", o.transport}};
-    j.update(provenance);
-    out << j.dump() << "\n";
+                     {"automatic_settling_steps", settling}};
+    j.update(run_fields(o, mesh, ctx.size(), bo));
+    out.push_back(std::move(j));
   }
-  if (!out) {
-    fmt::print(stderr, "overlap-layer: cannot write {}\n", o.json);
-    return 1;
-  }
-  return 0;
+  return append_rows(o.json, out);
 }
 
 template <class T>
@@ -454,8 +468,7 @@ int run(const options& o) {
       fmt::print("  {}: {}\n", c["plan"].get<std::string>(), c["schedule"].get<std::string>());
   }
   if (o.json.empty()) return 0;
-  std::ofstream out(o.json, std::ios::app);
-  const nlohmann::json provenance = overlap::apps::provenance();
+  std::vector<nlohmann::json> out;
   for (const row& r : rows) {
     nlohmann::json j{{"mode", r.mode},
                      {"step_ms", r.step_ms},
@@ -463,30 +476,12 @@ int run(const options& o) {
                      {"comm_ms", comm_ms},
                      {"compute_ms", compute_ms},
                      {"comm_hidden", r.speedup > 0 ? nlohmann::json(r.hidden) : nlohmann::json(nullptr)},
-                     {"max_rel_err", r.err >= 0 ? nlohmann::json(r.err) : nlohmann::json(nullptr)},
-                     {"seq", s.seq},
-                     {"hidden", s.hidden},
-                     {"heads", s.heads},
-                     {"ffn", s.ffn},
-                     {"dtype", o.dtype},
-                     {"ranks", world},
-                     {"tensor_groups", mesh.size("dp") * mesh.size("cp")},
-                     {"dp", mesh.size("dp")},
-                     {"cp", mesh.size("cp")},
-                     {"tp", ctx.size()},
-                     {"sequence_parallel", o.sequence_parallel},
-                     {"weight_gradients", weight_gradients_name(bo)},
-                     {"steps", o.steps},
-                     {"transport", o.transport}};
+                     {"max_rel_err", r.err >= 0 ? nlohmann::json(r.err) : nlohmann::json(nullptr)}};
+    j.update(run_fields(o, mesh, ctx.size(), bo));
     if (r.mode == "automatic") j["automatic_choices"] = choices, j["automatic_settling_steps"] = settling;
-    j.update(provenance);
-    out << j.dump() << "\n";
+    out.push_back(std::move(j));
   }
-  if (!out) {
-    fmt::print(stderr, "overlap-layer: cannot write {}\n", o.json);
-    return 1;
-  }
-  return 0;
+  return append_rows(o.json, out);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <overlap/mpi/simulator.hpp>
 #include <overlap/runtime/mesh.hpp>
 
+#include "rejects.hpp"
 #include "transformer_reference.hpp"
 
 using overlap::layers::block_shape;
@@ -210,46 +211,35 @@ TEST(block_stack, f32_two_steps_match_the_double_reference_for_every_dp_form) {
   check_every_form<float>(1e-4, {overlap::strategy::automatic});
 }
 
-/// `bad` must throw std::invalid_argument mentioning `needle` on every rank.
-void expect_every_rank_rejects(const std::string& needle, const std::function<void()>& bad) {
-  int threw = 0;
-  try {
-    bad();
-  } catch (const std::invalid_argument& e) {
-    threw = 1;
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-  int all = 0;
-  MPI_Allreduce(&threw, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  EXPECT_EQ(all, 1) << "some rank did not reject (expected '" << needle << "')";
-}
-
 TEST(block_stack, bad_options_are_rejected_on_every_rank) {
   overlap::mesh m(MPI_COMM_WORLD, {{"dp", 0}, {"tp", 1, true}});
   int me = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   const bool last = me == world - 1;
-  expect_every_rank_rejects("blocks >= 1", [&] { block_stack<float>(m, last ? 0 : 2, uneven); });
+  auto reject = [](const std::string& needle, const std::function<void()>& bad) {
+    testing_support::expect_all_ranks_reject(needle, bad, [] {});  // the stack's usability: checked at the end
+  };
+  reject("blocks >= 1", [&] { block_stack<float>(m, last ? 0 : 2, uneven); });
   stack_options o;
   o.momentum = last ? 1.0 : 0.9;
-  expect_every_rank_rejects("momentum", [&] { block_stack<float>(m, 2, uneven, o); });
+  reject("momentum", [&] { block_stack<float>(m, 2, uneven, o); });
   o = stack_options{};
   o.bucket_bytes = last ? 0 : 1000;
-  expect_every_rank_rejects("bucket_bytes", [&] { block_stack<float>(m, 2, uneven, o); });
+  reject("bucket_bytes", [&] { block_stack<float>(m, 2, uneven, o); });
   if (world > 1) {
     o = stack_options{};
     o.learning_rate = last ? 0.2 : 0.1;
-    expect_every_rank_rejects("different", [&] { block_stack<float>(m, 2, uneven, o); });
+    reject("different", [&] { block_stack<float>(m, 2, uneven, o); });
     o = stack_options{};
     o.dp_sync = last ? dp_sync::bulk : dp_sync::overlapped;
-    expect_every_rank_rejects("different", [&] { block_stack<float>(m, 2, uneven, o); });
+    reject("different", [&] { block_stack<float>(m, 2, uneven, o); });
   }
-  expect_every_rank_rejects("divisible by heads", [&] { block_stack<float>(m, 2, {8, 10, 3, 8}); });
+  reject("divisible by heads", [&] { block_stack<float>(m, 2, {8, 10, 3, 8}); });
   block_stack<float> stack(m, 2, uneven);
   const int64_t n = stack.layout().rows(), d = uneven.hidden;
   std::vector<float> x(size_t((n + 1) * d)), t(x.size());
-  expect_every_rank_rejects("rank " + std::to_string(world - 1), [&] {
+  reject("rank " + std::to_string(world - 1), [&] {
     (void)stack.step({x.data(), last ? n + 1 : n, d}, {t.data(), n, d});  // one rank passes a wrong shape
   });
   // Still usable after the rejections.
