@@ -277,7 +277,9 @@ int run_stack(const options& o, const overlap::layers::block_options& bo) {
   std::vector<std::function<void()>> bodies;
   for (size_t m = 0; m < modes.size(); ++m)
     bodies.emplace_back([&, m] {
-      overlap::layers::detail::phase_span whole(ctx.tracer(), "step");
+      // One name per mode (render.py DIR:label=NAME draws one): "step bulk", ...
+      static const char* const names[] = {"step bulk", "step overlapped", "step none"};  // by dp_sync
+      overlap::layers::detail::phase_span whole(ctx.tracer(), names[static_cast<int>(modes[m])]);
       losses[m] = stacks[m]->step({x.data(), n, d}, {target.data(), n, d});
     });
   // The data-parallel collectives alone, as bulk runs them (a model that sums).

@@ -131,7 +131,8 @@ assert any(e["ph"] == "M" and e.get("args", {}).get("name") == "data-parallel co
 print("stack json and trace ok at", sys.argv[3], "ranks")
 PY
 done
-python3 "$tools/render.py" "$dir/stack.svg" "$dir/trace-stack2:overlapped" > /dev/null
+python3 "$tools/render.py" "$dir/stack.svg" "$dir/trace-stack2:overlapped=step overlapped" \
+  "$dir/trace-stack2:bulk=step bulk" > /dev/null
 grep -q "rank 0 dp" "$dir/stack.svg"
 mpi_run 2 "$layer" "${dims[@]}" --blocks 2 --tp 1 --optimizer sharded --dp-sync overlapped --steps 1 --warmup 0 \
   --json "$dir/sharded.jsonl" > /dev/null
