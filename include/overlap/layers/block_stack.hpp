@@ -305,6 +305,7 @@ block_stack<T>::~block_stack() {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "overlap::layers::block_stack: a weight gather failed: %s\n", e.what());
   }
+  reducer_.reset();  // its thread stops before the buffers it reads are freed (members declared after it)
 }
 
 template <class T>
