@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "arrays.hpp"
+#include "data_parallel.hpp"
 #include "overlap/backend/onednn.hpp"
 #include "overlap/overlap.hpp"
 
@@ -844,6 +845,8 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &py_context::close, "Releases the context (waits for a started op). Local.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](py_context& c, const py::args&) { c.close(); });
+
+  def_gradient_reducer<py_context>(m);
 
   py::class_<py_pending>(m, "Pending", "A started op: wait() returns its output; test() asks without blocking.")
       .def("wait", &py_pending::wait)

@@ -77,6 +77,8 @@ namespace overlap::layers {
 template <class A>
 class dp_reducer {
  public:
+  /// The element type of the buffers.
+  using value_type = A;
   /// Counts the collectives queued so far: wait(t) returns once the first t have finished.
   using ticket = int64_t;
 

@@ -12,9 +12,11 @@ into an existing model.
 layers.py has the layers (ColumnParallelLinear, RowParallelLinear),
 moe.py the mixture-of-experts layer (ExpertParallelMLP), functions.py the
 ops the linear layers run forward and backward, parallelize.py the
-plan, state.py the state across the ranks (docs/python.md).
+plan, state.py the state across the ranks, data_parallel.py the
+data-parallel wrapper (DistributedDataParallel) (docs/python.md).
 """
 
+from .data_parallel import DistributedDataParallel
 from .layers import ColumnParallelLinear, RowParallelLinear, even_split
 from .moe import ExpertParallelMLP
 from .parallelize import parallelize, sequence_slice, transformer_plan
@@ -22,6 +24,7 @@ from .state import allreduce_replicated_grads, gather_grads, gather_state_dict
 
 __all__ = [
     "ColumnParallelLinear",
+    "DistributedDataParallel",
     "ExpertParallelMLP",
     "RowParallelLinear",
     "allreduce_replicated_grads",
