@@ -83,6 +83,9 @@ class ring_reduce {
   }
   /// True between start and the poll that returns true.
   [[nodiscard]] bool active() const noexcept { return step_ < total_; }
+  /// Steps completed since construction, over every collective (a thread
+  /// that advances the ring learns from it how long a step takes).
+  [[nodiscard]] int64_t steps_completed() const noexcept { return completed_; }
 
   /// Without blocking: completes every step that has arrived (adding what
   /// it brought) and posts the next. True once the collective has finished.
@@ -110,7 +113,7 @@ class ring_reduce {
         const int64_t n = blocks_.size(q);
         for (int64_t i = 0; i < n; ++i) own[i] += in[i];
       }
-      ++step_, posted_ = false;
+      ++step_, ++completed_, posted_ = false;
     }
     return true;
   }
@@ -154,6 +157,7 @@ class ring_reduce {
   std::vector<A> scratch_;  ///< the reduce-scatter's incoming block
   MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int step_ = 0, total_ = 0, reduce_steps_ = 0;
+  int64_t completed_ = 0;
   bool posted_ = false;
 };
 

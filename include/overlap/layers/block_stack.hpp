@@ -70,8 +70,9 @@ struct stack_options {
   double learning_rate = 1e-2;
   double momentum = 0.9;  ///< see learning_rate
   /// Advance the data-parallel collectives on a thread of the stack's own,
-  /// which tests them and sleeps config::progress_interval between tests
-  /// (Open MPI moves a message only inside an MPI call). It needs
+  /// which tests them and sleeps between tests (at least
+  /// config::progress_interval; see dp_reducer::options::thread). Open MPI
+  /// moves a message only inside an MPI call. It needs
   /// MPI_THREAD_MULTIPLE and is never used under SMPI; without it the
   /// collectives advance between the blocks and in the stack's waits only.
   /// Local.

@@ -86,12 +86,15 @@ class dp_reducer {
   struct options {
     int64_t bucket = int64_t(25) << 20;  ///< elements per ring collective (clamped to 1 .. INT_MAX)
     double timeout_s = 0;                ///< the watchdog's bound on one ring step (0: none)
-    /// Advance the rings on a thread of the reducer's own, testing every
-    /// `interval` (needs MPI_THREAD_MULTIPLE; ignored under SimGrid SMPI,
-    /// where a rank's second thread must not call MPI); otherwise poll()
-    /// and wait() advance them.
+    /// Advance the rings on a thread of the reducer's own (needs
+    /// MPI_THREAD_MULTIPLE; ignored under SimGrid SMPI, where a rank's
+    /// second thread must not call MPI); otherwise poll() and wait()
+    /// advance them. The thread sleeps between tests for an eighth of the
+    /// last ring step's time, within [interval, 2 ms]: each test costs
+    /// the GEMMs beside it a little of their core, and a ring step of
+    /// megabytes on a slow link takes milliseconds (see docs/layer.md).
     bool thread = true;
-    std::chrono::microseconds interval{100};  ///< see thread
+    std::chrono::microseconds interval{100};  ///< the shortest sleep between the thread's tests
   };
 
   /// Collective over comm: duplicates it (the rings' messages then meet no others).
@@ -177,6 +180,7 @@ class dp_reducer {
 
   void begin(job& j) {
     ring_.start(j.what, j.data, j.count);
+    last_step_ = std::chrono::steady_clock::now();  // time idle before a job is no step's
     j.started = true;
     if (tracer_ != nullptr) j.began = tracer_->now();
   }
@@ -222,7 +226,9 @@ class dp_reducer {
       std::exception_ptr failed;
       try {
         if (!j.started) begin(j);
+        const int64_t before = ring_.steps_completed();
         finished = ring_.poll();
+        learn_step(ring_.steps_completed() - before);
         if (finished) end(j);
       } catch (...) {
         failed = std::current_exception();
@@ -242,8 +248,20 @@ class dp_reducer {
       }
       // Sleep between tests (a thread that polls without pause takes a core
       // from the GEMMs); a new job or stop wakes it.
-      work_.wait_for(lock, interval_, [&] { return stop_; });
+      work_.wait_for(lock, sleep_, [&] { return stop_; });
     }
+  }
+
+  /// The thread's sleep from the time of the step that just completed
+  /// (steps: how many this test completed; one alone is timed).
+  void learn_step(int64_t steps) {
+    if (steps == 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (steps == 1) {
+      const auto eighth = std::chrono::duration_cast<std::chrono::microseconds>(now - last_step_) / 8;
+      sleep_ = std::clamp(eighth, interval_, std::max(interval_, std::chrono::microseconds(2000)));
+    }
+    last_step_ = now;
   }
 
   void rethrow_locked() const {
@@ -253,7 +271,9 @@ class dp_reducer {
   mpi::communicator comm_;
   int64_t bucket_;
   std::chrono::microseconds interval_;
-  engine::ring_reduce<A> ring_;  ///< the thread's while it runs, else the caller's
+  std::chrono::microseconds sleep_{interval_};         ///< the thread's, between tests
+  std::chrono::steady_clock::time_point last_step_{};  ///< when the thread saw the last step complete
+  engine::ring_reduce<A> ring_;                        ///< the thread's while it runs, else the caller's
   engine::trace_recorder* tracer_ = nullptr;
   std::mutex mutex_;
   std::condition_variable work_, done_;
