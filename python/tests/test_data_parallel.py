@@ -190,8 +190,14 @@ def test_bad_input_raises_on_every_rank(comm):
     if comm.rank == comm.size - 1:
         odd.head = nn.Linear(H, 4).double()
     if comm.size > 1:
-        with pytest.raises(ValueError, match=f"rank {comm.size - 1}'s parameters"):
+        with pytest.raises(ValueError, match=f"rank {comm.size - 1}'s parameters or buffers"):
             DistributedDataParallel(odd, comm)
+    frozen = Net(0)
+    if comm.rank == comm.size - 1:
+        frozen.head.bias.requires_grad_(False)
+    if comm.size > 1:
+        with pytest.raises(ValueError, match="requires_grad"):
+            DistributedDataParallel(frozen, comm)
     half = Net(0)
     if comm.rank == 0:
         half.head.half()

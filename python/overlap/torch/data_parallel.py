@@ -114,7 +114,8 @@ class DistributedDataParallel(torch.nn.Module):
     averages its gradients over ``comm``, overlapped with the backward.
 
     Collective over comm: every rank must wrap a module with the same
-    parameters (shapes, dtypes, order) and the same bucket_cap_mb, or every
+    parameters and buffers (shapes, dtypes, order, which parameters are
+    trained) and the same bucket_cap_mb, or every
     rank raises (ValueError; TypeError for a parameter that is not a CPU
     float32 or float64 tensor). The parameters and buffers are then made
     rank 0's (broadcast). ``settings`` go to the overlap.Context it opens
@@ -163,7 +164,10 @@ class DistributedDataParallel(torch.nn.Module):
     def _agree(self, bucket_cap_mb):
         """Raises on every rank unless every rank's parameters and bucket
         size are the same and supported."""
-        mine = (float(bucket_cap_mb), [(tuple(p.shape), str(p.dtype), p.device.type) for p in self._params])
+        # Every parameter and buffer (the broadcast covers them all), and
+        # which parameters are trained.
+        state = list(self.module.parameters()) + list(self.module.buffers())
+        mine = (float(bucket_cap_mb), [(tuple(t.shape), str(t.dtype), t.device.type, t.requires_grad) for t in state])
         problem = None
         if not bucket_cap_mb > 0:
             problem = (ValueError, f"bucket_cap_mb={bucket_cap_mb} must be > 0")
@@ -177,7 +181,8 @@ class DistributedDataParallel(torch.nn.Module):
                 raise prob[0](f"overlap.torch.DistributedDataParallel: rank {r}: {prob[1]}")
         for r, (theirs, _) in enumerate(everyone):
             if theirs != everyone[0][0]:
-                what = "bucket_cap_mb" if theirs[0] != everyone[0][0][0] else "parameters (shapes, dtypes or order)"
+                what = ("bucket_cap_mb" if theirs[0] != everyone[0][0][0] else
+                        "parameters or buffers (shapes, dtypes, order or requires_grad)")
                 raise ValueError(f"overlap.torch.DistributedDataParallel: rank {r}'s {what} differ from rank 0's")
 
     def _broadcast_state(self):
