@@ -224,6 +224,19 @@ int append_rows(const std::string& path, const std::vector<nlohmann::json>& rows
   return 1;
 }
 
+/// The world as a dp x cp x tp mesh (tp varies fastest: a tensor group on
+/// one node where it fits, then cp). Collective. Every mode's model and the
+/// collectives alone keep their plans on one context: its cache must hold
+/// them all, or each step would rebuild the plans evicted by the other
+/// modes' and time that (a block's step calls its ops with 8 shapes or
+/// fewer; 16 per mode leaves room).
+overlap::mesh layer_mesh(const options& o, size_t modes) {
+  overlap::config cfg = overlap::config::from_env();
+  cfg.plan_cache = std::max(cfg.plan_cache, 16 * static_cast<int>(modes + 1));
+  const int world = overlap::apps::world_size();
+  return {MPI_COMM_WORLD, {{"dp", 0}, {"cp", o.cp, true}, {"tp", o.tp > 0 ? o.tp : world / o.cp, true}}, cfg};
+}
+
 /// The N-block model's training steps, one row per --dp-sync mode: each
 /// mode's own model (the same initial weights and data), its steps
 /// interleaved with the others' and with the data-parallel collectives
@@ -240,10 +253,7 @@ int run_stack(const options& o, const overlap::layers::block_options& bo) {
     (void)overlap::parse_enum(m, d);  // CLI11 checked the names
     if (std::find(modes.begin(), modes.end(), d) == modes.end()) modes.push_back(d);
   }
-  overlap::config cfg = overlap::config::from_env();
-  cfg.plan_cache = std::max(cfg.plan_cache, 16 * static_cast<int>(modes.size() + 1));
-  overlap::mesh mesh(MPI_COMM_WORLD, {{"dp", 0}, {"cp", o.cp, true}, {"tp", o.tp > 0 ? o.tp : world / o.cp, true}},
-                     cfg);
+  overlap::mesh mesh = layer_mesh(o, modes.size());
   overlap::context& ctx = mesh.context("tp");
   overlap::layers::stack_options so;
   so.block = bo;
@@ -375,19 +385,11 @@ int run(const options& o) {
   int world = 1, wrank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
-  // tp varies fastest (a tensor group on one node where it fits), then cp.
   std::vector<std::string> modes;
   if (!o.only) modes.emplace_back("bulk");
   for (const auto& m : o.modes)
     if (std::find(modes.begin(), modes.end(), m) == modes.end()) modes.push_back(m);
-  // Every mode's block and the collectives alone keep their plans on one
-  // context: its cache must hold them all, or each step would rebuild the
-  // plans evicted by the other modes' and time that (a block's step calls
-  // its ops with 8 shapes or fewer; 16 per mode leaves room).
-  overlap::config cfg = overlap::config::from_env();
-  cfg.plan_cache = std::max(cfg.plan_cache, 16 * static_cast<int>(modes.size() + 1));
-  overlap::mesh mesh(MPI_COMM_WORLD, {{"dp", 0}, {"cp", o.cp, true}, {"tp", o.tp > 0 ? o.tp : world / o.cp, true}},
-                     cfg);
+  overlap::mesh mesh = layer_mesh(o, modes.size());
   overlap::context& ctx = mesh.context("tp");
   overlap::context* cp = o.cp > 1 ? &mesh.context("cp") : nullptr;
   std::vector<std::unique_ptr<runner<T>>> runners;
