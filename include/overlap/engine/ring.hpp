@@ -22,6 +22,7 @@
 #include "overlap/engine/progress.hpp"
 #include "overlap/engine/trace.hpp"
 #include "overlap/mpi/request.hpp"
+#include "overlap/mpi/simulator.hpp"
 
 namespace overlap::engine {
 
@@ -148,7 +149,7 @@ void post_first_receives(const ring_links& links, Pattern& pattern, mpi::request
 template <class Pattern>
 void compute_step(Pattern& pattern, mpi::request_group& requests, progress_thread* progress, int t, int steps,
                   bool trace, double waited_s, trace_recorder* rec) {
-  const double t1 = trace ? MPI_Wtime() : 0.0;
+  const double t1 = trace ? mpi::wtime() : 0.0;
   const int in_flight = requests.size();
   const double c0 = rec != nullptr ? rec->now() : 0.0;
   progress_scope scope(progress, requests);
@@ -159,7 +160,7 @@ void compute_step(Pattern& pattern, mpi::request_group& requests, progress_threa
               c0, rec->now(), {{"outstanding_transfers", in_flight}});
   if (trace)
     std::fprintf(stderr, "overlap: ring step %d/%d: waited %.3f ms, computed %.3f ms, %d transfers outstanding\n",
-                 t + 1, steps, waited_s * 1e3, (MPI_Wtime() - t1) * 1e3, in_flight);
+                 t + 1, steps, waited_s * 1e3, (mpi::wtime() - t1) * 1e3, in_flight);
 }
 }  // namespace detail
 
@@ -216,7 +217,7 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
   double last_step_s = 0;  // the previous step's compute: the horizon of release_ahead
   for (int t = 0; t < steps; ++t) {
     if (at != nullptr) *at = t;
-    const double t0 = trace ? MPI_Wtime() : 0.0;
+    const double t0 = trace ? mpi::wtime() : 0.0;
     const double w0 = rec != nullptr ? rec->now() : 0.0;
     requests.wait_due(t);
     if (rec != nullptr && rec->now() - w0 > 1.0)  // waits under a microsecond: nothing to see
@@ -224,9 +225,9 @@ void run_ring(const ring_links& links, Pattern& pattern, mpi::request_group& req
     if (phases != ring_phases::compute_only) detail::post_step(links, pattern, requests, w, t, steps);
     if (phases == ring_phases::comm_only) continue;
     if (w.ahead) requests.release_ahead(last_step_s);
-    const double c0 = w.ahead ? MPI_Wtime() : 0.0;
-    detail::compute_step(pattern, requests, progress, t, steps, trace, trace ? MPI_Wtime() - t0 : 0.0, rec);
-    if (w.ahead) last_step_s = MPI_Wtime() - c0;
+    const double c0 = w.ahead ? mpi::wtime() : 0.0;
+    detail::compute_step(pattern, requests, progress, t, steps, trace, trace ? mpi::wtime() - t0 : 0.0, rec);
+    if (w.ahead) last_step_s = mpi::wtime() - c0;
   }
   if (at != nullptr) *at = steps;
   requests.wait_all();

@@ -23,6 +23,7 @@
 #include "overlap/core/error.hpp"
 #include "overlap/core/matrix.hpp"
 #include "overlap/mpi/datatype.hpp"
+#include "overlap/mpi/simulator.hpp"
 #include "overlap/mpi/wait.hpp"
 
 namespace overlap::engine {
@@ -98,7 +99,7 @@ class ring_reduce {
       int done = 0;
       OVERLAP_MPI(MPI_Testall, 2, reqs_, &done, MPI_STATUSES_IGNORE);
       if (done == 0) {
-        if (timeout_s_ > 0 && MPI_Wtime() - posted_at_ > timeout_s_) {
+        if (timeout_s_ > 0 && mpi::wtime() - posted_at_ > timeout_s_) {
           leak();
           throw mpi::wait_timeout("watchdog: a data-parallel ring step waited more than " + std::to_string(timeout_s_) +
                                   " s for rank " + std::to_string(from()) + " or rank " + std::to_string(to()) +
@@ -145,7 +146,7 @@ class ring_reduce {
                 &reqs_[0]);
     OVERLAP_MPI(MPI_Isend, mpi::any_buffer(data_ + blocks_.offset(out)),
                 mpi::detail::to_count(blocks_.size(out), "a ring block"), type(), to(), tag_, comm_, &reqs_[1]);
-    posted_ = true, posted_at_ = MPI_Wtime();
+    posted_ = true, posted_at_ = mpi::wtime();
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "overlap/core/flavour.hpp"
+#include "overlap/mpi/simulator.hpp"
 
 namespace overlap::engine {
 
@@ -49,7 +50,7 @@ class trace_recorder {
   }
 
   /// Microseconds since the recorder started.
-  [[nodiscard]] double now() const { return (MPI_Wtime() - t0_) * 1e6; }
+  [[nodiscard]] double now() const { return (mpi::wtime() - t0_) * 1e6; }
 
   /// A span [begin, end) (microseconds) named `name` on a track.
   /// `category` must outlive the recorder (a string literal).
@@ -101,7 +102,7 @@ class trace_recorder {
     long id;
     trace_args args;
   };
-  trace_recorder(std::string dir, int rank) : dir_(std::move(dir)), rank_(rank), t0_(MPI_Wtime()) {}
+  trace_recorder(std::string dir, int rank) : dir_(std::move(dir)), rank_(rank), t0_(mpi::wtime()) {}
 
   std::string dir_;
   int rank_;

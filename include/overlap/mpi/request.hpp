@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "overlap/core/error.hpp"
+#include "overlap/mpi/simulator.hpp"
 #include "overlap/mpi/topology.hpp"
 #include "overlap/mpi/wait.hpp"
 
@@ -127,7 +128,7 @@ class request_group {
   void release_ahead(double horizon_s) {
     if (held_.empty() || horizon_s <= 0) return;
     release_held();
-    const double now = MPI_Wtime();
+    const double now = wtime();
     int posted = 0;  // lanes released here (bit per lane): one each
     for (size_t h = 0; h < held_.size();) {
       const int lane = held_[h].what.lane, bit = 1 << lane;
@@ -305,7 +306,7 @@ class request_group {
   void post_held(size_t h) {
     held_send s = held_[h];
     held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(h));
-    s.what.started = MPI_Wtime();
+    s.what.started = wtime();
     OVERLAP_MPI(MPI_Isend, s.buf, s.count, s.type, s.to, s.tag, s.comm, add(s.deadline, s.what));
   }
   /// Whether a held send of held send h's lane comes before it (sends of a lane go in order).
@@ -332,7 +333,7 @@ class request_group {
   /// fastest it saw.
   void learn(size_t i) {
     const about& a = about_[i];
-    const double took = MPI_Wtime() - a.started;
+    const double took = wtime() - a.started;
     if (!a.paced || took <= 0) return;
     const double bytes_per_s = double(a.bytes()) / took;
     for (rate& r : rates_)
@@ -354,7 +355,7 @@ class request_group {
   /// send as soon as its lane is free, so that no link idles while this rank
   /// waits. Held sends of later steps still waiting for their lane stay held.
   void post_held_due(int step) {
-    const double start = MPI_Wtime();
+    const double start = wtime();
     waiting_ = true;
     struct waiting_scope {
       bool& w;
@@ -381,7 +382,7 @@ class request_group {
         }
       } else if (timeout_s_ > 0) {
         OVERLAP_MPI(MPI_Testany, static_cast<int>(watch_.size()), watch_.data(), &index, &flag, MPI_STATUS_IGNORE);
-        if (flag == 0 && MPI_Wtime() - start > timeout_s_)  // reports what is pending and throws
+        if (flag == 0 && wtime() - start > timeout_s_)  // reports what is pending and throws
           bounded_wait(reqs_.size(), step == std::numeric_limits<int>::max() ? std::string("the end of the ring")
                                                                              : "step " + std::to_string(step + 1));
       } else {
