@@ -409,3 +409,20 @@ TEST(simulated, a_host_speed_that_charges_nothing_is_named) {
     EXPECT_EQ(overlap::mpi::platform_speed(), 0);
   }
 }
+
+// A simulation that does not time its host code (tools/smpi/run's
+// SMPI_HOST_TIMING=off) is named: as an error where the GEMMs are timed by
+// SMPI (measured) and so cost nothing, and as a note of what goes uncharged
+// where the library charges them. tools/smpi/run keeps host timing on for
+// the test suite, and a real MPI has nothing to say.
+TEST(simulated, host_code_that_is_not_timed_is_named) {
+  EXPECT_EQ(overlap::mpi::host_timing_problem(true, true), "");
+  EXPECT_EQ(overlap::mpi::host_timing_problem(true, false), "");
+  const std::string measured = overlap::mpi::host_timing_problem(false, false);
+  EXPECT_NE(measured.find("OVERLAP_SIM_COMPUTE=measured"), std::string::npos) << measured;
+  EXPECT_NE(measured.find("SMPI_HOST_TIMING=on"), std::string::npos) << measured;
+  const std::string charged = overlap::mpi::host_timing_problem(false, true);
+  EXPECT_NE(charged.find("element-wise passes, costs nothing"), std::string::npos) << charged;
+  EXPECT_NE(charged, measured);
+  EXPECT_TRUE(overlap::mpi::host_code_timed()) << "tools/smpi/run times the tests' host code";
+}

@@ -112,6 +112,32 @@ inline std::string compute_charge_problem(double host, double platform) {
   return text;
 }
 
+/// Whether SMPI charges the host code between a rank's MPI calls to its
+/// simulated clock (smpi/simulate-computation, on by default;
+/// tools/smpi/run's SMPI_HOST_TIMING=off turns it off). True on a real MPI.
+inline bool host_code_timed() {
+#if defined(SMPI_H)
+  return simgrid::config::get_value<bool>("smpi/simulate-computation");
+#else
+  return true;
+#endif
+}
+
+/// What a simulation that does not time its host code (host_code_timed)
+/// charges nothing, or empty where it times it. `gemms_charged`: the
+/// library charges its GEMMs itself (OVERLAP_SIM_COMPUTE other than
+/// measured), so only other host code goes uncharged.
+inline std::string host_timing_problem(bool timed, bool gemms_charged) {
+  if (timed) return {};
+  if (!gemms_charged)
+    return "overlap: SMPI's smpi/simulate-computation is off and OVERLAP_SIM_COMPUTE=measured: no computation is "
+           "charged, so GEMMs and local work cost nothing and every schedule times as its transfers alone. Use "
+           "OVERLAP_SIM_COMPUTE=steady, skipped or calibrated, or time the host code (SMPI_HOST_TIMING=on)";
+  return "overlap: SMPI's smpi/simulate-computation is off (tools/smpi/run's SMPI_HOST_TIMING=off): only what the "
+         "library charges counts (GEMMs per OVERLAP_SIM_COMPUTE; in timing-only runs, the copies and sums it skips); "
+         "other host code, such as the layers' element-wise passes, costs nothing";
+}
+
 /// Inside an untimed_scope: charges `seconds` of this machine's computation
 /// to this rank's simulated clock (scaled by the platform's host speed
 /// against smpi/host-speed). Charged as flops, not through smpi_execute,
@@ -166,9 +192,10 @@ T& process_wide(const char* name) {
 }
 
 /// Under SMPI, prints compute_charge_problem for this simulation's speeds
-/// to stderr, once per simulation, on world rank 0 (every rank's figures
-/// are the same). Does nothing on a real MPI.
-inline void say_compute_charge_problem() {
+/// and host_timing_problem to stderr, once per simulation, on world rank 0
+/// (every rank's settings are the same). `gemms_charged`: as for
+/// host_timing_problem. Does nothing on a real MPI.
+inline void say_compute_charge_problem(bool gemms_charged) {
   if (!simulated) return;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -176,8 +203,9 @@ inline void say_compute_charge_problem() {
   bool& said = process_wide<bool>("overlap/compute-charge-said");
   if (said) return;
   said = true;
-  const std::string problem = compute_charge_problem(host_speed(), platform_speed());
-  if (!problem.empty()) std::fprintf(stderr, "%s\n", problem.c_str());
+  for (const std::string& problem :
+       {compute_charge_problem(host_speed(), platform_speed()), host_timing_problem(host_code_timed(), gemms_charged)})
+    if (!problem.empty()) std::fprintf(stderr, "%s\n", problem.c_str());
 }
 
 /// Whether this rank's new workspaces are shared by every simulated rank

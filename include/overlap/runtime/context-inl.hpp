@@ -82,7 +82,7 @@ OVERLAP_FUNC context::context(MPI_Comm comm, std::optional<overlap::config> give
                  nodes_ == 1 ? " (all on one node)" : (" on " + std::to_string(nodes_) + " nodes").c_str(),
                  describe(cfg_).c_str(), gemm_path(dtype::bf16).c_str(),
                  progress_why_.empty() ? "" : ("; progress chosen on rank 0's node: " + progress_why_).c_str());
-  mpi::say_compute_charge_problem();
+  mpi::say_compute_charge_problem(cfg_.sim != sim_compute::measured);
 }
 
 [[noreturn]] OVERLAP_FUNC void context::fatal(const std::string& what, const char* call, int code,
