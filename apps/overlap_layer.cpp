@@ -72,7 +72,8 @@ struct runner {
   overlap::context* cp_;
   std::unique_ptr<transformer_block<T>> made;
   transformer_block<T>& blk;
-  std::vector<T> x, dout, out, dx;
+  // Shared by the simulated ranks in SMPI's timing-only runs, as the block's buffers are.
+  overlap::workspace_vector<T> x, dout, out, dx;
 
   /// The block on tp alone (cp null) or on tp x cp.
   runner(overlap::context& ctx, overlap::context* cp, const block_shape& s, const overlap::layers::block_options& o)
@@ -143,9 +144,11 @@ template <class T>
 std::function<void()> comm_only(overlap::context& ctx, overlap::context* cp, const overlap::layers::block_layout& l) {
   const int64_t n = l.rows(), d = l.shape.hidden, S = l.share_rows(), w = l.width();
   const bool sp = l.axes.sequence_parallel;
-  auto mine = std::make_shared<std::vector<T>>(size_t(n * d), overlap::layers::detail::cast<T>(1.0));
-  auto gathered = std::make_shared<std::vector<T>>(size_t(S * d));
-  auto summed = std::make_shared<std::vector<T>>(size_t(n * d));
+  // Shared by the simulated ranks in SMPI's timing-only runs (workspace_vector).
+  using buffer = overlap::workspace_vector<T>;
+  auto mine = std::make_shared<buffer>(size_t(n * d), overlap::layers::detail::cast<T>(1.0));
+  auto gathered = std::make_shared<buffer>(size_t(S * d));
+  auto summed = std::make_shared<buffer>(size_t(n * d));
   overlap::ag_options ag;
   ag.strategy = overlap::strategy::bulk;
   overlap::rs_options rs;
@@ -153,10 +156,10 @@ std::function<void()> comm_only(overlap::context& ctx, overlap::context* cp, con
   overlap::ar_options ar;
   ar.strategy = overlap::strategy::bulk;
   std::shared_ptr<overlap::context> attention_ctx;
-  auto qkv = std::make_shared<std::vector<T>>(size_t(S * 3 * w), overlap::layers::detail::cast<T>(0.5));
-  auto o = std::make_shared<std::vector<T>>(size_t(S * w)), dqkv = std::make_shared<std::vector<T>>(qkv->size());
+  auto qkv = std::make_shared<buffer>(size_t(S * 3 * w), overlap::layers::detail::cast<T>(0.5));
+  auto o = std::make_shared<buffer>(size_t(S * w)), dqkv = std::make_shared<buffer>(qkv->size());
   const int64_t heads = l.head_shards.size(l.rank);
-  auto lse = std::make_shared<std::vector<overlap::attention_acc_t<T>>>(size_t(heads * S));
+  auto lse = std::make_shared<overlap::workspace_vector<overlap::attention_acc_t<T>>>(size_t(heads * S));
   if (cp != nullptr) {
     overlap::config c = cp->config();
     c.phases = overlap::ring_phases::comm_only;

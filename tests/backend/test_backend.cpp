@@ -2,12 +2,18 @@
 // beta = 1 accumulation and empty shapes. Local (no communication).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
+#include <string>
+
 #include "overlap/backend/eigen.hpp"
 #include "overlap/backend/onednn.hpp"
+#include "overlap/backend/sampled_work.hpp"
 #include "overlap/backend/simulated.hpp"
 #include "overlap/core/matrix.hpp"
 #include "overlap/kernels/local_gemm.hpp"
 #include "overlap/mpi/simulator.hpp"
+#include "overlap/mpi/workspace_allocator.hpp"
 #include "reference.hpp"
 
 using namespace testing_support;
@@ -425,4 +431,68 @@ TEST(simulated, host_code_that_is_not_timed_is_named) {
   EXPECT_NE(charged.find("element-wise passes, costs nothing"), std::string::npos) << charged;
   EXPECT_NE(charged, measured);
   EXPECT_TRUE(overlap::mpi::host_code_timed()) << "tools/smpi/run times the tests' host code";
+}
+
+// A layer's local work (attention, layer norms, GELU, weight gradients)
+// under SMPI: each kind and shape runs for its samples, then is charged
+// their median; in the timing-only modes it then no longer runs. It always
+// runs under measured and steady, and on a real MPI.
+TEST(work_sampler, timing_only_modes_run_a_shape_only_for_its_samples) {
+  using overlap::sim_compute;
+  for (sim_compute mode : {sim_compute::measured, sim_compute::steady, sim_compute::skipped, sim_compute::calibrated}) {
+    const overlap::backend::work_sampler sample(mode, 2);
+    const bool skips = overlap::mpi::simulated && (mode == sim_compute::skipped || mode == sim_compute::calibrated);
+    EXPECT_EQ(sample.skips(), skips);
+    const std::string kind = std::string("test_backend's work, ") + overlap::to_string(mode);  // a key of its own
+    int runs = 0;
+    auto work = [&runs] {
+      ++runs;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    };
+    for (int call = 0; call < 2; ++call) sample(kind.c_str(), {64, 32, 0, 0}, work);
+    EXPECT_EQ(runs, 2) << overlap::to_string(mode);  // the samples
+    const double t0 = MPI_Wtime();
+    for (int call = 0; call < 3; ++call) sample(kind.c_str(), {64, 32, 0, 0}, work);
+    const double charged = MPI_Wtime() - t0;
+    EXPECT_EQ(runs, skips ? 2 : 5) << overlap::to_string(mode);
+    if (overlap::mpi::simulated) {
+      EXPECT_GT(charged, 0) << overlap::to_string(mode);  // charged though not run
+    }
+    sample(kind.c_str(), {64, 33, 0, 0}, work);  // another shape: sampled again
+    EXPECT_EQ(runs, skips ? 3 : 6) << overlap::to_string(mode);
+  }
+}
+
+// A layer's buffers: ordinary aligned vectors, except in SMPI's timing-only
+// runs (mpi::shared_workspaces), where every simulated rank's i-th buffer is
+// the same shared block, a rank's live buffers never overlap, and a freed
+// block is lent again.
+TEST(workspace_allocator, shares_blocks_only_where_workspaces_are_shared) {
+  bool& shared = overlap::mpi::shared_workspaces();
+  const bool before = shared;
+  shared = false;
+  {
+    overlap::workspace_vector<float> v(1000, 2.0f);
+    v.push_back(3.0f);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % 64, 0u);
+    EXPECT_EQ(v[999], 2.0f);
+    EXPECT_EQ(v.back(), 3.0f);
+  }
+  shared = overlap::mpi::simulated;
+  {
+    const double *first = nullptr, *second = nullptr;
+    {
+      overlap::workspace_vector<double> a(4096), b(4096);
+      EXPECT_NE(a.data(), b.data());
+      first = a.data(), second = b.data();
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+    }
+    const overlap::workspace_vector<double> c(4096);
+    if (overlap::mpi::simulated) {
+      EXPECT_TRUE(c.data() == first || c.data() == second) << "a freed block is lent again";
+    }
+  }
+  shared = before;
 }

@@ -254,7 +254,7 @@ TEST(transformer, on_gradients_reports_each_group_when_it_is_final) {
       const std::vector<double> x = f.rows(f.x, l), dout = f.rows(f.dout, l);
       std::vector<double> out(x.size()), dx(x.size());
       std::vector<overlap::layers::gradients_ready> calls;
-      std::vector<double> w2, b1, w1;
+      overlap::layers::block_params<double>::tensor w2, b1, w1;
       blk.on_gradients([&](overlap::layers::gradients_ready g) {
         calls.push_back(g);
         if (g == overlap::layers::gradients_ready::mlp_down) w2 = blk.grads().w2, b1 = blk.grads().b1;

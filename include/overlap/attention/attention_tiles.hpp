@@ -14,8 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "overlap/backend/sampled_work.hpp"
 #include "overlap/kernels/local_exp.hpp"
 #include "overlap/kernels/local_gemm.hpp"
+#include "overlap/mpi/workspace_allocator.hpp"
 #include "overlap/schedule/model.hpp"
 
 namespace overlap::layers::attention {
@@ -129,9 +131,29 @@ class tile_math {
   /// tests the ring's transfers (MPI moves large messages only inside MPI
   /// calls). None by default.
   void on_block(std::function<void()> poll) { poll_ = std::move(poll); }
+  /// How a tile's work reaches SimGrid SMPI's simulated time (sampled, then
+  /// charged: backend::work_sampler); by default SMPI times it as it runs.
+  /// A tile that polls (on_block) always runs and is timed by SMPI: its MPI
+  /// tests cannot sit inside a charged burst.
+  void sample_with(backend::work_sampler s) { sampler_ = s; }
 
   /// Folds the keys of tile t into the online softmax of its queries.
   void forward(const dims& d, query_rows<A> q, kv_block<A> kv, const tile& t, online_softmax<A> st) {
+    sampled("attention tile", d, t, [&] { forward_tile(d, q, kv, t, st); });
+  }
+
+  /// Adds tile t's share of the gradients: dq of its queries, dk and dv of its keys.
+  void backward(const dims& d, const backward_rows<A>& in, kv_block<A> kv, const tile& t, tile_grads<A> g) {
+    sampled("attention tile backward", d, t, [&] { backward_tile(d, in, kv, t, g); });
+  }
+
+ private:
+  template <class F>
+  void sampled(const char* kind, const dims& d, const tile& t, F&& body) {
+    if (poll_) return body();
+    sampler_(kind, {t.q_rows, t.k_rows, (d.heads << 20) + d.dh, 2 * d.block + (t.diagonal ? 1 : 0)}, body);
+  }
+  void forward_tile(const dims& d, query_rows<A> q, kv_block<A> kv, const tile& t, online_softmax<A> st) {
     const int64_t w = d.width();
     const A scale = A(d.scale());
     each_block(d, t, [&](const query_block& b) {
@@ -168,8 +190,7 @@ class tile_math {
     });
   }
 
-  /// Adds tile t's share of the gradients: dq of its queries, dk and dv of its keys.
-  void backward(const dims& d, const backward_rows<A>& in, kv_block<A> kv, const tile& t, tile_grads<A> g) {
+  void backward_tile(const dims& d, const backward_rows<A>& in, kv_block<A> kv, const tile& t, tile_grads<A> g) {
     const int64_t w = d.width();
     const A scale = A(d.scale());
     each_block(d, t, [&](const query_block& b) {
@@ -201,6 +222,7 @@ class tile_math {
     });
   }
 
+ public:
   /// The GEMMs (m x n x k) that forward() (or backward()) runs for tile t,
   /// in its order: what the cost model prices (attention_work).
   static void products(const dims& d, const tile& t, bool backward, std::vector<overlap::detail::gemm_work>& out) {
@@ -236,15 +258,17 @@ class tile_math {
   }
   // The keys query i of tile t sees, of the kn computed for its block.
   static int64_t visible(const tile& t, int64_t i, int64_t kn) { return t.diagonal ? std::min(kn, i + 1) : kn; }
-  static A* scratch(std::vector<A>& v, int64_t n) {
+  static A* scratch(workspace_vector<A>& v, int64_t n) {
     if (v.size() < size_t(n)) v.resize(size_t(n));
     return v.data();
   }
 
   local_gemm<A> gemm_;
   local_exp<A> exp_;
-  std::vector<A> p_, dp_, alpha_;
+  workspace_vector<A> p_, dp_;  // block x keys each: shared by the simulated ranks in timing-only runs
+  std::vector<A> alpha_;
   std::function<void()> poll_;
+  backend::work_sampler sampler_;
 };
 
 /// The softmax's backward term of every head and row (delta, heads x

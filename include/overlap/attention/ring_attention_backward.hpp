@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "overlap/attention/ring_attention_problem.hpp"
+#include "overlap/engine/tags.hpp"
+#include "overlap/mpi/timing_only.hpp"
 
 namespace overlap::layers::attention::detail {
 
@@ -28,15 +30,16 @@ int64_t dkv_bytes(int64_t rows, int64_t width) {
 /// What the backward pass allocates once the ranks agreed on the problem.
 template <class T>
 struct backward_state {
-  using A = attention_acc_t<T>;           ///< the type attention computes in
-  std::vector<A> q, d_o, lse, delta, dq;  ///< this rank's rows, dense (backward_rows; dq accumulates)
-  std::vector<A> partial;                 ///< this rank's share of one block's dK, dV
-  std::vector<A> wide;                    ///< a received block widened to A (bf16 only)
-  byte_buffer slots;                      ///< ring: two slots of [gradients | K/V]; bulk: every rank's K/V
-  int64_t grad_bytes = 0;                 ///< ring: bytes of a slot's gradient region
-  int64_t slot_bytes = 0;                 ///< ring: bytes per slot
-  std::vector<int64_t> offsets;           ///< bulk: where rank r's K/V block starts
-  std::vector<A> all_grads;               ///< bulk: every block's gradients, in rank order
+  using A = attention_acc_t<T>;  ///< the type attention computes in
+  // Shared by the simulated ranks in SMPI's timing-only runs (workspace_vector).
+  workspace_vector<A> q, d_o, lse, delta, dq;  ///< this rank's rows, dense (backward_rows; dq accumulates)
+  workspace_vector<A> partial;                 ///< this rank's share of one block's dK, dV
+  workspace_vector<A> wide;                    ///< a received block widened to A (bf16 only)
+  byte_buffer slots;                           ///< ring: two slots of [gradients | K/V]; bulk: every rank's K/V
+  int64_t grad_bytes = 0;                      ///< ring: bytes of a slot's gradient region
+  int64_t slot_bytes = 0;                      ///< ring: bytes per slot
+  std::vector<int64_t> offsets;                ///< bulk: where rank r's K/V block starts
+  workspace_vector<A> all_grads;               ///< bulk: every block's gradients, in rank order
 
   /// Sizes everything for pb, computes delta, and packs this rank's K and V
   /// where they leave from; called again with a cached plan, it allocates
@@ -200,14 +203,25 @@ void bulk_backward(context& ctx, const overlap::detail::plan_base& plan, const p
     }
   });
   const MPI_Datatype type = mpi_type_of(dtype_of<A>());
+  // Timing only under SMPI (shared buffers of garbage): the collective's ring
+  // pattern, its sums charged, not SimGrid's MPI_Reduce_scatter, which
+  // allocates every rank's whole input (mpi/timing_only.hpp).
+  const bool pattern_only = mpi::timing_only_buffers();
+  const mpi::ring_blocks pattern{s.all_grads.data(), grad_counts.data(), type,
+                                 engine::tag_value(engine::message_tag::timing_ring)};
   overlap::detail::run_collective(
       ctx, plan, "MPI_Reduce_scatter",
       [&] {
-        return MPI_Reduce_scatter(s.all_grads.data(), s.partial.data(), grad_counts.data(), type, MPI_SUM, ctx.comm());
+        return pattern_only ? mpi::timing_reduce_scatter(pattern, ctx.comm())
+                            : MPI_Reduce_scatter(s.all_grads.data(), s.partial.data(), grad_counts.data(), type,
+                                                 MPI_SUM, ctx.comm());
       },
       [&](MPI_Request* r) {
-        return MPI_Ireduce_scatter(s.all_grads.data(), s.partial.data(), grad_counts.data(), type, MPI_SUM, ctx.comm(),
-                                   r);
+        if (!pattern_only)
+          return MPI_Ireduce_scatter(s.all_grads.data(), s.partial.data(), grad_counts.data(), type, MPI_SUM,
+                                     ctx.comm(), r);
+        *r = MPI_REQUEST_NULL;  // done before the watchdog waits
+        return mpi::timing_reduce_scatter(pattern, ctx.comm());
       });
 }
 
@@ -243,6 +257,7 @@ void ring_attention_backward(context& ctx, const attention_inputs<T>& in, const 
   backward_state<T>& s = p.plan.s;
   if (!p.built) s.allocate(pb, in, fwd, d_o);  // this call's inputs, in the cached buffers (nothing allocated)
   tile_math<A> math;
+  math.sample_with(backend::work_sampler(ctx.config().sim, ctx.config().sim_samples));
   poll_while_computing(ctx, pb, math);
   const overlap::detail::plan_base& plan = p.plan;
   if (pb.ring) {

@@ -16,12 +16,13 @@ namespace overlap::layers::attention::detail {
 template <class T>
 struct forward_state {
   using A = attention_acc_t<T>;  ///< the type attention computes in
-  std::vector<A> q;              ///< this rank's queries, dense
-  std::vector<A> o, max, sum;    ///< the online softmax (online_softmax)
-  std::vector<A> wide;           ///< a received block widened to A (bf16 only)
-  byte_buffer slots;             ///< ring: two blocks; bulk: every rank's block
-  int64_t slot_bytes = 0;        ///< ring: bytes per slot
-  std::vector<int64_t> offsets;  ///< bulk: where rank r's block starts
+  // Shared by the simulated ranks in SMPI's timing-only runs (workspace_vector).
+  workspace_vector<A> q;            ///< this rank's queries, dense
+  workspace_vector<A> o, max, sum;  ///< the online softmax (online_softmax)
+  workspace_vector<A> wide;         ///< a received block widened to A (bf16 only)
+  byte_buffer slots;                ///< ring: two blocks; bulk: every rank's block
+  int64_t slot_bytes = 0;           ///< ring: bytes per slot
+  std::vector<int64_t> offsets;     ///< bulk: where rank r's block starts
 
   /// Sizes everything for pb and packs this rank's K and V where they leave
   /// from; called again with a cached plan, it allocates nothing (the
@@ -137,6 +138,7 @@ void ring_attention(context& ctx, const attention_inputs<T>& in, const attention
   forward_state<T>& s = p.plan.s;
   if (!p.built) s.allocate(pb, in);  // this call's inputs, in the cached buffers (sized alike: nothing allocated)
   tile_math<A> math;
+  math.sample_with(backend::work_sampler(ctx.config().sim, ctx.config().sim_samples));
   poll_while_computing(ctx, pb, math);
   const overlap::detail::plan_base& plan = p.plan;
   if (pb.ring) {

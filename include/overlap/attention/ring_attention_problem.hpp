@@ -21,6 +21,7 @@
 #include "overlap/attention/attention_tiles.hpp"
 #include "overlap/attention/causal_split.hpp"
 #include "overlap/mpi/datatype.hpp"
+#include "overlap/mpi/workspace_allocator.hpp"
 #include "overlap/ops/call_agreement.hpp"
 #include "overlap/ops/checks.hpp"
 #include "overlap/ops/choose.hpp"
@@ -178,7 +179,7 @@ void pack_kv(const attention_inputs<T>& in, T* dst) {
 /// A received block as the type attention computes in: itself when T is A,
 /// else widened into `wide`.
 template <class A, class T>
-kv_block<A> as_acc(const void* block, int64_t rows, int64_t width, std::vector<A>& wide) {
+kv_block<A> as_acc(const void* block, int64_t rows, int64_t width, workspace_vector<A>& wide) {
   const T* t = static_cast<const T*>(block);
   if constexpr (std::is_same_v<A, T>) {
     return {t, t + rows * width, width};
@@ -192,13 +193,14 @@ kv_block<A> as_acc(const void* block, int64_t rows, int64_t width, std::vector<A
 
 /// m (rows x cols, ld) as a dense matrix of A.
 template <class A, class T>
-void dense_copy(matrix_view<const T> m, std::vector<A>& out) {
+void dense_copy(matrix_view<const T> m, workspace_vector<A>& out) {
   out.resize(size_t(m.rows * m.cols));
   for (int64_t i = 0; i < m.rows; ++i)
     for (int64_t j = 0; j < m.cols; ++j) out[size_t(i * m.cols + j)] = widen<A>(m(i, j));
 }
 
-/// Bytes of storage for the travelling blocks (64-byte aligned).
+/// Bytes of storage for the travelling blocks (64-byte aligned; shared by
+/// the simulated ranks in SMPI's timing-only runs, as the ops' workspaces).
 class byte_buffer {
  public:
   /// Holds `bytes` (a multiple of 64) bytes, zeroed.
@@ -210,7 +212,7 @@ class byte_buffer {
   struct alignas(64) line {
     char b[64];
   };
-  std::vector<line> v_;
+  workspace_vector<line> v_;
 };
 
 /// What one rank states about its call, exchanged on a plan miss (the

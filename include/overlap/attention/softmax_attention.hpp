@@ -18,6 +18,7 @@
 #include "overlap/attention/attention_tiles.hpp"
 #include "overlap/kernels/local_gemm.hpp"
 #include "overlap/kernels/local_primitives.hpp"
+#include "overlap/mpi/workspace_allocator.hpp"
 
 namespace overlap::layers::attention {
 
@@ -84,14 +85,14 @@ class softmax_attention {
     prims_.softmax(p, b.count, kn);
     return p;
   }
-  static float* scratch(std::vector<float>& v, int64_t n) {
+  static float* scratch(workspace_vector<float>& v, int64_t n) {
     if (v.size() < size_t(n)) v.resize(size_t(n));
     return v.data();
   }
 
   local_gemm<float> gemm_;
   local_primitives prims_;
-  std::vector<float> p_, dp_;
+  workspace_vector<float> p_, dp_;  // shared by the simulated ranks in timing-only runs
 };
 
 }  // namespace overlap::layers::attention

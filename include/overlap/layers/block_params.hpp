@@ -9,6 +9,7 @@
 
 #include "overlap/attention/causal_split.hpp"
 #include "overlap/core/matrix.hpp"
+#include "overlap/mpi/workspace_allocator.hpp"
 
 namespace overlap::layers {
 
@@ -111,9 +112,12 @@ struct block_layout {
 /// b1 (ffn_width), w2 (ffn_width x hidden).
 template <class U>
 struct block_params {
+  /// One tensor: shared by the simulated ranks in SMPI's timing-only runs
+  /// (workspace_vector), as the rest of the block's buffers are.
+  using tensor = workspace_vector<U>;
   ///@{
   /// The tensors, named and shaped as above (ln*_g: gain, ln*_b: shift).
-  std::vector<U> ln1_g, ln1_b, wqkv, bqkv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2;
+  tensor ln1_g, ln1_b, wqkv, bqkv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2;
   ///@}
 
   block_params() = default;
@@ -135,7 +139,7 @@ struct block_params {
   /// The same, read-only.
   template <class F>
   void each(F&& f) const {
-    const_cast<block_params*>(this)->each([&](const char* name, const std::vector<U>& v, bool r) { f(name, v, r); });
+    const_cast<block_params*>(this)->each([&](const char* name, const tensor& v, bool r) { f(name, v, r); });
   }
 };
 
@@ -147,7 +151,7 @@ struct block_params {
 template <class U, class F>
 void visit(block_params<U>& p, const block_layout& l, F&& f) {
   const int64_t d = l.shape.hidden, w = l.width(), fw = l.ffn_width(), fo = l.ffn_offset();
-  auto row = [&](const char* name, std::vector<U>& v, auto col) {
+  auto row = [&](const char* name, typename block_params<U>::tensor& v, auto col) {
     for (int64_t j = 0; j < int64_t(v.size()); ++j) f(name, v[size_t(j)], int64_t(0), col(j));
   };
   auto same = [](int64_t j) { return j; };

@@ -325,7 +325,7 @@ void block_stack<T>::lay_out() {
     return int(gradients_ready::all);
   };
   std::vector<int64_t> sizes;
-  blocks_.front()->params().each([&](const char* name, const std::vector<T>& v, bool) {
+  blocks_.front()->params().each([&](const char* name, const auto& v, bool) {
     sizes.push_back(int64_t(v.size()));
     group_of_.push_back(group(name));
   });
@@ -353,7 +353,7 @@ template <class T>
 void block_stack<T>::flatten_gradients(int i, int g) {
   const acc scale = acc(1) / acc(replicas_);
   acc* flat = grads_[size_t(i)].data();
-  each_tensor(blocks_[size_t(i)]->grads(), g, [&](const std::vector<acc>& v, int64_t at) {
+  each_tensor(blocks_[size_t(i)]->grads(), g, [&](const auto& v, int64_t at) {
     for (size_t k = 0; k < v.size(); ++k) flat[at + int64_t(k)] = v[k] * scale;
   });
 }
@@ -370,7 +370,7 @@ void block_stack<T>::update(int i, bool sharded) {
   const std::vector<acc>& g = grads_[size_t(i)];
   std::vector<acc>& v = momentum_[size_t(i)];
   if (!sharded) {
-    each_tensor(blocks_[size_t(i)]->params(), -1, [&](std::vector<T>& w, int64_t at) {
+    each_tensor(blocks_[size_t(i)]->params(), -1, [&](auto& w, int64_t at) {
       for (size_t k = 0; k < w.size(); ++k) {
         const size_t f = size_t(at) + k;
         v[f] = mu * v[f] + g[f];
@@ -382,7 +382,7 @@ void block_stack<T>::update(int i, bool sharded) {
   // This rank's part of every bucket: the weights as they are, the summed
   // gradient, this part's momentum; the gathers bring the other parts.
   std::vector<acc>& w = weights_[size_t(i)];
-  each_tensor(blocks_[size_t(i)]->params(), -1, [&](const std::vector<T>& p, int64_t at) {
+  each_tensor(blocks_[size_t(i)]->params(), -1, [&](const auto& p, int64_t at) {
     for (size_t k = 0; k < p.size(); ++k) w[size_t(at) + k] = detail::cast<acc>(p[k]);
   });
   size_t j = 0;
@@ -398,7 +398,7 @@ void block_stack<T>::update(int i, bool sharded) {
 template <class T>
 void block_stack<T>::unflatten_weights(int i) {
   const std::vector<acc>& w = weights_[size_t(i)];
-  each_tensor(blocks_[size_t(i)]->params(), -1, [&](std::vector<T>& p, int64_t at) {
+  each_tensor(blocks_[size_t(i)]->params(), -1, [&](auto& p, int64_t at) {
     for (size_t k = 0; k < p.size(); ++k) p[k] = detail::cast<T>(w[size_t(at) + k]);
   });
 }

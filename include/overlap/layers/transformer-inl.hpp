@@ -14,9 +14,11 @@
 namespace overlap::layers {
 namespace detail {
 
-/// v's values as A: v itself when T is A, else a converted copy in tmp.
-template <class A, class T>
-const A* widen(const std::vector<T>& v, std::vector<A>& tmp) {
+/// v's values as tmp's type A: v itself when its type is A, else a converted copy in tmp.
+template <class V, class W>
+const typename W::value_type* widen(const V& v, W& tmp) {
+  using T = typename V::value_type;
+  using A = typename W::value_type;
   if constexpr (std::is_same_v<A, T>) {
     return v.data();
   } else {
@@ -26,15 +28,17 @@ const A* widen(const std::vector<T>& v, std::vector<A>& tmp) {
   }
 }
 
-template <class T, class A>
-void narrow(const std::vector<A>& v, std::vector<T>& out) {
+/// out = v converted to out's element type.
+template <class V, class W>
+void narrow(const V& v, W& out) {
+  using T = typename W::value_type;
   out.resize(v.size());
-  std::transform(v.begin(), v.end(), out.begin(), [](A x) { return cast<T>(x); });
+  std::transform(v.begin(), v.end(), out.begin(), [](auto x) { return cast<T>(x); });
 }
 
 /// out[j] += sum over the rows of m.
-template <class A>
-void add_column_sums(matrix_view<const A> m, std::vector<A>& out) {
+template <class A, class V>
+void add_column_sums(matrix_view<const A> m, V& out) {
   for (int64_t i = 0; i < m.rows; ++i)
     for (int64_t j = 0; j < m.cols; ++j) out[size_t(j)] += m(i, j);
 }
@@ -64,6 +68,7 @@ transformer_block<T>::transformer_block(context& tp, context& cp, const block_sh
 
 template <class T>
 void transformer_block<T>::setup(const block_shape& s) {
+  sampler_ = backend::work_sampler(ctx_->config().sim, ctx_->config().sim_samples);
   const bool valid = s.seq > 0 && s.hidden > 0 && s.heads > 0 && s.ffn > 0 && s.hidden % s.heads == 0;
   agree(opt_.attention_block > 0, "attention_block must be positive; got " + std::to_string(opt_.attention_block));
   agree(valid, "the shape needs seq, hidden, heads, ffn > 0 and hidden divisible by heads; got seq " +
@@ -135,7 +140,7 @@ void transformer_block<T>::allocate(const block_shape& s) {
     for (auto* v : {&ln_g_, &ln_b_, &ln_dg_, &ln_db_}) v->resize(d);
   }
   size_t replicated = 0;
-  g_.each([&](const char*, std::vector<acc>& v, bool r) { replicated += r ? v.size() : 0; });
+  g_.each([&](const char*, const buf<acc>& v, bool r) { replicated += r ? v.size() : 0; });
   packed_.resize(replicated);
 }
 
@@ -168,11 +173,13 @@ Options transformer_block<T>::options(bool transpose_b) const {
 }
 
 template <class T>
-void transformer_block<T>::project_in(const std::vector<T>& y, matrix_view<const T> w, const T* bias,
-                                      std::vector<T>& out, T* gathered) {
+void transformer_block<T>::project_in(const buf<T>& y, matrix_view<const T> w, const T* bias, buf<T>& out,
+                                      T* gathered) {
   const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.share_rows(), cols = w.cols;
   if (!opt_.sequence_parallel) {
-    gemm_.template run_typed<T>(product::ab, S, cols, d, {y.data(), d, w.data, cols, out.data(), cols, bias});
+    sampler_("local product", {S, cols, d, 0}, [&] {
+      gemm_.template run_typed<T>(product::ab, S, cols, d, {y.data(), d, w.data, cols, out.data(), cols, bias});
+    });
     return;
   }
   ag_options o = options<ag_options>(false);
@@ -181,8 +188,7 @@ void transformer_block<T>::project_in(const std::vector<T>& y, matrix_view<const
 }
 
 template <class T>
-void transformer_block<T>::project_out(const std::vector<T>& in, matrix_view<const T> w, const T* bias,
-                                       std::vector<T>& out) {
+void transformer_block<T>::project_out(const buf<T>& in, matrix_view<const T> w, const T* bias, buf<T>& out) {
   const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.share_rows();
   const matrix_view<const T> a{in.data(), S, w.rows};
   const matrix_view<T> c{out.data(), n, d};
@@ -198,11 +204,13 @@ void transformer_block<T>::project_out(const std::vector<T>& in, matrix_view<con
 }
 
 template <class T>
-pending transformer_block<T>::gradient_in(bool started, const std::vector<T>& dout, matrix_view<const T> w,
-                                          std::vector<T>& din, T* gathered) {
+pending transformer_block<T>::gradient_in(bool started, const buf<T>& dout, matrix_view<const T> w, buf<T>& din,
+                                          T* gathered) {
   const int64_t n = l_.rows(), d = l_.shape.hidden, S = l_.share_rows(), cols = w.rows;
   if (!opt_.sequence_parallel) {  // every rank holds dout's rows: a local product
-    gemm_.template run_typed<T>(product::abt, S, cols, d, {dout.data(), d, w.data, d, din.data(), cols, nullptr});
+    sampler_("local product, B transposed", {S, cols, d, 0}, [&] {
+      gemm_.template run_typed<T>(product::abt, S, cols, d, {dout.data(), d, w.data, d, din.data(), cols, nullptr});
+    });
     return {};
   }
   const matrix_view<const T> a{dout.data(), n, d}, b = w;
@@ -294,18 +302,20 @@ void transformer_block<T>::attention_forward() {
     return;
   }
   detail::phase_span ph(ctx_->tracer(), "attention (local heads)");
-  const acc* qkv = detail::widen(qkv_t_, qkv_);  // kept in qkv_ (bf16) for the backward pass
-  if constexpr (std::is_same_v<acc, float>) {
-    softmax_.forward(dd, S, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, o_.data());
-  } else {  // no oneDNN in double: ring attention's online softmax, one diagonal tile of the whole sequence
-    std::fill(o_.begin(), o_.end(), acc(0));
-    std::fill(amax_.begin(), amax_.end(), -std::numeric_limits<acc>::infinity());
-    std::fill(asum_.begin(), asum_.end(), acc(0));
-    const attention::online_softmax<acc> st{o_.data(), amax_.data(), asum_.data(), S};
-    tiles_.forward(dd, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, st);
-    attention::normalise(dd, st, lse_.data());
-  }
-  detail::narrow(o_, o_t_);
+  sampler_("attention", {dd.heads, dd.dh, S, dd.block}, [&] {
+    const acc* qkv = detail::widen(qkv_t_, qkv_);  // kept in qkv_ (bf16) for the backward pass
+    if constexpr (std::is_same_v<acc, float>) {
+      softmax_.forward(dd, S, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, o_.data());
+    } else {  // no oneDNN in double: ring attention's online softmax, one diagonal tile of the whole sequence
+      std::fill(o_.begin(), o_.end(), acc(0));
+      std::fill(amax_.begin(), amax_.end(), -std::numeric_limits<acc>::infinity());
+      std::fill(asum_.begin(), asum_.end(), acc(0));
+      const attention::online_softmax<acc> st{o_.data(), amax_.data(), asum_.data(), S};
+      tiles_.forward(dd, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, st);
+      attention::normalise(dd, st, lse_.data());
+    }
+    detail::narrow(o_, o_t_);
+  });
 }
 
 template <class T>
@@ -326,15 +336,17 @@ void transformer_block<T>::mlp_forward(matrix_view<T> out) {
   }
   {
     detail::phase_span ph(tr, "GELU");
-    const acc* pre = detail::widen(upre_t_, upre_);  // kept in upre_ (bf16) for the backward pass
-    if constexpr (std::is_same_v<acc, double>) {
-      for (size_t i = 0; i < u_t_.size(); ++i) u_t_[i] = math::gelu(pre[i]);
-    } else if constexpr (std::is_same_v<T, float>) {
-      prims_.gelu(pre, u_t_.data(), int64_t(u_t_.size()));
-    } else {
-      prims_.gelu(pre, du_.data(), int64_t(u_t_.size()));  // du_ is free until the backward pass
-      detail::narrow(du_, u_t_);
-    }
+    sampler_("GELU", {int64_t(u_t_.size()), 0, 0, 0}, [&] {
+      const acc* pre = detail::widen(upre_t_, upre_);  // kept in upre_ (bf16) for the backward pass
+      if constexpr (std::is_same_v<acc, double>) {
+        for (size_t i = 0; i < u_t_.size(); ++i) u_t_[i] = math::gelu(pre[i]);
+      } else if constexpr (std::is_same_v<T, float>) {
+        prims_.gelu(pre, u_t_.data(), int64_t(u_t_.size()));
+      } else {
+        prims_.gelu(pre, du_.data(), int64_t(u_t_.size()));  // du_ is free until the backward pass
+        detail::narrow(du_, u_t_);
+      }
+    });
   }
   {
     detail::phase_span ph(tr, opt_.sequence_parallel ? "MLP down projection (matmul reduce-scatter)"
@@ -378,8 +390,10 @@ void transformer_block<T>::weight_gradient(engine::side_work& work, const char* 
     work.add([this, name, first, rows, dims, x] {
       detail::phase_span ph(ctx_->tracer(), name);
       // Added: backward zeroed the gradients, and dW2 comes in parts of its sum.
-      gemm_.run(product::atb, rows, dims.n, dims.k, {x.a + first, x.lda, x.b, x.ldb, x.c + first * x.ldc, x.ldc},
-                into::add);
+      sampler_("weight gradient", {rows, dims.n, dims.k, 0}, [&] {
+        gemm_.run(product::atb, rows, dims.n, dims.k, {x.a + first, x.lda, x.b, x.ldb, x.c + first * x.ldc, x.ldc},
+                  into::add);
+      });
     });
   });
 }
@@ -392,7 +406,7 @@ void transformer_block<T>::backward(matrix_view<const T> dout, matrix_view<T> dx
                                                 : "backward: dout and dx must be " + std::to_string(n) + " x " +
                                                       std::to_string(d) + " (ld >= hidden); got dout " +
                                                       detail::dims(dout) + ", dx " + detail::dims(dx));
-  g_.each([](const char*, std::vector<acc>& v, bool) { std::fill(v.begin(), v.end(), acc(0)); });
+  g_.each([](const char*, buf<acc>& v, bool) { std::fill(v.begin(), v.end(), acc(0)); });
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < d; ++j) {
       dz_t_[size_t(i * d + j)] = dout(i, j);
@@ -460,13 +474,15 @@ void transformer_block<T>::mlp_backward() {
 template <class T>
 void transformer_block<T>::gelu_backward() {
   detail::phase_span ph(ctx_->tracer(), "GELU backward");
-  const acc* pre = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(upre_t_.data()) : upre_.data();
-  if constexpr (std::is_same_v<acc, double>) {
-    for (size_t i = 0; i < du_.size(); ++i) du_[i] = detail::cast<acc>(du_t_[i]) * math::gelu_grad(pre[i]);
-  } else {
-    prims_.gelu_backward(pre, detail::widen(du_t_, du_), du_.data(), int64_t(du_.size()));
-  }
-  detail::narrow(du_, du_t_);  // the pre-activation's gradient, input of the reduce-scatter
+  sampler_("GELU backward", {int64_t(du_.size()), 0, 0, 0}, [&] {
+    const acc* pre = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(upre_t_.data()) : upre_.data();
+    if constexpr (std::is_same_v<acc, double>) {
+      for (size_t i = 0; i < du_.size(); ++i) du_[i] = detail::cast<acc>(du_t_[i]) * math::gelu_grad(pre[i]);
+    } else {
+      prims_.gelu_backward(pre, detail::widen(du_t_, du_), du_.data(), int64_t(du_.size()));
+    }
+    detail::narrow(du_, du_t_);  // the pre-activation's gradient, input of the reduce-scatter
+  });
 }
 
 template <class T>
@@ -526,32 +542,34 @@ const typename transformer_block<T>::acc* transformer_block<T>::attention_core_b
   }
   detail::phase_span ph(tr, "attention backward (local heads)");
   const attention::dims dd = attention_dims();
-  const acc* d_o = detail::widen(do_t_, do_);
-  const acc* qkv = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(qkv_t_.data()) : qkv_.data();  // forward's
-  acc* g = dqkv_.data();
-  if constexpr (std::is_same_v<acc, float>) {
-    softmax_.backward(dd, S, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, d_o, {g, 3 * w, g + w, g + 2 * w, 3 * w});
-  } else {
-    attention::softmax_deltas(
-        dd, S, d_o, [&](int64_t i, int64_t j) { return o_[size_t(i * w + j)]; }, delta_.data());
-    std::fill(dqkv_.begin(), dqkv_.end(), acc(0));
-    const attention::backward_rows<acc> in{{qkv, 3 * w}, d_o, lse_.data(), delta_.data(), S};
-    tiles_.backward(dd, in, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, {g, 3 * w, g + w, g + 2 * w, 3 * w});
-  }
-  detail::narrow(dqkv_, dqkv_t_);
+  sampler_("attention backward", {dd.heads, dd.dh, S, dd.block}, [&] {
+    const acc* d_o = detail::widen(do_t_, do_);
+    const acc* qkv = std::is_same_v<T, acc> ? reinterpret_cast<const acc*>(qkv_t_.data()) : qkv_.data();  // forward's
+    acc* g = dqkv_.data();
+    if constexpr (std::is_same_v<acc, float>) {
+      softmax_.backward(dd, S, {qkv, 3 * w}, {qkv + w, qkv + 2 * w, 3 * w}, d_o, {g, 3 * w, g + w, g + 2 * w, 3 * w});
+    } else {
+      attention::softmax_deltas(
+          dd, S, d_o, [&](int64_t i, int64_t j) { return o_[size_t(i * w + j)]; }, delta_.data());
+      std::fill(dqkv_.begin(), dqkv_.end(), acc(0));
+      const attention::backward_rows<acc> in{{qkv, 3 * w}, d_o, lse_.data(), delta_.data(), S};
+      tiles_.backward(dd, in, {qkv + w, qkv + 2 * w, 3 * w}, {0, S, 0, S, true}, {g, 3 * w, g + w, g + 2 * w, 3 * w});
+    }
+    detail::narrow(dqkv_, dqkv_t_);
+  });
   return dqkv_.data();
 }
 
 template <class T>
 void transformer_block<T>::sum_replicated_grads() {
   size_t at = 0;  // into packed_, sized by the constructor: no allocation per step
-  g_.each([&](const char*, std::vector<acc>& v, bool replicated) {
+  g_.each([&](const char*, const buf<acc>& v, bool replicated) {
     if (replicated) at = size_t(std::copy(v.begin(), v.end(), packed_.begin() + long(at)) - packed_.begin());
   });
   const MPI_Datatype type = std::is_same_v<acc, double> ? MPI_DOUBLE : MPI_FLOAT;
   OVERLAP_MPI(MPI_Allreduce, MPI_IN_PLACE, packed_.data(), int(packed_.size()), type, MPI_SUM, comm_.get());
   at = 0;
-  g_.each([&](const char*, std::vector<acc>& v, bool replicated) {
+  g_.each([&](const char*, buf<acc>& v, bool replicated) {
     if (!replicated) return;
     std::copy(packed_.begin() + long(at), packed_.begin() + long(at + v.size()), v.begin());
     at += v.size();
@@ -559,36 +577,39 @@ void transformer_block<T>::sum_replicated_grads() {
 }
 
 template <class T>
-void transformer_block<T>::norm_forward(const std::vector<acc>& x, const std::vector<T>& g, const std::vector<T>& b,
-                                        std::vector<T>& y, std::vector<acc>& mean, std::vector<acc>& stat) {
+void transformer_block<T>::norm_forward(const buf<acc>& x, const buf<T>& g, const buf<T>& b, buf<T>& y, buf<acc>& mean,
+                                        buf<acc>& stat) {
   const int64_t n = l_.rows(), d = l_.shape.hidden;
-  if constexpr (std::is_same_v<acc, double>) {
-    math::layer_norm<acc, T>({x.data(), n, d}, {g.data(), b.data()}, y.data(), {mean.data(), stat.data()});
-  } else {
-    const norm_rows r{x.data(), n, d, detail::widen(g, ln_g_), detail::widen(b, ln_b_), mean.data(), stat.data()};
-    if constexpr (std::is_same_v<T, float>) {
-      prims_.layer_norm(r, y.data());
+  sampler_("layer norm", {n, d, 0, 0}, [&] {
+    if constexpr (std::is_same_v<acc, double>) {
+      math::layer_norm<acc, T>({x.data(), n, d}, {g.data(), b.data()}, y.data(), {mean.data(), stat.data()});
     } else {
-      prims_.layer_norm(r, ln_y_.data());
-      detail::narrow(ln_y_, y);
+      const norm_rows r{x.data(), n, d, detail::widen(g, ln_g_), detail::widen(b, ln_b_), mean.data(), stat.data()};
+      if constexpr (std::is_same_v<T, float>) {
+        prims_.layer_norm(r, y.data());
+      } else {
+        prims_.layer_norm(r, ln_y_.data());
+        detail::narrow(ln_y_, y);
+      }
     }
-  }
+  });
 }
 
 template <class T>
-void transformer_block<T>::norm_backward(const std::vector<acc>& x, const acc* dy, const std::vector<T>& g,
-                                         const std::vector<T>& b, std::vector<acc>& mean, std::vector<acc>& stat,
-                                         std::vector<acc>& gg, std::vector<acc>& gb) {
+void transformer_block<T>::norm_backward(const buf<acc>& x, const acc* dy, const buf<T>& g, const buf<T>& b,
+                                         buf<acc>& mean, buf<acc>& stat, buf<acc>& gg, buf<acc>& gb) {
   const int64_t n = l_.rows(), d = l_.shape.hidden;
-  if constexpr (std::is_same_v<acc, double>) {
-    math::layer_norm_backward<acc, T>({x.data(), n, d}, dy, g.data(), {mean.data(), stat.data()}, dh_.data(),
-                                      {gg.data(), gb.data()});
-  } else {
-    const norm_rows r{x.data(), n, d, detail::widen(g, ln_g_), detail::widen(b, ln_b_), mean.data(), stat.data()};
-    prims_.layer_norm_backward(r, dy, ln_dx_.data(), {ln_dg_.data(), ln_db_.data()});
-    for (size_t i = 0; i < ln_dx_.size(); ++i) dh_[i] += ln_dx_[i];
-    for (size_t j = 0; j < ln_dg_.size(); ++j) gg[j] += ln_dg_[j], gb[j] += ln_db_[j];
-  }
+  sampler_("layer norm backward", {n, d, 0, 0}, [&] {
+    if constexpr (std::is_same_v<acc, double>) {
+      math::layer_norm_backward<acc, T>({x.data(), n, d}, dy, g.data(), {mean.data(), stat.data()}, dh_.data(),
+                                        {gg.data(), gb.data()});
+    } else {
+      const norm_rows r{x.data(), n, d, detail::widen(g, ln_g_), detail::widen(b, ln_b_), mean.data(), stat.data()};
+      prims_.layer_norm_backward(r, dy, ln_dx_.data(), {ln_dg_.data(), ln_db_.data()});
+      for (size_t i = 0; i < ln_dx_.size(); ++i) dh_[i] += ln_dx_[i];
+      for (size_t j = 0; j < ln_dg_.size(); ++j) gg[j] += ln_dg_[j], gb[j] += ln_db_[j];
+    }
+  });
 }
 
 }  // namespace overlap::layers

@@ -45,6 +45,7 @@
 #include "overlap/attention/attention_tiles.hpp"
 #include "overlap/attention/ring_attention.hpp"
 #include "overlap/attention/softmax_attention.hpp"
+#include "overlap/backend/sampled_work.hpp"
 #include "overlap/core/bfloat16.hpp"
 #include "overlap/core/flavour.hpp"
 #include "overlap/engine/side_work.hpp"
@@ -57,6 +58,7 @@
 #include "overlap/layers/phase_span.hpp"
 #include "overlap/mpi/communicator.hpp"
 #include "overlap/mpi/simulator.hpp"
+#include "overlap/mpi/workspace_allocator.hpp"
 #include "overlap/ops/all_gather_matmul.hpp"
 #include "overlap/ops/matmul_all_reduce.hpp"
 #include "overlap/ops/matmul_reduce_scatter.hpp"
@@ -153,6 +155,11 @@ class transformer_block {
   void on_gradients(std::function<void(gradients_ready)> f) { ready_ = std::move(f); }
 
  private:
+  /// The block's buffers: shared by the simulated ranks in SMPI's
+  /// timing-only runs (at 1024 ranks of the default block, 130 GiB
+  /// otherwise), ordinary vectors elsewhere.
+  template <class U>
+  using buf = workspace_vector<U>;
   /// Collective over tp (and cp): checks the shape and options agree,
   /// sizes the buffers.
   void setup(const block_shape& s);
@@ -163,17 +170,16 @@ class transformer_block {
   void agree(bool ok, const std::string& what) const;
   /// The column-parallel product out = y @ w + bias (share rows): an
   /// all-gather matmul keeping the gathered y, or local.
-  void project_in(const std::vector<T>& y, matrix_view<const T> w, const T* bias, std::vector<T>& out, T* gathered);
+  void project_in(const buf<T>& y, matrix_view<const T> w, const T* bias, buf<T>& out, T* gathered);
   /// The row-parallel product out = sum over tp of in @ w + bias (rows()):
   /// a matmul reduce-scatter or all-reduce.
-  void project_out(const std::vector<T>& in, matrix_view<const T> w, const T* bias, std::vector<T>& out);
+  void project_out(const buf<T>& in, matrix_view<const T> w, const T* bias, buf<T>& out);
   /// A column-parallel product's data gradient din = dout @ w^T (share
   /// rows), started or blocking; gathered: dout of the share's rows.
-  pending gradient_in(bool started, const std::vector<T>& dout, matrix_view<const T> w, std::vector<T>& din,
-                      T* gathered);
+  pending gradient_in(bool started, const buf<T>& dout, matrix_view<const T> w, buf<T>& din, T* gathered);
   /// The share's rows of a local activation: its gathered copy when
   /// sequence parallel, else itself.
-  [[nodiscard]] const std::vector<T>& share_of(const std::vector<T>& local, const std::vector<T>& gathered) const {
+  [[nodiscard]] const buf<T>& share_of(const buf<T>& local, const buf<T>& gathered) const {
     return opt_.sequence_parallel ? gathered : local;
   }
   /// Ring attention's options for this block (cp axis).
@@ -189,11 +195,10 @@ class transformer_block {
   void sum_replicated_grads();
   /// y = LN(x) with gain g and bias b; keeps each row's mean and statistic
   /// (the variance on oneDNN, in float; 1 / sqrt(var + eps) in double).
-  void norm_forward(const std::vector<acc>& x, const std::vector<T>& g, const std::vector<T>& b, std::vector<T>& y,
-                    std::vector<acc>& mean, std::vector<acc>& stat);
+  void norm_forward(const buf<acc>& x, const buf<T>& g, const buf<T>& b, buf<T>& y, buf<acc>& mean, buf<acc>& stat);
   /// dh_ += d(loss)/dx of that layer norm for dy; gg, gb += its parameters' gradients.
-  void norm_backward(const std::vector<acc>& x, const acc* dy, const std::vector<T>& g, const std::vector<T>& b,
-                     std::vector<acc>& mean, std::vector<acc>& stat, std::vector<acc>& gg, std::vector<acc>& gb);
+  void norm_backward(const buf<acc>& x, const acc* dy, const buf<T>& g, const buf<T>& b, buf<acc>& mean, buf<acc>& stat,
+                     buf<acc>& gg, buf<acc>& gb);
   /// The shapes of this rank's attention (its heads over the whole sequence).
   [[nodiscard]] attention::dims attention_dims() const;
   /// Runs op (its data gradient, started or blocking) and the weight
@@ -228,18 +233,20 @@ class transformer_block {
   attention::softmax_attention softmax_;  ///< attention in float: oneDNN's softmax over whole rows
   attention::tile_math<acc> tiles_;       ///< attention in double: ring attention's online softmax, on one rank
   local_primitives prims_;                ///< layer norms and GELU on oneDNN (float)
+  /// The local work's charge under SMPI (sampled, then charged): the context's sim_compute.
+  backend::work_sampler sampler_;
   bool have_forward_ = false;
   std::function<void(gradients_ready)> ready_;  ///< on_gradients's
 
   // Forward activations (S = seq, n = rows(), d = hidden, w = width(), f = ffn_width()).
-  std::vector<acc> x_, mean1_, stat1_, h_, mean2_, stat2_;  // n x d, n
-  std::vector<T> y1_, y1g_, qkv_t_, o_t_, a_t_, y2_, y2g_, upre_t_, u_t_, z_t_;
-  std::vector<acc> qkv_, o_, lse_, upre_, amax_, asum_;  // qkv_, upre_: widened once (bf16), read again backward
+  buf<acc> x_, mean1_, stat1_, h_, mean2_, stat2_;  // n x d, n
+  buf<T> y1_, y1g_, qkv_t_, o_t_, a_t_, y2_, y2g_, upre_t_, u_t_, z_t_;
+  buf<acc> qkv_, o_, lse_, upre_, amax_, asum_;  // qkv_, upre_: widened once (bf16), read again backward
   // Backward scratch.
-  std::vector<acc> dh_, dy_, du_, dqkv_, do_, conv_a_, conv_b_, delta_, packed_;
-  std::vector<acc> dz_;  ///< dout widened (bf16): this rank's rows of dW2's operand, before dZ is gathered
-  std::vector<acc> ln_y_, ln_dx_, ln_g_, ln_b_, ln_dg_, ln_db_;  // the layer norms' float scratch
-  std::vector<T> dz_t_, dzg_t_, du_t_, dy_t_, dh_t_, dhg_t_, do_t_, dqkv_t_;
+  buf<acc> dh_, dy_, du_, dqkv_, do_, conv_a_, conv_b_, delta_, packed_;
+  buf<acc> dz_;  ///< dout widened (bf16): this rank's rows of dW2's operand, before dZ is gathered
+  buf<acc> ln_y_, ln_dx_, ln_g_, ln_b_, ln_dg_, ln_db_;  // the layer norms' float scratch
+  buf<T> dz_t_, dzg_t_, du_t_, dy_t_, dh_t_, dhg_t_, do_t_, dqkv_t_;
 };
 
 #ifdef OVERLAP_COMPILED
