@@ -69,11 +69,6 @@ class work_sampler {
     }
     mpi::charge_compute(took);
   }
-  /// Whether a sampled piece is skipped, its outputs left as they were
-  /// (timing-only runs under SMPI).
-  [[nodiscard]] bool skips() const noexcept {
-    return mpi::simulated && (mode_ == sim_compute::skipped || mode_ == sim_compute::calibrated);
-  }
 
  private:
   struct entry {
