@@ -352,9 +352,10 @@ def block(smpi_dir):
     lines = ["### The whole block (overlap-layer)", "",
              "overlap-layer's default block (seq 2048, hidden 1024, 16 heads, ffn 4096, f32; forward and",
              "backward: 4 all-gather and 4 reduce-scatter products per step, plus attention, layer norms and",
-             "the weight gradients, which SMPI times as they run) on one tensor group and on a dp x tp mesh of",
-             "the fat tree, every op bulk and every op decomposed, side by side in one run. Timing only: GEMMs",
-             "charged the median of 3 real runs per shape, then skipped. `comm hidden` = (bulk - mode) / comm",
+             "the weight gradients) on one tensor group and on a dp x tp mesh of the fat tree, every op bulk",
+             "and every op decomposed, side by side in one run. Timing only: GEMMs charged the median of 3",
+             "real runs per shape, then skipped; the local work likewise since 2026-12-08",
+             "(backend::work_sampler; in runs dated before, SMPI timed it as it ran). `comm hidden` = (bulk - mode) / comm",
              "only, as in results.md's block on the mirrors. GEMMs timed on: " + where(files) + ".", "",
              "| platform | ranks | groups x tp | bulk ms | ring ms | automatic ms | speedup (automatic) |"
              " comm only ms | compute only ms | comm hidden (ring / automatic) |",

@@ -15,7 +15,19 @@
 #           The fat tree has full bisection and each group's traffic stays on
 #           its own links, so a mesh's times are its group's; a mesh run
 #           checks that, and that the simulation holds 1024 ranks (wall
-#           time and real memory: tools/smpi/measure).
+#           time and real memory: tools/smpi/measure). A mesh times bulk,
+#           ring and automatic only (overlap-bench --no-halves): the limit's
+#           halves are its group's, and at 1024 ranks they cost a quarter of
+#           the run.
+#   layers  overlap-layer's training step (forward and backward of its
+#           default block: seq 2048, hidden 1024, 16 heads, ffn 4096, f32)
+#           at 1024 ranks of the 100 Gbit/s tree (SCALE_LAYERS, "TP:CP" each;
+#           default tp 8 x dp 128, and tp 8 x cp 2 x dp 64 with ring
+#           attention over cp), bulk against automatic, with the step's
+#           collectives alone and its computation alone. The ops' GEMMs are
+#           charged from the 8-rank group's calibration; attention, layer
+#           norms, GELU and the weight gradients are sampled on their first
+#           3 real runs in the simulation, then charged (backend::work_sampler).
 #   nodes128  the groups part again on nodes of 128 cores (SCALE_128_RATES,
 #           default 25, 100 and 200 Gbit/s; SCALE_128_TP, default 8 16 32): the
 #           calibration's node GEMM rates times 4, the rule of the
@@ -66,12 +78,14 @@ tps=${SCALE_TP-8 16 32 64}
 ops=${SCALE_OPS-ag rs ar}
 meshes=${SCALE_MESHES-8:ag:25 8:ag:100 8:rs:100 8:ar:100 8:ag:200 64:ag:100 64:rs:100 64:ar:100}
 rings=${SCALE_RINGS-128 256}
+layers=${SCALE_LAYERS-8:1 8:2}
 rates128=${SCALE_128_RATES-25 100 200}
 tps128=${SCALE_128_TP-8 16 32}
 limit=${SCALE_LIMIT_S:-600}
 shape=(-m 65536 -n 8192 -k 8192)
 mkdir -p "$out"
-export OMP_NUM_THREADS=1 OVERLAP_SIM_COMPUTE=calibrated SMPI_PRECISION=${SMPI_PRECISION:-1e-6} SMPI_HOST_TIMING=${SMPI_HOST_TIMING:-off}
+export OMP_NUM_THREADS=1 OVERLAP_SIM_COMPUTE=calibrated SMPI_PRECISION=${SMPI_PRECISION:-1e-6} SMPI_HOST_TIMING=${SMPI_HOST_TIMING:-off} \
+  OVERLAP_SIM_SAMPLES=${OVERLAP_SIM_SAMPLES:-3}
 t_start=$SECONDS
 
 # one KIND PLATFORM NP TP OP [BENCH_ARGS...]: one overlap-bench run of OP, its
@@ -145,7 +159,7 @@ EOF
 for m in $meshes; do
   IFS=: read -r tp op rate <<< "$m"
   fresh_mesh "$tp" "$op" "fattree1024-${rate}gbit"
-  one mesh "fattree1024-${rate}gbit" 1024 "$tp" "$op"
+  one mesh "fattree1024-${rate}gbit" 1024 "$tp" "$op" "${shape[@]}" --tp "$tp" --strategies ring,automatic --no-halves
 done
 echo "[smpi scale] meshes done at $((SECONDS - t_start)) s" >&2
 p=fattree1024-100gbit
@@ -163,4 +177,15 @@ if [ -n "$rings" ] && [ -x "${PROJECTION:-}" ]; then
     --tokens 4096 --hidden 4096 > "$out/rings-projection.jsonl"
 fi
 echo "[smpi scale] rings done at $((SECONDS - t_start)) s" >&2
+[ -n "$layers" ] && fresh layer
+for l in $layers; do
+  IFS=: read -r tp cp <<< "$l"
+  echo "[smpi scale] layer $p: 1024 ranks, tp $tp, cp $cp ($((SECONDS - t_start)) s)" >&2
+  OVERLAP_CALIBRATION="$root/docs/results/smpi/model-$p-${tp}ranks-calibration.json" \
+    OVERLAP_TRANSPORT="smpi, $p, 1024 ranks" MEASURE_OUT="$out/cost.jsonl" MEASURE_LABEL="layer $p 1024 $tp cp$cp" \
+    "$root/tools/smpi/measure" timeout "$limit" "$root/tools/smpi/run" "$p" 1024 "$build/apps/overlap-layer" \
+    --modes automatic --steps 1 --warmup 1 --no-check --tp "$tp" --cp "$cp" --json "$out/layer-$p.jsonl" > /dev/null ||
+    echo "[smpi scale] exit $? (timeout: 124)" >&2
+done
+echo "[smpi scale] layers done at $((SECONDS - t_start)) s" >&2
 python3 "$root/bench/smpi_scale_report.py" "$out" "$root/docs/scaling.md" "$root/docs/results.md"

@@ -115,6 +115,41 @@ def times_table(groups, mesh, cost):
     return lines
 
 
+def layers(out, cost):
+    """overlap-layer's training step at 1024 ranks (layer-fattree*.jsonl), one line per mesh."""
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(out, "layer-fattree*.jsonl"))):
+        gbit = int(os.path.basename(path).split("-")[2].replace("gbit.jsonl", ""))
+        for line in open(path):
+            r = json.loads(line)
+            rows.setdefault((gbit, r["ranks"], r["dp"], r["cp"], r["tp"]), {})[r["mode"]] = r
+    if not rows:
+        return []
+    lines = ["", "### The transformer block at 1024 ranks (overlap-layer)", "",
+             "overlap-layer's training step (forward and backward) of its default block (seq 2048, hidden",
+             "1024, 16 heads, ffn 4096, f32, sequence parallel) on every tensor group of the mesh at once;",
+             "with a cp axis the sequence is split over cp and attention is ring attention between the",
+             "shares. The ops' GEMMs are charged from the 8-rank group's calibration; attention, the layer",
+             "norms, GELU and the weight gradients are sampled on their first 3 real runs in the simulation",
+             "and then charged (backend::work_sampler), and the element-wise passes between them cost",
+             "nothing (SMPI_HOST_TIMING=off). `comm hidden`: the share of the step's collectives alone that",
+             "automatic's step hides against bulk's ((bulk - automatic) / comm only). One measured step after",
+             "one warm-up; the slowest rank.", "",
+             "| Gbit/s | ranks | dp x cp x tp | bulk ms | automatic ms | speedup | comm hidden | comm only ms | "
+             "compute only ms | wall s | peak PSS GiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (gbit, R, dp, cp, tp), b in sorted(rows.items()):
+        c = cost.get(("layer", gbit, R, tp, f"cp{cp}"), {})
+        bulk, auto = b.get("bulk"), b.get("automatic")
+        if not bulk or not auto:
+            continue
+        hidden = f"{100 * auto['comm_hidden']:.0f}%" if auto.get("comm_hidden") is not None else "-"
+        lines.append(f"| {gbit} | {R} | {dp} x {cp} x {tp} | {bulk['step_ms']:.2f} | {auto['step_ms']:.2f} | "
+                     f"{bulk['step_ms'] / auto['step_ms']:.2f} | {hidden} | {auto['comm_ms']:.2f} | "
+                     f"{auto['compute_ms']:.2f} | {c.get('wall_s', '-')} | {c.get('peak_pss_gib', '-')} |")
+    return lines
+
+
 def plot(groups, rates, tps, out_svg):
     """Automatic's speedup over bulk against the group size, one line per op and rate (gnuplot)."""
     if not shutil.which("gnuplot"):
@@ -219,7 +254,8 @@ def main(out, scaling_md, results_md):
             "The 1024-rank column runs every group of the dp x tp mesh at once on its own nodes: each group's",
             "traffic stays on its own links of the full-bisection tree, so a mesh's times are its group's (the",
             "table below shows both). That column is what the simulation can hold at 1024 ranks in this",
-            "sweep's time; the single groups give the rates and group sizes.", "",
+            "sweep's time; the single groups give the rates and group sizes. A mesh times bulk, ring and",
+            "automatic only (its limit's halves are its group's).", "",
             "### Speedup over bulk: simulated / the cost model's (automatic's choice)", "",
             "Each cell: automatic's simulated speedup over bulk, then the cost model's prediction of the same",
             "(bulk's predicted time over the chosen schedule's), and the schedule automatic chose.", ""]
@@ -239,6 +275,7 @@ def main(out, scaling_md, results_md):
              "(tools/smpi/measure: PSS summed over the simulation's processes every 0.5-2 s).", ""]
     body += times_table(groups, mesh, cost)
     body += rings(out, cost)
+    body += layers(out, cost)
     body += ["", "### Against the cost model", "",
              f"Of {len(acc)} predictions (every candidate automatic timed, every case), {within} "
              f"({100 * within / max(1, len(acc)):.0f}%) are within {100 * WITHIN:.0f}% of the simulated time;",
