@@ -58,14 +58,18 @@
 # together cost one solve of the network's sharing, not one each. On a tensor
 # group of 64 ranks (ag, moving the other operands) the run went from 165 s
 # to 26 s, its simulated times moving by under 0.3% (docs/smpi.md).
-# The default SCALE_MESHES are the tp 8 x dp 128 mesh's three ops at 100
-# Gbit/s and its all-gather at 25 and 200, and the tp 64 x dp 16 mesh's
-# three ops at 100 (the issue's command is its all-gather).
+# The default SCALE_MESHES are the tp 64 x dp 16 mesh's three ops at 100
+# Gbit/s (the issue's command is its all-gather) and the tp 8 x dp 128
+# mesh's three ops at 100 and its all-gather at 25 and 200, heaviest first.
 # Every run here has SMPI_HOST_TIMING=off (tools/smpi/run): the library
-# charges every GEMM, copy and sum of these timing-only runs itself, so SMPI
-# times no host code (docs/smpi.md, "Scale").
-# Every run is bounded by SCALE_LIMIT_S (default 600 s); one that passes it
-# is recorded as such (tools/smpi/measure's rc 124) and the sweep goes on.
+# charges every GEMM, copy and sum of these timing-only runs itself, and
+# samples a layer's local work, so SMPI times no host code (docs/smpi.md,
+# "Scale").
+# The simulations run SCALE_JOBS at a time (default 2, this machine's
+# cores; each is one thread): the first mesh beside the group cases, then
+# the other meshes, the layers and the rings, two by two. Every run is
+# bounded by SCALE_LIMIT_S (default 600 s); one that passes it is recorded
+# as such (tools/smpi/measure's rc 124) and the sweep goes on.
 #
 #   bench/smpi_scale.sh BUILD_SMPI_DIR
 set -euo pipefail
@@ -76,7 +80,7 @@ bench="$build/apps/overlap-bench"
 rates=${SCALE_RATES-25 100 200}
 tps=${SCALE_TP-8 16 32 64}
 ops=${SCALE_OPS-ag rs ar}
-meshes=${SCALE_MESHES-8:ag:25 8:ag:100 8:rs:100 8:ar:100 8:ag:200 64:ag:100 64:rs:100 64:ar:100}
+meshes=${SCALE_MESHES-64:ar:100 64:ag:100 64:rs:100 8:ar:100 8:rs:100 8:ag:100 8:ag:25 8:ag:200}
 rings=${SCALE_RINGS-128 256}
 layers=${SCALE_LAYERS-8:1 8:2}
 rates128=${SCALE_128_RATES-25 100 200}
@@ -101,7 +105,7 @@ one() {
   echo "[smpi scale] $kind $p: $np ranks, tp $tp, $op ($((SECONDS - t_start)) s)" >&2
   OVERLAP_TRANSPORT="smpi, $p, $np ranks" MEASURE_OUT="$out/cost.jsonl" MEASURE_LABEL="$kind $p $np $tp $op" \
     "$root/tools/smpi/measure" timeout "$limit" "$root/tools/smpi/run" "$p" "$np" "$bench" --op "$op" "${args[@]}" \
-    --iters 1 --warmup 0 --no-peers --no-check --json "$out/$kind-$p.jsonl" > /dev/null ||
+    --iters 1 --warmup 0 --no-peers --no-check --json "${JSON_OUT:-$out/$kind-$p.jsonl}" > /dev/null ||
     echo "[smpi scale] exit $? (timeout: 124)" >&2
 }
 
@@ -135,12 +139,6 @@ fresh() {
     mv "$out/cost.jsonl.tmp" "$out/cost.jsonl"
   fi
 }
-[ -n "$rates" ] && [ -n "$tps" ] && [ -n "$ops" ] && fresh groups
-groups groups "$rates" "$tps" 1
-echo "[smpi scale] groups done at $((SECONDS - t_start)) s" >&2
-[ -n "$rates128" ] && [ -n "$tps128" ] && [ -n "$ops" ] && fresh groups128
-groups groups128 "$rates128" "$tps128" 4
-echo "[smpi scale] nodes of 128 cores done at $((SECONDS - t_start)) s" >&2
 # fresh_mesh TP OP PLATFORM: a mesh's run replaces that mesh's earlier rows
 # and cost only, so that SCALE_MESHES=... adds meshes beside the others.
 fresh_mesh() {
@@ -156,36 +154,100 @@ keep(rows, lambda r: not (r.get("ranks") == int(tp) and r.get("op") == name))
 keep(cost, lambda r: r.get("label") != label)
 EOF
 }
-for m in $meshes; do
-  IFS=: read -r tp op rate <<< "$m"
-  fresh_mesh "$tp" "$op" "fattree1024-${rate}gbit"
-  one mesh "fattree1024-${rate}gbit" 1024 "$tp" "$op" "${shape[@]}" --tp "$tp" --strategies ring,automatic --no-halves
-done
-echo "[smpi scale] meshes done at $((SECONDS - t_start)) s" >&2
-p=fattree1024-100gbit
-cal="$root/docs/results/smpi/model-$p-64ranks-calibration.json"
-[ -n "$rings" ] && fresh rings
-for np in $rings; do
-  OVERLAP_CALIBRATION="$cal" one rings "$p" "$np" "$np" ag -m 4096 -k 4096 -n 16384 --strategies ring
-  OVERLAP_CALIBRATION="$cal" one rings "$p" "$np" "$np" rs -m 4096 -n 4096 -k 16384 --strategies ring
-done
-# The projection of the same platform: the calibration's node GEMM rates (one
-# "core" of --cores 1 is the node), its links' latency, the fat tree's rate.
-if [ -n "$rings" ] && [ -x "${PROJECTION:-}" ]; then
-  lat=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['links']['network']['latency_us'])" "$cal")
-  "$PROJECTION" "$cal" --cores 1 --efficiency 1 --gbit 100 --latency-us "$lat" --slowdown 1 \
-    --tokens 4096 --hidden 4096 > "$out/rings-projection.jsonl"
-fi
-echo "[smpi scale] rings done at $((SECONDS - t_start)) s" >&2
-[ -n "$layers" ] && fresh layer
-for l in $layers; do
-  IFS=: read -r tp cp <<< "$l"
+
+# layer PLATFORM TP CP: overlap-layer's training step at 1024 ranks, tp x cp
+# x dp, bulk against automatic, its rows into layer-PLATFORM.jsonl.
+layer() {
+  local p=$1 tp=$2 cp=$3
   echo "[smpi scale] layer $p: 1024 ranks, tp $tp, cp $cp ($((SECONDS - t_start)) s)" >&2
   OVERLAP_CALIBRATION="$root/docs/results/smpi/model-$p-${tp}ranks-calibration.json" \
     OVERLAP_TRANSPORT="smpi, $p, 1024 ranks" MEASURE_OUT="$out/cost.jsonl" MEASURE_LABEL="layer $p 1024 $tp cp$cp" \
     "$root/tools/smpi/measure" timeout "$limit" "$root/tools/smpi/run" "$p" 1024 "$build/apps/overlap-layer" \
-    --modes automatic --steps 1 --warmup 1 --no-check --tp "$tp" --cp "$cp" --json "$out/layer-$p.jsonl" > /dev/null ||
+    --modes automatic --steps 1 --warmup 1 --no-check --tp "$tp" --cp "$cp" \
+    --json "${JSON_OUT:-$out/layer-$p.jsonl}" > /dev/null ||
     echo "[smpi scale] exit $? (timeout: 124)" >&2
+}
+
+# rings: single tensor groups of SCALE_RINGS ranks, then the projection.
+rings() {
+  local p=fattree1024-100gbit np lat
+  local cal="$root/docs/results/smpi/model-$p-64ranks-calibration.json"
+  for np in $rings; do
+    OVERLAP_CALIBRATION="$cal" one rings "$p" "$np" "$np" ag -m 4096 -k 4096 -n 16384 --strategies ring
+    OVERLAP_CALIBRATION="$cal" one rings "$p" "$np" "$np" rs -m 4096 -n 4096 -k 16384 --strategies ring
+  done
+  # The projection of the same platform: the calibration's node GEMM rates
+  # (one "core" of --cores 1 is the node), its links' latency, the fat tree's rate.
+  if [ -x "${PROJECTION:-}" ]; then
+    lat=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['links']['network']['latency_us'])" "$cal")
+    "$PROJECTION" "$cal" --cores 1 --efficiency 1 --gbit 100 --latency-us "$lat" --slowdown 1 \
+      --tokens 4096 --hidden 4096 > "$out/rings-projection.jsonl"
+  fi
+}
+
+# The simulations run SCALE_JOBS at a time (default 2): each is one thread,
+# this machine has two cores, and a 1024-rank one holds about 4 GiB.
+# spawn FINAL CMD...: CMD in the background once fewer than SCALE_JOBS run.
+# With FINAL a file, CMD's rows go to a part file of their own, and collect
+# appends them to FINAL in the order the jobs were spawned (the meshes of a
+# platform share a file, as the layers do); FINAL "-": CMD writes files of
+# its own, which no other job writes.
+jobs_max=${SCALE_JOBS:-2}
+parts=$(mktemp -d "$out/.parts.XXXXXX")
+trap 'rm -rf "$parts"' EXIT
+finals=()
+spawn() {
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+  local final=$1
+  shift
+  finals+=("$final")
+  if [ "$final" = - ]; then
+    "$@" &
+  else
+    JSON_OUT="$parts/${#finals[@]}.jsonl" "$@" &
+  fi
+}
+collect() {
+  wait
+  local i
+  for i in "${!finals[@]}"; do
+    if [ "${finals[i]}" != - ] && [ -f "$parts/$((i + 1)).jsonl" ]; then
+      cat "$parts/$((i + 1)).jsonl" >> "${finals[i]}"
+    fi
+  done
+}
+
+# Every part that runs replaces its own earlier rows first.
+[ -n "$rates" ] && [ -n "$tps" ] && [ -n "$ops" ] && fresh groups
+[ -n "$rates128" ] && [ -n "$tps128" ] && [ -n "$ops" ] && fresh groups128
+for m in $meshes; do
+  IFS=: read -r tp op rate <<< "$m"
+  fresh_mesh "$tp" "$op" "fattree1024-${rate}gbit"
 done
-echo "[smpi scale] layers done at $((SECONDS - t_start)) s" >&2
+[ -n "$layers" ] && fresh layer
+[ -n "$rings" ] && fresh rings
+# The first mesh (by default the heaviest, tp 64 x dp 16's all-reduce) runs
+# beside the small group cases; the other 1024-rank runs two at a time.
+first=1
+for m in $meshes; do
+  IFS=: read -r tp op rate <<< "$m"
+  spawn "$out/mesh-fattree1024-${rate}gbit.jsonl" \
+    one mesh "fattree1024-${rate}gbit" 1024 "$tp" "$op" "${shape[@]}" --tp "$tp" --strategies ring,automatic --no-halves
+  if [ $first = 1 ]; then
+    spawn - groups groups "$rates" "$tps" 1
+    spawn - groups groups128 "$rates128" "$tps128" 4
+    first=0
+  fi
+done
+if [ $first = 1 ]; then
+  spawn - groups groups "$rates" "$tps" 1
+  spawn - groups groups128 "$rates128" "$tps128" 4
+fi
+for l in $layers; do
+  IFS=: read -r tp cp <<< "$l"
+  spawn "$out/layer-fattree1024-100gbit.jsonl" layer fattree1024-100gbit "$tp" "$cp"
+done
+[ -n "$rings" ] && spawn - rings
+collect
+echo "[smpi scale] every simulation done at $((SECONDS - t_start)) s" >&2
 python3 "$root/bench/smpi_scale_report.py" "$out" "$root/docs/scaling.md" "$root/docs/results.md"
