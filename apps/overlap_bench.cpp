@@ -238,12 +238,9 @@ class bench_run {
   /// every result was right.
   int run() {
     measure_library();
-    if (o_.halves) {
-      measure_halves();
-    } else {
-      for (result& r : results_)
-        if (r.strategy == "automatic") r.chosen = schedule_of(full_, r.strategy);
-    }
+    for (result& r : results_)  // the choice, not a schedule of its own to take apart
+      if (r.strategy == "automatic") r.chosen = schedule_of(full_, r.strategy);
+    if (o_.halves) measure_halves();
     if (o_.peers && o_.batch == 1) measure_peers();  // the peers compute one product
     if (!o_.save_calibration.empty() && !full_.save_calibration(o_.save_calibration) && printer_)
       fmt::print(stderr, "overlap-bench: no calibration to save (automatic asked no model)\n");
@@ -361,13 +358,9 @@ class bench_run {
     sides_.one_gemm = median(op(compute_ctx_, "bulk"));
     sides_.bulk_comm = median(op(comm_ctx_, "bulk"));
     for (result& r : results_) {
-      if (r.strategy == "bulk") continue;
-      if (r.strategy == "automatic") {  // the choice, not a schedule of its own to take apart
-        r.chosen = schedule_of(full_, r.strategy);
-      } else {
-        r.compute_only_ms = median(op(compute_ctx_, r.strategy));
-        r.comm_only_ms = median(op(comm_ctx_, r.strategy));
-      }
+      if (r.strategy == "bulk" || r.strategy == "automatic") continue;
+      r.compute_only_ms = median(op(compute_ctx_, r.strategy));
+      r.comm_only_ms = median(op(comm_ctx_, r.strategy));
     }
     sides_.reference = "bulk", sides_.compute_only = sides_.one_gemm, sides_.comm_only = sides_.bulk_comm;
     for (size_t i = 1; i < results_.size(); ++i)
